@@ -1,0 +1,80 @@
+"""The default recipe: Mask R-CNN on the synthetic shapes dataset, CPU-sized.
+
+  python train.py                       # trains and evaluates this config
+  python train.py --config=configs/shapes.py:runlocal   # smoke run
+
+The dataset (COCO JSON + PNGs) is written under `data.root` on first use.
+"""
+
+import ml_collections
+
+from detector import config as config_lib
+
+
+def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
+    """Returns the shapes config; `arg='runlocal'` shrinks it to a smoke run."""
+    config = config_lib.base_config()
+    data = config.data
+    data.source = "shapes"
+    data.root = "data/shapes"
+    data.train_split = "train"
+    data.eval_split = "val"
+    data.num_classes = 3
+    data.image_size = (128, 128)
+    data.max_instances = 8
+    data.gt_mask_size = 56
+    data.scale_jitter = (0.9, 1.1)
+    data.cache = True
+    data.shapes.num_train = 2000
+    data.shapes.num_val = 200
+    data.shapes.image_size = 128
+
+    model = config.model
+    model.backbone = "tiny"
+    model.backbone_width = 16
+    model.norm = "group"
+    model.group_norm_groups = 8
+    model.fpn_channels = 64
+    model.min_level = 2
+    model.max_level = 5
+    model.anchor_scale = 4.0
+    model.rpn.pre_nms_top_k_train = 512
+    model.rpn.pre_nms_top_k_test = 256
+    model.rpn.post_nms_top_k_train = 256
+    model.rpn.post_nms_top_k_test = 128
+    model.rpn.num_samples = 128
+    model.roi.num_rois = 64
+    model.roi.box_head_dim = 256
+    model.roi.mask_head_dim = 64
+    model.roi.mask_head_convs = 2
+    model.roi.max_mask_rois = 16
+    model.detection.max_detections = 20
+    model.detection.pre_nms_top_k = 200
+
+    train = config.train
+    train.batch_size = 8
+    train.num_steps = 3000
+    train.optimizer = "adamw"
+    train.learning_rate = 2e-3
+    train.weight_decay = 1e-4
+    train.schedule = "cosine"
+    train.warmup_steps = 200
+    train.grad_clip_norm = 10.0
+    train.log_every = 50
+    train.checkpoint_every = 500
+
+    config.eval.batch_size = 8
+    if arg == "runlocal":
+        data.shapes.num_train = 16
+        data.shapes.num_val = 8
+        data.root = "data/shapes_runlocal"
+        train.batch_size = 2
+        train.num_steps = 4
+        train.warmup_steps = 2
+        train.log_every = 2
+        train.checkpoint_every = 4
+        config.eval.batch_size = 4
+    elif arg:
+        raise ValueError(f"configs/shapes.py: unknown variant {arg!r}; "
+                         "known: runlocal")
+    return config

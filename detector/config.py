@@ -1,0 +1,160 @@
+"""The full configuration schema, with defaults, shared by every config file.
+
+Config files in `configs/` start from `base_config()` and change what they
+need; every field a module reads is declared here, so a typo in an override
+(`--config.model.fpn_chanels=128`) is an error, not a silently ignored key.
+
+Box convention everywhere: (x1, y1, x2, y2) in pixels of the padded model
+input, x2 and y2 exclusive (a COCO [x, y, w, h] box is [x, y, x + w, y + h]).
+Class ids: 1..num_classes for objects, 0 for background / padding.
+"""
+
+import ml_collections
+
+NMS_BACKENDS = ("auto", "cpu", "while_loop", "pallas")
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """Returns the schema with COCO-style defaults (TF Model Garden R50-FPN)."""
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+
+    # -------------------------------------------------------------------- data
+    data = config.data = ml_collections.ConfigDict()
+    # 'shapes' (synthetic COCO-format folder, generated on demand),
+    # 'coco_json' (a COCO-format folder), or 'tfds' (tfds coco/2017).
+    data.source = "coco_json"
+    # coco_json / shapes: a folder holding annotations/instances_<split>.json
+    # and one image folder per split, <split>/ (COCO 2017: train2017, val2017).
+    data.root = ""
+    # tfds: builder name and data_dir ("": the TFDS default).
+    data.tfds_name = "coco/2017"
+    data.tfds_data_dir = ""
+    # Split strings; slicing picks a subset: 'val2017[:500]', 'train[:10%]'.
+    data.train_split = "train2017"
+    data.eval_split = "val2017"
+    data.num_classes = 80
+    # Fixed model input (height, width): the long side is resized to fit and
+    # the rest padded. Must be divisible by 2**model.max_level.
+    data.image_size = (1024, 1024)
+    data.max_instances = 100
+    # GT masks are cropped to their box and resized to this square size.
+    data.gt_mask_size = 112
+    data.hflip = True
+    data.scale_jitter = (0.8, 1.25)  # (1.0, 1.0) turns jitter off
+    data.pixel_mean = (123.675, 116.28, 103.53)
+    data.pixel_std = (58.395, 57.12, 57.375)
+    data.shuffle_buffer = 1000
+    data.prefetch = 2
+    # Cache decoded examples in memory (small datasets only).
+    data.cache = False
+    # shapes: the synthetic dataset written under data.root when missing.
+    shapes = data.shapes = ml_collections.ConfigDict()
+    shapes.num_train = 2000
+    shapes.num_val = 200
+    shapes.image_size = 128
+    shapes.seed = 0
+
+    # ------------------------------------------------------------------- model
+    model = config.model = ml_collections.ConfigDict()
+    # 'resnet18' | 'resnet50' | 'tiny' (a CPU-sized ResNet, one basic block
+    # per stage).
+    model.backbone = "resnet50"
+    # Channels of the stem; the four stages use 1x, 2x, 4x, 8x this (x4 more
+    # at the output of bottleneck stages).
+    model.backbone_width = 64
+    model.norm = "group"  # 'group' | 'batch' | 'frozen_batch'
+    model.group_norm_groups = 32
+    model.fpn_channels = 256
+    model.min_level = 2
+    model.max_level = 6
+    model.anchor_scale = 8.0  # anchor side at level l: anchor_scale * 2**l
+    model.aspect_ratios = (0.5, 1.0, 2.0)
+    # Activation dtype: 'float32' (CPU) or 'bfloat16' (TPU/GPU). Params and
+    # losses stay float32.
+    model.dtype = "float32"
+
+    rpn = model.rpn = ml_collections.ConfigDict()
+    rpn.pre_nms_top_k_train = 2000  # per level
+    rpn.pre_nms_top_k_test = 1000  # per level
+    rpn.post_nms_top_k_train = 1000  # per image, after merging levels
+    rpn.post_nms_top_k_test = 1000
+    rpn.nms_iou = 0.7
+    rpn.min_box_size = 0.0
+    rpn.fg_iou = 0.7
+    rpn.bg_iou = 0.3
+    rpn.num_samples = 256
+    rpn.positive_fraction = 0.5
+    rpn.box_weights = (1.0, 1.0, 1.0, 1.0)
+    rpn.nms_backend = "auto"
+
+    roi = model.roi = ml_collections.ConfigDict()
+    roi.num_rois = 512
+    roi.fg_fraction = 0.25
+    roi.fg_iou = 0.5
+    roi.bg_iou_high = 0.5
+    roi.bg_iou_low = 0.0
+    roi.box_weights = (10.0, 10.0, 5.0, 5.0)
+    roi.pool_size = 7
+    roi.canonical_size = 224.0
+    roi.canonical_level = 4
+    roi.sampling_ratio = 2
+    roi.box_head_dim = 1024
+    roi.mask_pool_size = 14
+    roi.mask_head_dim = 256
+    roi.mask_head_convs = 4
+    roi.max_mask_rois = 128  # mask loss uses at most this many fg rois/image
+    roi.mask_size = 28  # 2 * mask_pool_size
+
+    detection = model.detection = ml_collections.ConfigDict()
+    detection.score_threshold = 0.05
+    detection.nms_iou = 0.5
+    detection.max_detections = 100
+    # Candidates (roi, class) pairs kept by score before class-aware NMS.
+    detection.pre_nms_top_k = 1000
+    detection.nms_backend = "auto"
+
+    loss = model.loss = ml_collections.ConfigDict()
+    loss.rpn_box_beta = 1.0 / 9.0  # Huber delta of the RPN box loss
+    loss.box_beta = 1.0
+    loss.rpn_cls_weight = 1.0
+    loss.rpn_box_weight = 1.0
+    loss.cls_weight = 1.0
+    loss.box_weight = 1.0
+    loss.mask_weight = 1.0
+
+    # ------------------------------------------------------------------- train
+    train = config.train = ml_collections.ConfigDict()
+    train.batch_size = 64  # global, across all devices and hosts
+    train.num_steps = 22500
+    train.optimizer = "sgd"  # 'sgd' (momentum) | 'adamw'
+    train.learning_rate = 0.12
+    train.momentum = 0.9
+    train.weight_decay = 4e-5
+    train.schedule = "step"  # 'step' | 'cosine'
+    train.warmup_steps = 500
+    train.warmup_init_factor = 0.0067
+    train.step_boundaries = (15000, 20000)
+    train.step_factor = 0.1
+    train.grad_clip_norm = 0.0  # 0 turns clipping off
+    train.log_every = 100
+    train.checkpoint_every = 1000
+    train.keep_checkpoints = 3
+    train.eval_every = 0  # 0: evaluate only at the end
+
+    # -------------------------------------------------------------------- eval
+    evaluation = config.eval = ml_collections.ConfigDict()
+    evaluation.batch_size = 8
+    evaluation.max_images = 0  # 0: the whole split
+    evaluation.num_visualized = 4
+    return config
+
+
+def set_nms_backend(config: ml_collections.ConfigDict, backend: str) -> None:
+    """Points both NMS sites (RPN proposals, detections) at one backend."""
+    if backend not in NMS_BACKENDS:
+        raise ValueError(
+                f"--nms={backend!r} is not a known NMS backend; choose one of "
+                f"{', '.join(NMS_BACKENDS)}")
+    config.model.rpn.nms_backend = backend
+    config.model.detection.nms_backend = backend
