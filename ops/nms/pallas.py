@@ -1,0 +1,77 @@
+"""The Pallas NMS backend: sort outside, sequential tiled greedy kernel inside.
+
+The boxes are sorted by score (ops/nms/common.py) and handed to a kernel that
+walks them tile by tile, tests each tile against the boxes kept so far,
+resolves the tile against itself, and stops once `max_output_size` boxes are
+kept. The kernel is picked when the program is lowered, per platform:
+- TPU: Mosaic (ops/nms/pallas_tpu.py), batch as a parallel grid axis;
+- GPU: Triton (ops/nms/pallas_gpu.py), one program per image;
+- anything else (CPU): the GPU kernel in Pallas interpret mode.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ops.nms import common, pallas_gpu, pallas_tpu
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return max(multiple, -(-n // multiple) * multiple)
+
+
+def _sorted_inputs(boxes, scores, classes, score_threshold):
+    """Sorts the candidates: (order, fields f32[B, 5, N], classes, candidate)."""
+    order, is_candidate = common.candidate_order(boxes, scores,
+                                                 score_threshold)
+    sorted_boxes = common.gather_sorted(boxes, order)
+    x1, y1, x2, y2 = (sorted_boxes[..., i] for i in range(4))
+    fields = jnp.stack([x1, y1, x2, y2, common.box_areas(x1, y1, x2, y2)],
+                       axis=1)
+    sorted_classes = common.gather_sorted(classes, order)
+    return order, fields, sorted_classes, is_candidate.astype(jnp.int32)
+
+
+def _pad_last(x: jax.Array, size: int) -> jax.Array:
+    pad = [(0, 0)] * (x.ndim - 1) + [(0, size - x.shape[-1])]
+    return jnp.pad(x, pad)
+
+
+def _keep_mask(fields, classes, candidate, *, platform, **params):
+    """keep int32[B, N] from one platform's kernel."""
+    n = candidate.shape[-1]
+    tile = {"tpu": pallas_tpu.TILE, "gpu": pallas_gpu.GPU_TILE,
+            "cpu": pallas_gpu.CPU_TILE}[platform]
+    n_pad = _round_up(n, tile)
+    fields, classes, candidate = (_pad_last(x, n_pad)
+                                  for x in (fields, classes, candidate))
+    if platform == "tpu":
+        keep = pallas_tpu.keep_mask(fields, classes, candidate, **params)
+    else:
+        keep = pallas_gpu.keep_mask(
+            fields, classes, candidate, tile=tile, platform=platform,
+            kept_chunk={"gpu": pallas_gpu.GPU_KEPT_CHUNK,
+                        "cpu": pallas_gpu.CPU_KEPT_CHUNK}[platform], **params)
+    return keep[:, :n]
+
+
+def nms(boxes: jax.Array, scores: jax.Array, classes: jax.Array | None, *,
+        max_output_size: int, iou_threshold: float,
+        score_threshold: float | None):
+    """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
+    class_aware = classes is not None
+    if classes is None:
+        classes = jnp.zeros(scores.shape, jnp.int32)
+    order, fields, sorted_classes, candidate = _sorted_inputs(
+        boxes, scores, classes, score_threshold)
+    kernel = functools.partial(
+        _keep_mask, max_output_size=max_output_size,
+        iou_threshold=iou_threshold, class_aware=class_aware)
+    keep = lax.platform_dependent(
+        fields, sorted_classes, candidate,
+        tpu=functools.partial(kernel, platform="tpu"),
+        cuda=functools.partial(kernel, platform="gpu"),
+        default=functools.partial(kernel, platform="cpu"))
+    return common.indices_from_keep_mask(keep > 0, order, max_output_size)

@@ -1,0 +1,110 @@
+"""The numpy specification of NMS that every backend must match index for index.
+
+Semantics (shared/DESIGN.md §3):
+- candidates are boxes whose score is not NaN, is > score_threshold (when one
+  is given), and whose four coordinates are finite;
+- candidates are visited in stable descending score order (equal scores:
+  lower index first); a visited candidate that no kept box suppresses is
+  kept, until `max_output_size` boxes are kept;
+- kept box i suppresses box j when both have the same class (always, without
+  classes) and `inter > iou_threshold * union`, all in float32, where a box
+  with x2 < x1 or y2 < y1 has zero area.
+
+Every product whose result is then added to or subtracted from is written
+`max(a * b, 0)`: the value is unchanged (both factors are >= 0), but a
+compiler cannot fuse the product into a multiply-add, so XLA, Triton and
+Mosaic round exactly like numpy does here.
+"""
+
+import numpy as np
+
+_F32 = np.float32
+
+
+def nonneg_product(a, b):
+    """a * b for a, b >= 0, written so it never contracts into an FMA."""
+    return np.maximum(a * b, _F32(0))
+
+
+def box_areas(boxes: np.ndarray) -> np.ndarray:
+    """Areas of f32[..., 4] boxes; inverted boxes have zero area."""
+    w = np.maximum(boxes[..., 2] - boxes[..., 0], _F32(0))
+    h = np.maximum(boxes[..., 3] - boxes[..., 1], _F32(0))
+    return nonneg_product(w, h)
+
+
+def overlap_exceeds(box: np.ndarray, area: np.float32, boxes: np.ndarray,
+                    areas: np.ndarray, iou_threshold: np.float32) -> np.ndarray:
+    """Whether IoU(box, boxes[j]) > iou_threshold, as `inter > t * union`."""
+    iw = np.maximum(np.minimum(box[2], boxes[:, 2]) -
+                    np.maximum(box[0], boxes[:, 0]), _F32(0))
+    ih = np.maximum(np.minimum(box[3], boxes[:, 3]) -
+                    np.maximum(box[1], boxes[:, 1]), _F32(0))
+    inter = nonneg_product(iw, ih)
+    union = (area + areas) - inter
+    return inter > iou_threshold * union
+
+
+def candidate_order(boxes: np.ndarray, scores: np.ndarray,
+                    score_threshold: float | None) -> np.ndarray:
+    """Indices of the candidates of one image, in visiting order."""
+    valid = ~np.isnan(scores) & np.all(np.isfinite(boxes), axis=-1)
+    if score_threshold is not None:
+        valid &= scores > _F32(score_threshold)
+    candidates = np.flatnonzero(valid)
+    # Stable sort on the negated score: equal scores keep index order
+    # (-0.0 and 0.0 compare equal, so they tie as well).
+    return candidates[np.argsort(-scores[candidates], kind="stable")]
+
+
+def nms_single(boxes: np.ndarray, scores: np.ndarray,
+               classes: np.ndarray | None, *, max_output_size: int,
+               iou_threshold: float,
+               score_threshold: float | None = None) -> np.ndarray:
+    """Greedy NMS of one image: kept indices int32[K'] in selection order."""
+    boxes = np.asarray(boxes, _F32)
+    scores = np.asarray(scores, _F32)
+    areas = box_areas(boxes)
+    threshold = _F32(iou_threshold)
+    remaining = candidate_order(boxes, scores, score_threshold)
+    keep = []
+    while remaining.size and len(keep) < max_output_size:
+        i, rest = remaining[0], remaining[1:]
+        keep.append(i)
+        suppressed = overlap_exceeds(boxes[i], areas[i], boxes[rest],
+                                     areas[rest], threshold)
+        if classes is not None:
+            suppressed &= classes[rest] == classes[i]
+        remaining = rest[~suppressed]
+    return np.asarray(keep, np.int32)
+
+
+def nms(boxes, scores, *, max_output_size: int, iou_threshold: float,
+        score_threshold: float | None = None, classes=None):
+    """Batched reference NMS with the public API's outputs.
+
+    Args:
+      boxes: f32[..., N, 4] as (x1, y1, x2, y2).
+      scores: f32[..., N].
+      max_output_size: K, the most boxes kept per image.
+      iou_threshold: suppress when IoU > this.
+      score_threshold: scores <= this are never selected (None: no bound).
+      classes: optional int[..., N]; a box only suppresses its own class.
+
+    Returns:
+      indices int32[..., K] in selection order, padded with -1, and
+      num_valid int32[...].
+    """
+    boxes = np.asarray(boxes, _F32)
+    scores = np.asarray(scores, _F32)
+    batch_shape = scores.shape[:-1]
+    indices = np.full(batch_shape + (max_output_size,), -1, np.int32)
+    num_valid = np.zeros(batch_shape, np.int32)
+    for b in np.ndindex(batch_shape):
+        keep = nms_single(
+            boxes[b], scores[b], None if classes is None else
+            np.asarray(classes)[b], max_output_size=max_output_size,
+            iou_threshold=iou_threshold, score_threshold=score_threshold)
+        indices[b][:keep.size] = keep
+        num_valid[b] = keep.size
+    return indices, num_valid

@@ -1,0 +1,68 @@
+"""Bad input gets a ValueError that names the argument and the shapes."""
+
+import numpy as np
+import pytest
+
+from ops import nms as nms_lib
+
+_BOXES = np.zeros((2, 5, 4), np.float32)
+_SCORES = np.zeros((2, 5), np.float32)
+
+
+def _call(boxes=_BOXES, scores=_SCORES, **params):
+    params = {"max_output_size": 3, "iou_threshold": 0.5, **params}
+    return nms_lib.nms(boxes, scores, **params)
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(scores=np.zeros((2, 6), np.float32)),
+     r"scores shape \(2, 6\) does not match boxes shape \(2, 5, 4\)"),
+    (dict(scores=np.zeros((3, 5), np.float32)),
+     r"scores shape \(3, 5\) does not match boxes shape \(2, 5, 4\)"),
+    (dict(boxes=np.zeros((2, 5, 5), np.float32)),
+     r"boxes must have shape \[\.\.\., N, 4\], got \(2, 5, 5\)"),
+    (dict(boxes=np.zeros((4,), np.float32)),
+     r"boxes must have shape \[\.\.\., N, 4\], got \(4,\)"),
+    (dict(boxes=np.zeros((2, 5, 4), np.int32)),
+     r"boxes must be floating point, got dtype int32 with shape \(2, 5, 4\)"),
+    (dict(scores=np.zeros((2, 5), np.int32)),
+     r"scores must be floating point, got dtype int32"),
+    (dict(iou_threshold=1.5), r"iou_threshold must be a number in \[0, 1\]"),
+    (dict(iou_threshold=-0.1), r"iou_threshold must be a number in \[0, 1\]"),
+    (dict(iou_threshold=float("nan")), r"iou_threshold must be a number in"),
+    (dict(max_output_size=0), r"max_output_size must be an int >= 1, got 0"),
+    (dict(max_output_size=2.5), r"max_output_size must be an int >= 1"),
+    (dict(score_threshold="0.1"), r"score_threshold must be a number or None"),
+    (dict(backend="gpu"), r"backend='gpu' is not a known NMS backend; known "
+     r"backends: auto, cpu, while_loop, pallas"),
+    (dict(classes=np.zeros((2, 5), np.float32)),
+     r"classes must be integer, got dtype float32"),
+    (dict(classes=np.zeros((2, 4), np.int32)),
+     r"classes shape \(2, 4\) does not match scores shape \(2, 5\)"),
+])
+def test_bad_input_names_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _call(**kwargs)
+
+
+def test_empty_inputs_return_padding():
+    for boxes, scores in [(np.zeros((2, 0, 4), np.float32),
+                           np.zeros((2, 0), np.float32)),
+                          (np.zeros((0, 5, 4), np.float32),
+                           np.zeros((0, 5), np.float32))]:
+        for backend in nms_lib.BACKENDS:
+            indices, num = _call(boxes, scores, backend=backend)
+            assert indices.shape == scores.shape[:-1] + (3,)
+            assert np.all(np.asarray(indices) == -1)
+            assert np.all(np.asarray(num) == 0)
+
+
+def test_auto_resolves_per_platform():
+    assert set(nms_lib.AUTO_BACKEND.values()) <= set(nms_lib.BACKENDS)
+    rng = np.random.default_rng(0)
+    boxes = rng.uniform(0, 50, (1, 40, 4)).astype(np.float32)
+    boxes[..., 2:] += boxes[..., :2]
+    scores = rng.random((1, 40), dtype=np.float32)
+    got = _call(boxes, scores, backend="auto", max_output_size=10)
+    want = _call(boxes, scores, backend="while_loop", max_output_size=10)
+    np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
