@@ -1,0 +1,124 @@
+"""Where host round-trips happen: a transfer guard and a compiled-program audit.
+
+`jax.transfer_guard("disallow")` catches implicit transfers made from Python
+(a numpy array handed to a jitted step, `float(x)` on a device array) but not
+a host callback compiled into the program. So this module does both:
+
+    with device_only_transfers():          # loop body: explicit moves only
+        batch = jax.device_put(batch, sharding)
+        state, metrics = step(state, batch)
+        metrics = jax.device_get(metrics)
+
+    findings = audit(step, state, batch)   # or audit_compiled(compiled)
+    for f in findings: print(f)            # e.g. host callback at rpn/nms
+
+The audit reads the optimised HLO of the compiled program and reports host
+callbacks (pure_callback, io_callback, jax.debug.print/callback: custom calls
+`xla_ffi_python_{cpu,gpu}_callback`, their partitioned forms and the legacy
+`xla_python_*_callback`), host send/recv, and infeed/outfeed, each with the
+op name from its metadata.
+"""
+
+import contextlib
+import dataclasses
+import re
+from collections.abc import Iterator
+
+import jax
+
+_CALLBACK_TARGET = re.compile(r'custom_call_target="([^"]*python[^"]*'
+                              r'callback[^"]*)"')
+_HOST_TRANSFER_OP = re.compile(r"\s(send|recv|infeed|outfeed)\(")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_OP_TYPE = re.compile(r'op_type="([^"]*)"')
+
+
+@dataclasses.dataclass(frozen=True)
+class HostRoundTrip:
+    """One operation of a compiled program that goes through the host."""
+
+    kind: str  # 'host callback', 'host send', 'host recv', 'infeed', ...
+    target: str  # custom-call target or HLO opcode
+    op_name: str  # scope path from the metadata, e.g. 'rpn/nms/pure_callback'
+    op_type: str  # e.g. 'pure_callback', 'debug_print'
+
+    def __str__(self) -> str:
+        return f"{self.kind} `{self.op_type or self.target}` at {self.op_name}"
+
+
+class HostRoundTripError(RuntimeError):
+    """A program meant to stay on the device goes through the host."""
+
+
+def _scope(op_name: str) -> str:
+    """Drops the leading jit(...) wrappers: 'jit(step)/rpn/nms' -> 'rpn/nms'."""
+    parts = [p for p in op_name.split("/") if not re.fullmatch(
+        r"(p?jit|pmap|shard_map|checkpoint|remat)\(.*\)", p)]
+    return "/".join(parts) or op_name
+
+
+def _parse_line(line: str) -> HostRoundTrip | None:
+    target = _CALLBACK_TARGET.search(line)
+    if target:
+        kind, name = "host callback", target.group(1)
+    else:
+        op = _HOST_TRANSFER_OP.search(line)
+        if not op:
+            return None
+        name = op.group(1)
+        if name in ("send", "recv"):
+            if "is_host_transfer=true" not in line:
+                return None
+            kind = f"host {name}"
+        else:
+            kind = name
+    op_name = _OP_NAME.search(line)
+    op_type = _OP_TYPE.search(line)
+    return HostRoundTrip(
+        kind=kind, target=name,
+        op_name=_scope(op_name.group(1)) if op_name else "<no metadata>",
+        op_type=op_type.group(1) if op_type else "")
+
+
+def audit_hlo_text(hlo_text: str) -> list[HostRoundTrip]:
+    """Host round-trips in the text of an optimised HLO module."""
+    findings = (_parse_line(line) for line in hlo_text.splitlines())
+    return [f for f in findings if f is not None]
+
+
+def audit_compiled(compiled: jax.stages.Compiled) -> list[HostRoundTrip]:
+    """Host round-trips in a compiled program (`jitted.lower(...).compile()`)."""
+    return audit_hlo_text(compiled.as_text())
+
+
+def audit(jitted, *args, **kwargs) -> list[HostRoundTrip]:
+    """Lowers and compiles `jitted` for these arguments, then audits it."""
+    return audit_compiled(jitted.lower(*args, **kwargs).compile())
+
+
+def describe(findings: list[HostRoundTrip], program: str) -> str:
+    """A multi-line report for the log, one finding per line."""
+    if not findings:
+        return f"{program}: no host round-trips (fully on device)"
+    lines = [f"{program}: {len(findings)} host round-trip(s) per call:"]
+    lines += [f"  - {f}" for f in findings]
+    return "\n".join(lines)
+
+
+def require_device_only(findings: list[HostRoundTrip], program: str) -> None:
+    """Raises HostRoundTripError naming the first offending op."""
+    if findings:
+        first = findings[0]
+        others = (f" (and {len(findings) - 1} more)" if len(findings) > 1
+                  else "")
+        hint = (" (the NMS backend 'cpu' runs on the host; use --nms=pallas "
+                "or --nms=while_loop)" if "nms" in first.op_name else "")
+        raise HostRoundTripError(
+            f"{program} is not device-only: {first}{others}{hint}")
+
+
+@contextlib.contextmanager
+def device_only_transfers() -> Iterator[None]:
+    """Disallows implicit host<->device transfers; explicit ones still work."""
+    with jax.transfer_guard("disallow"):
+        yield
