@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ops.nms import cpu, pallas, while_loop
+from ops.nms import cpu, pallas, topk, while_loop
 
 _IMPLEMENTATIONS = {
     "cpu": cpu.nms,
@@ -33,6 +33,8 @@ _IMPLEMENTATIONS = {
     "pallas": pallas.nms,
 }
 BACKENDS = ("auto",) + tuple(_IMPLEMENTATIONS)
+# Not NMS: top-K with no suppression, to measure what NMS costs in a step.
+BASELINES = {"topk": topk.nms}
 
 # 'auto' per platform, from benchmarks/nms_bench.py (README, "NMS operator"):
 # - cpu (2-core x86, interpret mode): see AUTO_CPU_NOTE below.
@@ -46,7 +48,7 @@ AUTO_BACKEND = {"cpu": "pallas", "tpu": "pallas", "cuda": "while_loop"}
 def _check_inputs(boxes, scores, classes, max_output_size, iou_threshold,
                   score_threshold, backend):
     """Raises ValueError naming the argument for every malformed input."""
-    if backend not in BACKENDS:
+    if backend not in BACKENDS and backend not in BASELINES:
         raise ValueError(f"backend={backend!r} is not a known NMS backend; "
                          f"known backends: {', '.join(BACKENDS)}")
     if not jnp.issubdtype(boxes.dtype, jnp.floating):
@@ -94,7 +96,8 @@ def _auto(boxes, scores, classes, **params):
 @functools.cache
 def _batched_call(backend: str, has_classes: bool, **params):
     """The backend on [B, N] inputs; vmap folds into the native batch dim."""
-    impl = _auto if backend == "auto" else _IMPLEMENTATIONS[backend]
+    impl = (_auto if backend == "auto" else
+            _IMPLEMENTATIONS.get(backend) or BASELINES[backend])
 
     def run(boxes, scores, classes):
         return impl(boxes, scores, classes if has_classes else None,
@@ -142,6 +145,7 @@ def nms(boxes, scores, *, max_output_size: int, iou_threshold: float,
         iou_threshold=float(iou_threshold),
         score_threshold=(None if score_threshold is None else
                          float(score_threshold)))
-    indices, num_valid = call(boxes, scores, classes)
+    with jax.named_scope("nms"):
+        indices, num_valid = call(boxes, scores, classes)
     return (indices.reshape(batch_shape + (max_output_size,)),
             num_valid.reshape(batch_shape))

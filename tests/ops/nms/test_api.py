@@ -66,3 +66,12 @@ def test_auto_resolves_per_platform():
     got = _call(boxes, scores, backend="auto", max_output_size=10)
     want = _call(boxes, scores, backend="while_loop", max_output_size=10)
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+
+
+def test_topk_baseline_keeps_best_scores_without_suppression():
+    boxes = np.tile(np.float32([0, 0, 10, 10]), (6, 1))  # all identical
+    scores = np.float32([0.1, 0.9, np.nan, 0.5, 0.7, 0.05])
+    indices, num = _call(boxes, scores, backend="topk", max_output_size=8,
+                         score_threshold=0.08)
+    assert np.asarray(indices).tolist() == [1, 4, 3, 0, -1, -1, -1, -1]
+    assert int(num) == 4

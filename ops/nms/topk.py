@@ -1,0 +1,28 @@
+"""A measurement baseline, not an NMS: the top K candidates with no suppression.
+
+benchmarks/step_bench.py swaps it in for NMS to measure what NMS itself
+costs in a training step: same inputs, same output shapes and candidate rules
+(NaN scores, non-finite boxes and scores <= score_threshold are never
+selected), but no overlap test.
+"""
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def nms(boxes: jax.Array, scores: jax.Array, classes: jax.Array | None, *,
+        max_output_size: int, iou_threshold: float,
+        score_threshold: float | None):
+    """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
+    del classes, iou_threshold  # no suppression
+    valid = ~jnp.isnan(scores) & jnp.all(jnp.isfinite(boxes), axis=-1)
+    if score_threshold is not None:
+        valid &= scores > jnp.float32(score_threshold)
+    k = min(max_output_size, scores.shape[-1])
+    _, indices = lax.top_k(jnp.where(valid, scores, -jnp.inf), k)
+    indices = jnp.where(jnp.take_along_axis(valid, indices, axis=-1),
+                        indices, -1).astype(jnp.int32)
+    indices = jnp.pad(indices, ((0, 0), (0, max_output_size - k)),
+                      constant_values=-1)
+    return indices, jnp.sum(indices >= 0, axis=-1, dtype=jnp.int32)
