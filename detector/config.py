@@ -9,9 +9,14 @@ input, x2 and y2 exclusive (a COCO [x, y, w, h] box is [x, y, x + w, y + h]).
 Class ids: 1..num_classes for objects, 0 for background / padding.
 """
 
+import json
+import pathlib
+
 import ml_collections
 
-NMS_BACKENDS = ("auto", "cpu", "while_loop", "pallas")
+from ops import nms as nms_lib
+
+NMS_BACKENDS = nms_lib.BACKENDS  # auto, cpu, while_loop, pallas
 
 
 def base_config() -> ml_collections.ConfigDict:
@@ -150,11 +155,42 @@ def base_config() -> ml_collections.ConfigDict:
     return config
 
 
-def set_nms_backend(config: ml_collections.ConfigDict, backend: str) -> None:
-    """Points both NMS sites (RPN proposals, detections) at one backend."""
-    if backend not in NMS_BACKENDS:
-        raise ValueError(
-                f"--nms={backend!r} is not a known NMS backend; choose one of "
-                f"{', '.join(NMS_BACKENDS)}")
+def set_nms_backend(config: ml_collections.ConfigDict, backend: str, *,
+                    allow_baselines: bool = False) -> None:
+    """Points both NMS sites (RPN proposals, detections) at one backend.
+
+    `allow_baselines` also admits ops.nms.BASELINES ('topk', no suppression),
+    which benchmarks use to measure what NMS costs.
+    """
+    if backend not in NMS_BACKENDS and not (allow_baselines and
+                                            backend in nms_lib.BASELINES):
+        raise ValueError(f"--nms={backend!r} is not a known NMS backend; "
+                         f"choose one of {', '.join(NMS_BACKENDS)}")
     config.model.rpn.nms_backend = backend
     config.model.detection.nms_backend = backend
+
+
+def _merge_json(target: ml_collections.ConfigDict, values: dict,
+                prefix: str) -> None:
+    for key, value in values.items():
+        if key not in target:
+            raise ValueError(f"{prefix}{key}: not a config field (written "
+                             "by another version?)")
+        if isinstance(value, dict):
+            _merge_json(target[key], value, f"{prefix}{key}.")
+        elif isinstance(target[key], tuple) and isinstance(value, list):
+            target[key] = tuple(value)
+        else:
+            target[key] = value
+
+
+def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
+    """Reads a workdir's config.json back into the schema's types."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no config.json here; pass "
+                                "--config=... or a workdir written by "
+                                "train.py")
+    config = base_config()
+    _merge_json(config, json.loads(path.read_text()), f"{path}: ")
+    return config

@@ -25,6 +25,7 @@ import re
 from collections.abc import Iterator
 
 import jax
+from absl import logging
 
 _CALLBACK_TARGET = re.compile(r'custom_call_target="([^"]*python[^"]*'
                               r'callback[^"]*)"')
@@ -94,6 +95,23 @@ def audit_compiled(compiled: jax.stages.Compiled) -> list[HostRoundTrip]:
 def audit(jitted, *args, **kwargs) -> list[HostRoundTrip]:
     """Lowers and compiles `jitted` for these arguments, then audits it."""
     return audit_compiled(jitted.lower(*args, **kwargs).compile())
+
+
+def compile_audited(jitted, *args, program: str, strict: bool = False):
+    """Compiles `jitted` once, logs its host round-trips op by op.
+
+    Returns:
+      (compiled, findings): call `compiled` instead of `jitted` afterwards.
+
+    Raises:
+      HostRoundTripError: `strict` and the program has a host round-trip.
+    """
+    compiled = jitted.lower(*args).compile()
+    findings = audit_compiled(compiled)
+    logging.info("%s", describe(findings, program))
+    if strict:
+        require_device_only(findings, program)
+    return compiled, findings
 
 
 def describe(findings: list[HostRoundTrip], program: str) -> str:
