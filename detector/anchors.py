@@ -1,0 +1,45 @@
+"""Static anchors for a fixed image size, computed once on the host.
+
+Level l has stride 2**l and one anchor per (cell, aspect ratio): side
+anchor_scale * 2**l, aspect ratio r = height / width (w = side / sqrt(r),
+h = side * sqrt(r)), centred on the cell centre ((i + 0.5) * stride).
+Anchors of a level are ordered [H_l, W_l, A] row-major, matching a head
+output [B, H_l, W_l, A] reshaped to [B, H_l * W_l * A].
+
+Shapes: L levels, A anchors per cell (len(aspect_ratios)), N_l = H_l W_l A.
+"""
+
+import functools
+
+import numpy as np
+
+
+@functools.cache
+def level_anchors(image_size: tuple[int, int], level: int,
+                  anchor_scale: float,
+                  aspect_ratios: tuple[float, ...]) -> np.ndarray:
+    """Anchors f32[N_l, 4] (x1, y1, x2, y2) of one level in input pixels."""
+    stride = 2**level
+    height, width = image_size[0] // stride, image_size[1] // stride
+    side = anchor_scale * stride
+    ratios = np.asarray(aspect_ratios, np.float64)
+    half_w = 0.5 * side / np.sqrt(ratios)  # [A]
+    half_h = 0.5 * side * np.sqrt(ratios)
+    cy = (np.arange(height) + 0.5) * stride
+    cx = (np.arange(width) + 0.5) * stride
+    cy, cx = np.meshgrid(cy, cx, indexing="ij")  # [H, W]
+    cx, cy = cx[..., None], cy[..., None]  # [H, W, 1]
+    anchors = np.stack([cx - half_w, cy - half_h, cx + half_w, cy + half_h],
+                       axis=-1)  # [H, W, A, 4]
+    anchors = anchors.reshape(-1, 4).astype(np.float32)
+    anchors.flags.writeable = False
+    return anchors
+
+
+def pyramid_anchors(image_size: tuple[int, int], min_level: int,
+                    max_level: int, anchor_scale: float,
+                    aspect_ratios: tuple[float, ...]) -> list[np.ndarray]:
+    """Per-level anchors [f32[N_l, 4] for l in min_level..max_level]."""
+    return [level_anchors(tuple(image_size), level, float(anchor_scale),
+                          tuple(aspect_ratios))
+            for level in range(min_level, max_level + 1)]
