@@ -1,0 +1,279 @@
+"""Mask R-CNN in Flax NNX: backbone -> FPN -> RPN -> ROI heads.
+
+    model = MaskRCNN(config, rngs=nnx.Rngs(config.seed))
+    terms = model.losses(batch, key)  # rpn_cls, rpn_box, cls, box, mask, total
+    model.eval(); outputs = model.predict(images)
+
+Both methods are pure functions of the module state and their inputs with
+static shapes, so each jits into one program (the NMS backends are static
+config fields: switching one recompiles and changes nothing else). No host
+callback is added here; with the 'while_loop' or 'pallas' NMS backend the
+whole train step and predict stay on the device.
+
+Shapes: B batch, H, W image size, M max GT instances, S GT mask size,
+L levels, P proposals, R sampled rois, Rm mask rois, C classes, T mask size
+(28), D max detections.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from detector import anchors as anchors_lib
+from detector import backbone, fpn, losses, roi_heads, rpn
+from ops import nms as nms_lib
+from ops import roi_align
+
+DTYPES = ("float32", "bfloat16")
+# The NMS backends, plus measurement baselines (no suppression) that
+# benchmarks select through config.set_nms_backend(allow_baselines=True).
+NMS_NAMES = nms_lib.BACKENDS + tuple(nms_lib.BASELINES)
+
+
+def _check(condition: bool, key: str, value, reason: str) -> None:
+    if not condition:
+        raise ValueError(f"config.{key}={value!r}: {reason}")
+
+
+def validate_config(config: ml_collections.ConfigDict) -> None:
+    """Raises ValueError (one line naming the key) on a bad model config."""
+    model, data = config.model, config.data
+    roi, rpn_cfg, det = model.roi, model.rpn, model.detection
+    _check(model.backbone in backbone.BACKBONES, "model.backbone",
+           model.backbone, f"unknown backbone; known: "
+           f"{', '.join(backbone.BACKBONES)}")
+    _check(model.norm in backbone.NORMS, "model.norm", model.norm,
+           f"unknown norm; known: {', '.join(backbone.NORMS)}")
+    _check(model.dtype in DTYPES, "model.dtype", model.dtype,
+           f"unknown dtype; known: {', '.join(DTYPES)}")
+    _check(2 <= model.min_level <= fpn.BACKBONE_MAX_LEVEL,
+           "model.min_level", model.min_level,
+           f"must be in [2, {fpn.BACKBONE_MAX_LEVEL}] (ResNet C2..C5)")
+    _check(model.max_level >= model.min_level, "model.max_level",
+           model.max_level, "must be >= model.min_level")
+    stride = 2**model.max_level
+    size = tuple(data.image_size)
+    _check(len(size) == 2 and all(s > 0 and s % stride == 0 for s in size),
+           "data.image_size", size, f"(height, width) must be divisible by "
+           f"the coarsest stride 2**model.max_level={stride}")
+    _check(data.num_classes >= 1, "data.num_classes", data.num_classes,
+           "must be >= 1")
+    for key, backend in (("model.rpn.nms_backend", rpn_cfg.nms_backend),
+                         ("model.detection.nms_backend", det.nms_backend)):
+        _check(backend in NMS_NAMES, key, backend,
+               f"unknown NMS backend; known: {', '.join(NMS_NAMES)}")
+    if model.norm == "group":
+        groups = model.group_norm_groups
+        for key, channels in (("backbone_width", model.backbone_width),
+                              ("fpn_channels", model.fpn_channels),
+                              ("roi.mask_head_dim", roi.mask_head_dim)):
+            _check(channels % groups == 0, f"model.{key}", channels,
+                   f"must be divisible by model.group_norm_groups={groups}")
+    _check(roi.mask_size == 2 * roi.mask_pool_size, "model.roi.mask_size",
+           roi.mask_size, "must be 2 * model.roi.mask_pool_size")
+    _check(roi.sampling_ratio >= 1, "model.roi.sampling_ratio",
+           roi.sampling_ratio, "must be >= 1")
+    _check(int(roi.num_rois * roi.fg_fraction) >= 1, "model.roi.fg_fraction",
+           roi.fg_fraction, "must leave room for >= 1 foreground roi")
+    _check(0.0 < rpn_cfg.positive_fraction <= 1.0,
+           "model.rpn.positive_fraction", rpn_cfg.positive_fraction,
+           "must be in (0, 1]")
+    _check(len(model.aspect_ratios) >= 1 and min(model.aspect_ratios) > 0,
+           "model.aspect_ratios", model.aspect_ratios,
+           "must be a non-empty tuple of positive ratios")
+
+
+class MaskRCNN(nnx.Module):
+    """Mask R-CNN with a ResNet-FPN backbone; see the module docstring."""
+
+    def __init__(self, config: ml_collections.ConfigDict, *,
+                 rngs: nnx.Rngs):
+        validate_config(config)
+        model = config.model
+        self.cfg = ml_collections.FrozenConfigDict(model)
+        self.image_size = tuple(int(s) for s in config.data.image_size)
+        self.num_classes = int(config.data.num_classes)
+        dtype = jnp.dtype(model.dtype)
+        norm_kwargs = dict(norm=model.norm, groups=model.group_norm_groups,
+                           dtype=dtype, rngs=rngs)
+        self.backbone = backbone.ResNet(
+            model.backbone, width=model.backbone_width,
+            top_level=min(model.max_level, fpn.BACKBONE_MAX_LEVEL),
+            **norm_kwargs)
+        self.fpn = fpn.FPN(self.backbone.out_channels,
+                           channels=model.fpn_channels,
+                           min_level=model.min_level,
+                           max_level=model.max_level, **norm_kwargs)
+        self.rpn_head = rpn.RPNHead(model.fpn_channels,
+                                    len(model.aspect_ratios), dtype=dtype,
+                                    rngs=rngs)
+        roi = model.roi
+        self.box_head = roi_heads.BoxHead(
+            roi.pool_size**2 * model.fpn_channels, roi.box_head_dim,
+            self.num_classes, dtype=dtype, rngs=rngs)
+        self.mask_head = roi_heads.MaskHead(
+            model.fpn_channels, roi.mask_head_dim, roi.mask_head_convs,
+            self.num_classes, norm=fpn.head_norm(model.norm),
+            groups=model.group_norm_groups, dtype=dtype, rngs=rngs)
+
+    # ----------------------------------------------------------- pieces
+    def _anchors(self) -> list[np.ndarray]:
+        cfg = self.cfg
+        return anchors_lib.pyramid_anchors(
+            self.image_size, cfg.min_level, cfg.max_level, cfg.anchor_scale,
+            tuple(cfg.aspect_ratios))
+
+    def _features(self, images: jax.Array) -> list[jax.Array]:
+        return self.fpn(self.backbone(images))
+
+    def _roi_pyramid(self, features: list[jax.Array]
+                     ) -> roi_align.FlatPyramid:
+        """The levels rois pool from: min_level..min(max_level, 5)."""
+        top = min(self.cfg.max_level, fpn.BACKBONE_MAX_LEVEL)
+        return roi_align.flatten_pyramid(
+            features[:top - self.cfg.min_level + 1], self.cfg.min_level)
+
+    def _pool(self, pyramid: roi_align.FlatPyramid, boxes: jax.Array,
+              output_size: int) -> jax.Array:
+        roi = self.cfg.roi
+        return roi_heads.pool_rois(
+            pyramid, boxes, output_size=output_size,
+            sampling_ratio=roi.sampling_ratio,
+            canonical_size=roi.canonical_size,
+            canonical_level=roi.canonical_level)
+
+    def _proposals(self, logits, deltas, *, training: bool):
+        rpn_cfg = self.cfg.rpn
+        with jax.named_scope("rpn"):
+            return rpn.generate_proposals(
+                logits, deltas, self._anchors(),
+                pre_nms_top_k=(rpn_cfg.pre_nms_top_k_train if training else
+                               rpn_cfg.pre_nms_top_k_test),
+                post_nms_top_k=(rpn_cfg.post_nms_top_k_train if training else
+                                rpn_cfg.post_nms_top_k_test),
+                nms_iou=rpn_cfg.nms_iou, min_size=rpn_cfg.min_box_size,
+                image_size=self.image_size, weights=rpn_cfg.box_weights,
+                backend=rpn_cfg.nms_backend)
+
+    def num_mask_rois(self) -> int:
+        """Rm: the first sampled rois (foreground first) the mask head sees."""
+        roi = self.cfg.roi
+        return min(roi.max_mask_rois, int(roi.num_rois * roi.fg_fraction))
+
+    # ----------------------------------------------------------- train
+    def _rpn_losses(self, logits, deltas, batch, key):
+        rpn_cfg = self.cfg.rpn
+        samples = rpn.rpn_targets(
+            np.concatenate(self._anchors()), batch["boxes"],
+            batch["valid"].astype(bool), key, fg_iou=rpn_cfg.fg_iou,
+            bg_iou=rpn_cfg.bg_iou, num_samples=rpn_cfg.num_samples,
+            positive_fraction=rpn_cfg.positive_fraction,
+            weights=rpn_cfg.box_weights)
+        sampled_logits, sampled_deltas = rpn.gather_samples(
+            logits, deltas, samples.indices)
+        return losses.rpn_losses(
+            sampled_logits, sampled_deltas, samples.is_positive,
+            samples.is_valid, samples.box_targets,
+            beta=self.cfg.loss.rpn_box_beta)
+
+    def _mask_loss(self, pyramid, targets: roi_heads.RoiTargets, batch):
+        count = self.num_mask_rois()
+        rois = targets.rois[:, :count]
+        matched = targets.matched[:, :count]
+        classes = targets.classes[:, :count]
+        has_mask = jnp.take_along_axis(batch["mask_valid"].astype(bool),
+                                       matched, axis=1)
+        is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
+        mask_logits = self.mask_head(
+            self._pool(pyramid, rois, self.cfg.roi.mask_pool_size))
+        mask_targets = roi_heads.mask_targets(
+            rois, matched, batch["boxes"], batch["masks"],
+            mask_size=self.cfg.roi.mask_size,
+            sampling_ratio=self.cfg.roi.sampling_ratio)
+        return losses.mask_loss(
+            roi_heads.class_mask_logits(mask_logits, classes), mask_targets,
+            is_valid)
+
+    def losses(self, batch: dict[str, jax.Array],
+               key: jax.Array) -> dict[str, jax.Array]:
+        """Training losses (float32 scalars) of a batch; see the contract.
+
+        Args:
+          batch: image f32[B, H, W, 3], boxes f32[B, M, 4], classes
+            int32[B, M], valid bool[B, M], masks uint8[B, M, S, S],
+            mask_valid bool[B, M] (other keys are ignored).
+          key: PRNG key of the samplers, split per image inside.
+
+        Returns:
+          {rpn_cls, rpn_box, cls, box, mask, total}.
+        """
+        cfg = self.cfg
+        batch = dict(batch, boxes=batch["boxes"].astype(jnp.float32))
+        rpn_key, roi_key = jax.random.split(key)
+        features = self._features(batch["image"])
+        logits, deltas = self.rpn_head(features)
+        terms = self._rpn_losses(logits, deltas, batch, rpn_key)
+        proposals, proposal_valid = self._proposals(logits, deltas,
+                                                    training=True)
+        roi = cfg.roi
+        targets = roi_heads.sample_rois(
+            proposals, proposal_valid, batch["boxes"],
+            batch["classes"].astype(jnp.int32), batch["valid"].astype(bool),
+            roi_key, num_rois=roi.num_rois, fg_fraction=roi.fg_fraction,
+            fg_iou=roi.fg_iou, bg_iou_low=roi.bg_iou_low,
+            bg_iou_high=roi.bg_iou_high, weights=roi.box_weights)
+        pyramid = self._roi_pyramid(features)
+        class_logits, box_deltas = self.box_head(
+            self._pool(pyramid, targets.rois, roi.pool_size))
+        terms.update(losses.box_head_losses(
+            class_logits, box_deltas, targets.classes, targets.box_targets,
+            targets.is_valid, beta=cfg.loss.box_beta))
+        terms["mask"] = self._mask_loss(pyramid, targets, batch)
+        weights = {name: cfg.loss[f"{name}_weight"]
+                   for name in losses.LOSS_NAMES[:-1]}
+        return losses.total_loss(terms, weights)
+
+    # --------------------------------------------------------- predict
+    def proposals(self, images: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Test-mode RPN proposals: boxes f32[B, P, 4], valid bool[B, P]."""
+        features = self._features(images)
+        return self._proposals(*self.rpn_head(features), training=False)
+
+    def _detect(self, pyramid, proposals, proposal_valid):
+        cfg = self.cfg
+        class_logits, box_deltas = self.box_head(
+            self._pool(pyramid, proposals, cfg.roi.pool_size))
+        det_cfg = cfg.detection
+        with jax.named_scope("detection"):
+            return roi_heads.detect(
+                class_logits, box_deltas, proposals, proposal_valid,
+                image_size=self.image_size, weights=cfg.roi.box_weights,
+                score_threshold=det_cfg.score_threshold,
+                pre_nms_top_k=det_cfg.pre_nms_top_k,
+                max_detections=det_cfg.max_detections,
+                nms_iou=det_cfg.nms_iou, backend=det_cfg.nms_backend)
+
+    def predict(self, images: jax.Array) -> dict[str, jax.Array]:
+        """Detections of images f32[B, H, W, 3]; see the contract.
+
+        Returns:
+          boxes f32[B, D, 4] (input pixels), scores f32[B, D], classes
+          int32[B, D] (0: empty slot), masks f32[B, D, T, T] (probabilities
+          of the detected class), num_detections int32[B].
+        """
+        features = self._features(images)
+        proposals, proposal_valid = self._proposals(
+            *self.rpn_head(features), training=False)
+        pyramid = self._roi_pyramid(features)
+        detections = self._detect(pyramid, proposals, proposal_valid)
+        mask_logits = self.mask_head(
+            self._pool(pyramid, detections.boxes, self.cfg.roi.mask_pool_size))
+        masks = jax.nn.sigmoid(roi_heads.class_mask_logits(
+            mask_logits, detections.classes).astype(jnp.float32))
+        masks = jnp.where((detections.classes > 0)[..., None, None], masks,
+                          0.0)
+        return {"boxes": detections.boxes, "scores": detections.scores,
+                "classes": detections.classes, "masks": masks,
+                "num_detections": detections.num_detections}
