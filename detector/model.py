@@ -126,7 +126,10 @@ class MaskRCNN(nnx.Module):
             tuple(cfg.aspect_ratios))
 
     def _features(self, images: jax.Array) -> list[jax.Array]:
-        return self.fpn(self.backbone(images))
+        with jax.named_scope("backbone"):
+            features = self.backbone(images)
+        with jax.named_scope("fpn"):
+            return self.fpn(features)
 
     def _roi_pyramid(self, features: list[jax.Array]
                      ) -> roi_align.FlatPyramid:
@@ -165,18 +168,30 @@ class MaskRCNN(nnx.Module):
     # ----------------------------------------------------------- train
     def _rpn_losses(self, logits, deltas, batch, key):
         rpn_cfg = self.cfg.rpn
-        samples = rpn.rpn_targets(
-            np.concatenate(self._anchors()), batch["boxes"],
-            batch["valid"].astype(bool), key, fg_iou=rpn_cfg.fg_iou,
-            bg_iou=rpn_cfg.bg_iou, num_samples=rpn_cfg.num_samples,
-            positive_fraction=rpn_cfg.positive_fraction,
-            weights=rpn_cfg.box_weights)
+        with jax.named_scope("rpn_targets"):
+            samples = rpn.rpn_targets(
+                np.concatenate(self._anchors()), batch["boxes"],
+                batch["valid"].astype(bool), key, fg_iou=rpn_cfg.fg_iou,
+                bg_iou=rpn_cfg.bg_iou, num_samples=rpn_cfg.num_samples,
+                positive_fraction=rpn_cfg.positive_fraction,
+                weights=rpn_cfg.box_weights)
         sampled_logits, sampled_deltas = rpn.gather_samples(
             logits, deltas, samples.indices)
         return losses.rpn_losses(
             sampled_logits, sampled_deltas, samples.is_positive,
             samples.is_valid, samples.box_targets,
             beta=self.cfg.loss.rpn_box_beta)
+
+    def _sample_rois(self, proposals, proposal_valid, batch, key):
+        roi = self.cfg.roi
+        with jax.named_scope("roi_sampler"):
+            return roi_heads.sample_rois(
+                proposals, proposal_valid, batch["boxes"],
+                batch["classes"].astype(jnp.int32),
+                batch["valid"].astype(bool), key, num_rois=roi.num_rois,
+                fg_fraction=roi.fg_fraction, fg_iou=roi.fg_iou,
+                bg_iou_low=roi.bg_iou_low, bg_iou_high=roi.bg_iou_high,
+                weights=roi.box_weights)
 
     def _mask_loss(self, pyramid, targets: roi_heads.RoiTargets, batch):
         count = self.num_mask_rois()
@@ -217,16 +232,11 @@ class MaskRCNN(nnx.Module):
         terms = self._rpn_losses(logits, deltas, batch, rpn_key)
         proposals, proposal_valid = self._proposals(logits, deltas,
                                                     training=True)
-        roi = cfg.roi
-        targets = roi_heads.sample_rois(
-            proposals, proposal_valid, batch["boxes"],
-            batch["classes"].astype(jnp.int32), batch["valid"].astype(bool),
-            roi_key, num_rois=roi.num_rois, fg_fraction=roi.fg_fraction,
-            fg_iou=roi.fg_iou, bg_iou_low=roi.bg_iou_low,
-            bg_iou_high=roi.bg_iou_high, weights=roi.box_weights)
+        targets = self._sample_rois(proposals, proposal_valid, batch,
+                                    roi_key)
         pyramid = self._roi_pyramid(features)
         class_logits, box_deltas = self.box_head(
-            self._pool(pyramid, targets.rois, roi.pool_size))
+            self._pool(pyramid, targets.rois, cfg.roi.pool_size))
         terms.update(losses.box_head_losses(
             class_logits, box_deltas, targets.classes, targets.box_targets,
             targets.is_valid, beta=cfg.loss.box_beta))

@@ -42,6 +42,7 @@ class BoxHead(nnx.Module):
             hidden, 4 * num_classes, dtype=dtype, rngs=rngs,
             kernel_init=nnx.initializers.normal(0.001))
 
+    @jax.named_scope("box_head")
     def __call__(self, features: jax.Array) -> tuple[jax.Array, jax.Array]:
         """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas f32[B, R, C, 4]."""
         batch, rois = features.shape[:2]
@@ -105,6 +106,7 @@ class MaskHead(nnx.Module):
                                  kernel_init=nnx.initializers.normal(0.001),
                                  dtype=dtype, rngs=rngs)
 
+    @jax.named_scope("mask_head")
     def __call__(self, features: jax.Array) -> jax.Array:
         """[B, R, Q, Q, F] -> mask logits f32[B, R, 2Q, 2Q, C]."""
         batch, rois = features.shape[:2]
@@ -158,6 +160,7 @@ def sample_rois(proposals: jax.Array, proposal_valid: jax.Array,
                                gt_valid, keys)
 
 
+@jax.named_scope("mask_targets")
 def mask_targets(rois: jax.Array, matched: jax.Array, gt_boxes: jax.Array,
                  gt_masks: jax.Array, *, mask_size: int,
                  sampling_ratio: int) -> jax.Array:
@@ -247,7 +250,8 @@ def pool_rois(pyramid: roi_align.FlatPyramid, boxes: jax.Array, *,
               output_size: int, sampling_ratio: int, canonical_size: float,
               canonical_level: int) -> jax.Array:
     """Multilevel ROIAlign of boxes [B, R, 4] (gradients w.r.t. features only)."""
-    return roi_align.multilevel_roi_align(
-        pyramid, jax.lax.stop_gradient(boxes), output_size=output_size,
-        sampling_ratio=sampling_ratio, canonical_size=canonical_size,
-        canonical_level=canonical_level)
+    with jax.named_scope("roi_align"):
+        return roi_align.multilevel_roi_align(
+            pyramid, jax.lax.stop_gradient(boxes), output_size=output_size,
+            sampling_ratio=sampling_ratio, canonical_size=canonical_size,
+            canonical_level=canonical_level)

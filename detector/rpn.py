@@ -39,6 +39,7 @@ class RPNHead(nnx.Module):
         self.deltas = nnx.Linear(channels, 4 * num_anchors, kernel_init=init,
                                  dtype=dtype, rngs=rngs)
 
+    @jax.named_scope("rpn_head")
     def __call__(self, features: Sequence[jax.Array]
                  ) -> tuple[list[jax.Array], list[jax.Array]]:
         """Returns per level logits f32[B, N_l] and deltas f32[B, N_l, 4]."""
