@@ -46,7 +46,7 @@ def encode(boxes: jax.Array, references: jax.Array,
 
 def decode(deltas: jax.Array, references: jax.Array,
            weights: Sequence[float]) -> jax.Array:
-    """Boxes f32[..., 4] from deltas applied to references (inverse of encode)."""
+    """Boxes f32[..., 4]: deltas applied to references (encode's inverse)."""
     deltas = deltas.astype(jnp.float32)
     xa, ya, wa, ha = _centres_sizes(references)
     wx, wy, ww, wh = weights

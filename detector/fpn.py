@@ -21,7 +21,7 @@ BACKBONE_MAX_LEVEL = 5
 
 
 def head_norm(norm: str) -> str | None:
-    """The norm of newly initialised layers (FPN, mask head) for a model norm."""
+    """The norm of new layers (FPN, mask head) under a model norm."""
     return norm if norm in ("group", "batch") else None
 
 

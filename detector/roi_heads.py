@@ -44,7 +44,7 @@ class BoxHead(nnx.Module):
 
     @jax.named_scope("box_head")
     def __call__(self, features: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas f32[B, R, C, 4]."""
+        """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas [B, R, C, 4]."""
         batch, rois = features.shape[:2]
         x = features.reshape(batch, rois, -1)
         x = jax.nn.relu(self.fc1(x))
@@ -249,7 +249,7 @@ def class_mask_logits(mask_logits: jax.Array, classes: jax.Array
 def pool_rois(pyramid: roi_align.FlatPyramid, boxes: jax.Array, *,
               output_size: int, sampling_ratio: int, canonical_size: float,
               canonical_level: int) -> jax.Array:
-    """Multilevel ROIAlign of boxes [B, R, 4] (gradients w.r.t. features only)."""
+    """Multilevel ROIAlign of boxes [B, R, 4]; gradients reach features."""
     with jax.named_scope("roi_align"):
         return roi_align.multilevel_roi_align(
             pyramid, jax.lax.stop_gradient(boxes), output_size=output_size,

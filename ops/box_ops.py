@@ -23,7 +23,7 @@ def area(boxes: jax.Array) -> jax.Array:
 
 
 def pairwise_intersection(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Intersection areas f32[..., N, M] of a f32[..., N, 4], b f32[..., M, 4]."""
+    """Intersection areas [..., N, M] of a f32[..., N, 4], b f32[..., M, 4]."""
     a = a[..., :, None, :]
     b = b[..., None, :, :]
     iw = jnp.minimum(a[..., 2], b[..., 2]) - jnp.maximum(a[..., 0], b[..., 0])

@@ -44,7 +44,7 @@ class FlatPyramid(NamedTuple):
 
 def flatten_pyramid(features: Sequence[jax.Array],
                     min_level: int) -> FlatPyramid:
-    """Concatenates levels [B, H_l, W_l, C] (min_level first) into one array."""
+    """Concatenates levels [B, H_l, W_l, C] (min_level first) into one."""
     batch, channels = features[0].shape[0], features[0].shape[-1]
     flat = jnp.concatenate(
         [f.reshape(batch, -1, channels) for f in features], axis=1)

@@ -63,9 +63,9 @@ def test_tiny_parameter_count_by_hand():
     assert sorted(model.out_channels) == [2, 3, 4]
 
 
-def test_batch_norm_follows_train_and_eval():
+def test_batch_norm_follows_train_and_eval(make_rngs):
     model = backbone.ConvNorm(3, 4, 3, norm="batch", groups=1,
-                              dtype=jnp.float32, rngs=nnx.Rngs(0))
+                              dtype=jnp.float32, rngs=make_rngs())
     x = jnp.asarray(np.random.default_rng(0).normal(3.0, 2.0, (4, 5, 5, 3)),
                     jnp.float32)
     run = nnx.jit(lambda module, x: module(x))  # updates module in place

@@ -21,12 +21,6 @@ from ops import box_ops, host_audit
 OVERFIT_STEPS = 200
 
 
-def _rngs() -> nnx.Rngs:
-    """Init keys of the RBG generator: its init programs compile much faster
-    on CPU than threefry's, one per parameter shape."""
-    return nnx.Rngs(jax.random.key(0, impl="rbg"))
-
-
 def _device_batch(example: dict) -> dict:
     return {name: jnp.asarray(value) for name, value in example.items()}
 
@@ -37,9 +31,9 @@ def config_fixture(make_tiny_config):
 
 
 @pytest.fixture(name="initial", scope="module")
-def initial_fixture(config):
+def initial_fixture(config, make_rngs):
     """(graphdef, params, rest) of a freshly initialised tiny model."""
-    model = MaskRCNN(config, rngs=_rngs())
+    model = MaskRCNN(config, rngs=make_rngs())
     model.train()
     return nnx.split(model, nnx.Param, ...)
 
@@ -250,10 +244,10 @@ def test_predict_on_an_image_without_objects_is_well_formed(
 
 
 def test_bfloat16_activations_give_float32_losses(
-        config, make_synthetic_example):
+        config, make_rngs, make_synthetic_example):
     bf16 = copy.deepcopy(config)
     bf16.model.dtype = "bfloat16"
-    model = MaskRCNN(bf16, rngs=_rngs())
+    model = MaskRCNN(bf16, rngs=make_rngs())
     graphdef, state = nnx.split(model)
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state))
     terms = jax.jit(lambda s, b, k: nnx.merge(graphdef, s).losses(b, k))(

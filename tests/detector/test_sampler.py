@@ -22,7 +22,8 @@ def test_positives_capped_first_and_negatives_fill():
     indices, positive, valid = _sample(labels, 0)
     assert valid.all()
     np.testing.assert_array_equal(positive, [True] * 2 + [False] * 6)
-    assert (labels[indices[:2]] == 1).all() and (labels[indices[2:]] == 0).all()
+    assert (labels[indices[:2]] == 1).all()
+    assert (labels[indices[2:]] == 0).all()
     assert len(set(indices.tolist())) == 8
 
 
