@@ -71,13 +71,26 @@ class Deconv2x(nnx.Module):
         self.bias = nnx.Param(jnp.zeros((out_channels,), jnp.float32))
         self.dtype = dtype
 
+    def unshuffled(self, x: jax.Array) -> jax.Array:
+        """[N, H, W, C_in] -> [N, H, W, 2 (a), 2 (b), C_out], pre-interleave.
+
+        Pointwise layers commute with the interleave, so a head can apply
+        them here and interleave only its (narrower) final output.
+        """
+        kernel = self.kernel[...].astype(self.dtype)
+        y = jnp.einsum("nhwc,abcd->nhwabd", x.astype(self.dtype), kernel)
+        return y + self.bias[...].astype(self.dtype)
+
     def __call__(self, x: jax.Array) -> jax.Array:
         """[N, H, W, C_in] -> [N, 2H, 2W, C_out]."""
-        batch, height, width, _ = x.shape
-        kernel = self.kernel[...].astype(self.dtype)
-        y = jnp.einsum("nhwc,abcd->nhawbd", x.astype(self.dtype), kernel)
-        y = y.reshape(batch, 2 * height, 2 * width, -1)
-        return y + self.bias[...].astype(self.dtype)
+        return pixel_shuffle(self.unshuffled(x))
+
+
+def pixel_shuffle(x: jax.Array) -> jax.Array:
+    """[N, H, W, 2 (a), 2 (b), C] -> [N, 2H, 2W, C], out[2i + a, 2j + b]."""
+    batch, height, width, _, _, channels = x.shape
+    x = jnp.transpose(x, (0, 1, 3, 2, 4, 5))
+    return x.reshape(batch, 2 * height, 2 * width, channels)
 
 
 class MaskHead(nnx.Module):
@@ -115,8 +128,10 @@ class MaskHead(nnx.Module):
             x = conv(x)
             if not self.norm_in_convs:
                 x = jax.nn.relu(x)
-        x = jax.nn.relu(self.upsample(x))
-        x = self.logits(x).astype(jnp.float32)
+        # ReLU and the 1x1 logits are pointwise: apply them before the 2x
+        # interleave, which then moves C channels instead of `hidden`.
+        x = jax.nn.relu(self.upsample.unshuffled(x))
+        x = pixel_shuffle(self.logits(x).astype(jnp.float32))
         return x.reshape((batch, rois) + x.shape[1:])
 
 

@@ -132,18 +132,24 @@ def roi_align(features: jax.Array, boxes: jax.Array, offsets: jax.Array,
                         ratio)
     y_index, y_weight = _bilinear_taps(ys, heights)  # [B, R, Ps, 2]
     x_index, x_weight = _bilinear_taps(xs, widths)
-    # Corners of every sample point: [B, R, Ps (y), Ps (x), 2 (y), 2 (x)].
-    row_start = offsets[..., None, None] + y_index * widths[..., None, None]
-    flat_index = (row_start[:, :, :, None, :, None] +
-                  x_index[:, :, None, :, None, :])
-    weight = (y_weight[:, :, :, None, :, None] *
-              x_weight[:, :, None, :, None, :]) / (ratio * ratio)
+    # Every tap of every sample, ordered [B, R, P (y), P (x), then the
+    # s (y) x s (x) samples of the bin and their 2 (y) x 2 (x) corners], so
+    # one contraction over the last axis pools a bin.
+    y_shape = (batch, rois, size, 1, ratio, 1, 2, 1)
+    x_shape = (batch, rois, 1, size, 1, ratio, 1, 2)
+    per_roi = (batch, rois, 1, 1, 1, 1, 1, 1)
+    row_start = (offsets.reshape(per_roi) +
+                 y_index.reshape(y_shape) * widths.reshape(per_roi))
+    flat_index = (row_start + x_index.reshape(x_shape)).reshape(batch, -1)
+    taps = ratio * ratio * 4
+    weight = (y_weight.reshape(y_shape) * x_weight.reshape(x_shape) /
+              (ratio * ratio)).reshape(batch, rois, size, size, taps)
     values = jax.vmap(lambda f, i: jnp.take(f, i, axis=0, mode="clip"))(
-        features, flat_index.reshape(batch, -1))
-    values = values.reshape(batch, rois, size, ratio, size, ratio, 4, -1)
-    weight = weight.reshape(batch, rois, size, ratio, size, ratio, 4, 1)
-    pooled = jnp.sum(values * weight.astype(values.dtype), axis=(3, 5, 6),
-                     dtype=jnp.float32)
+        features, flat_index)
+    values = values.reshape(batch, rois, size, size, taps, -1)
+    pooled = jnp.einsum("brpqkc,brpqk->brpqc", values,
+                        weight.astype(values.dtype),
+                        preferred_element_type=jnp.float32)
     return pooled.astype(features.dtype)
 
 
