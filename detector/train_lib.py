@@ -1,0 +1,181 @@
+"""The training loop: data-parallel jitted step, logging, checkpoints, audit.
+
+    train_and_evaluate(config, workdir)
+
+- Data parallel over every device with a `jax.sharding.Mesh` (axis 'data'):
+  the batch is sharded, params are replicated; the step is a `shard_map`
+  whose gradients, losses and BatchNorm statistics are averaged across
+  devices. Each device folds its index into the step's PRNG key, and the
+  model splits that per image.
+- The loop runs under `jax.transfer_guard("disallow")`: batches move by an
+  explicit `jax.device_put`, metrics by an explicit `jax.device_get`.
+- After compiling the step once it audits the compiled program for host
+  round-trips (ops/host_audit.py), logs them op by op, and reports their
+  count as `host_roundtrips_per_step` on every metrics line;
+  `strict_device=True` turns any finding into an error before step 1.
+- Every `log_every` steps: clu metric writers (TensorBoard + log) and one JSON
+  line in `<workdir>/metrics.jsonl` (see train_metrics.py).
+- Checkpoints (orbax) every `checkpoint_every` steps and at the end. A
+  restarted run resumes from the latest checkpoint: same step, params,
+  optimizer state, and data position (the pipeline derives the batch of step
+  s from (seed, s), so it restarts exactly where the run stopped).
+"""
+
+import pathlib
+import time
+
+import jax
+import ml_collections
+import optax
+from absl import logging
+from clu import periodic_actions
+from flax import nnx
+from jax import lax
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from detector import checkpoint, eval_lib, optimizer, sharding, train_metrics
+from detector import train_state as state_lib
+from detector.data import pipeline
+from ops import host_audit
+
+
+def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
+                    schedule: optax.Schedule, mesh: Mesh):
+    """jit(shard_map(step)): (state, batch, key) -> (state, metrics)."""
+
+    def loss_fn(params, rest, batch, key):
+        model = nnx.merge(graphdef, params, rest)
+        terms = model.losses(batch, key)
+        _, _, new_rest = nnx.split(model, nnx.Param, ...)
+        return terms["total"], (terms, new_rest)
+
+    def local_step(state: state_lib.TrainState, batch, key):
+        key = jax.random.fold_in(jax.random.fold_in(key, state.step),
+                                 lax.axis_index("data"))
+        grads, (terms, rest) = jax.grad(loss_fn, has_aux=True)(
+            state.params, state.rest, batch, key)
+        grads, terms, rest = lax.pmean((grads, terms, rest), "data")
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        metrics = {name: terms[name] for name in train_metrics.LOSS_NAMES}
+        metrics["learning_rate"] = schedule(state.step)
+        metrics["grad_norm"] = optax.tree.norm(grads)
+        new_state = state.replace(
+            step=state.step + 1, params=optax.apply_updates(state.params,
+                                                            updates),
+            rest=rest, opt_state=opt_state)
+        return new_state, metrics
+
+    sharded = jax.shard_map(local_step, mesh=mesh,
+                            in_specs=(P(), P("data"), P()),
+                            out_specs=(P(), P()), check_vma=False)
+    return jax.jit(sharded, donate_argnums=0)
+
+
+def prepare_workdir(workdir: str | pathlib.Path,
+                    config: ml_collections.ConfigDict) -> pathlib.Path:
+    """Creates the workdir, checks it is writable, saves config.json."""
+    path = pathlib.Path(workdir).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write_test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(f"--workdir={workdir}: not writable "
+                         f"({e.strerror or e})") from None
+    if jax.process_index() == 0:
+        (path / "config.json").write_text(config.to_json_best_effort(
+            indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _check_batch_size(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
+    for key, size in (("train.batch_size", config.train.batch_size),
+                      ("eval.batch_size", config.eval.batch_size)):
+        if size % mesh.size:
+            raise ValueError(f"config.{key}={size} must be divisible by the "
+                             f"number of devices ({mesh.size})")
+
+
+def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
+                    ckpt: checkpoint.Checkpointer, tx):
+    """(graphdef, state): the latest checkpoint if any, else a fresh model."""
+    graphdef, params, rest = state_lib.create_model(config, config.seed)
+    state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
+    step = ckpt.latest_step()
+    if step is None:
+        return graphdef, state
+    replicated = NamedSharding(mesh, P())
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+        state_lib.to_tree(state))
+    state = state_lib.from_tree(state, ckpt.restore(abstract, step))
+    logging.info("Resumed from %s/%d", ckpt.directory, step)
+    return graphdef, state
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict,
+                       workdir: str | pathlib.Path, *,
+                       strict_device: bool = False) -> dict:
+    """Trains `config` into `workdir`, then evaluates; returns eval results."""
+    workdir = prepare_workdir(workdir, config)
+    mesh = sharding.make_mesh()
+    _check_batch_size(config, mesh)
+    pipeline.ensure_shapes_dataset(config)
+    tx, schedule = optimizer.make_optimizer(config.train)
+    ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
+                                   max_to_keep=config.train.keep_checkpoints)
+    graphdef, state = restore_or_init(config, mesh, ckpt, tx)
+    start_step = int(jax.device_get(state.step))
+    num_steps = config.train.num_steps
+    batches = pipeline.train_batches(config, start_step=start_step)
+    key = sharding.replicate(jax.random.key(config.seed), mesh)
+    step_fn = make_train_step(graphdef, tx, schedule, mesh)
+    batch = sharding.put_batch(next(batches), mesh)
+    compiled, findings = host_audit.compile_audited(
+        step_fn, state, batch, key, program="train_step",
+        strict=strict_device)
+    log = train_metrics.MetricsLog(
+        workdir, backend=_nms_backend_name(config),
+        host_roundtrips=len(findings), images_per_step=config.train.batch_size)
+    progress = periodic_actions.ReportProgress(
+        num_train_steps=num_steps, writer=log.writer,
+        every_steps=config.train.log_every)
+    with host_audit.device_only_transfers():
+        for step in range(start_step + 1, num_steps + 1):
+            if step > start_step + 1:
+                batch = sharding.put_batch(next(batches), mesh)
+            started = time.perf_counter()
+            state, metrics = compiled(state, batch, key)
+            jax.block_until_ready(metrics)
+            log.add_step_time(time.perf_counter() - started)
+            log.check_finite(step, jax.device_get(metrics["total"]))
+            if step % config.train.log_every == 0 or step == num_steps:
+                log.write(step, jax.device_get(metrics))
+            progress(step)
+            if step % config.train.checkpoint_every == 0 or step == num_steps:
+                ckpt.save(step, state_lib.to_tree(state))
+            if (config.train.eval_every and step % config.train.eval_every
+                    == 0 and step < num_steps):
+                _evaluate(config, graphdef, state, mesh, workdir, log, step)
+    ckpt.wait()
+    results = _evaluate(config, graphdef, state, mesh, workdir, log,
+                        num_steps)
+    log.close()
+    ckpt.close()
+    return results
+
+
+def _evaluate(config, graphdef, state, mesh, workdir, log, step) -> dict:
+    results = eval_lib.evaluate(
+        config, state_lib.eval_graphdef(graphdef, state.params, state.rest),
+        state.params, state.rest, mesh=mesh, workdir=workdir)
+    log.write_eval(step, results)
+    return results
+
+
+def _nms_backend_name(config: ml_collections.ConfigDict) -> str:
+    rpn, det = (config.model.rpn.nms_backend,
+                config.model.detection.nms_backend)
+    return rpn if rpn == det else f"rpn={rpn},detection={det}"

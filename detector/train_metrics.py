@@ -1,0 +1,89 @@
+"""Training metrics: clu writers, `metrics.jsonl`, step timing, NaN stop.
+
+Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
+`step`, the losses (rpn_cls, rpn_box, cls, box, mask, total),
+`learning_rate`, `grad_norm`, `step_time_ms` (median over the logging window
+of device-synchronised step times), `step_time_p90_ms`, `images_per_sec`,
+`nms_backend` and `host_roundtrips_per_step` (host round-trip ops the audit
+found in the compiled step). Evaluations append a line with `"eval": true`.
+"""
+
+import json
+import math
+import pathlib
+
+import jax
+import numpy as np
+from absl import logging
+from clu import metric_writers
+
+LOSS_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask", "total")
+
+
+class MetricsLog:
+    """Collects step times and writes metrics lines and summaries."""
+
+    def __init__(self, workdir: pathlib.Path, *, backend: str,
+                 host_roundtrips: int, images_per_step: int):
+        self.backend = backend
+        self.host_roundtrips = host_roundtrips
+        self.images_per_step = images_per_step
+        self._step_times: list[float] = []
+        self._is_main = jax.process_index() == 0
+        self.writer = metric_writers.create_default_writer(
+            str(workdir), just_logging=not self._is_main)
+        self._jsonl = (open(workdir / "metrics.jsonl", "a")  # noqa: SIM115
+                       if self._is_main else None)
+
+    def add_step_time(self, seconds: float) -> None:
+        self._step_times.append(seconds)
+
+    @staticmethod
+    def check_finite(step: int, loss) -> None:
+        """Stops the run on a NaN/Inf loss, naming the step."""
+        loss = float(loss)
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"total loss is {loss} at step {step}; stopping (the last "
+                "checkpoint before it is intact)")
+
+    def write(self, step: int, metrics: dict) -> dict:
+        """Logs the window's metrics and starts a new window."""
+        times = np.asarray(self._step_times or [math.nan]) * 1e3
+        self._step_times = []
+        median = float(np.median(times))
+        line = {"step": step}
+        line.update({k: float(v) for k, v in metrics.items()})
+        line.update(step_time_ms=median,
+                    step_time_p90_ms=float(np.percentile(times, 90)),
+                    images_per_sec=self.images_per_step / (median / 1e3),
+                    nms_backend=self.backend,
+                    host_roundtrips_per_step=self.host_roundtrips)
+        scalars = {k: v for k, v in line.items()
+                   if isinstance(v, float | int) and k != "step"}
+        self.writer.write_scalars(step, scalars)
+        self._append(line)
+        logging.info(
+            "step %d: total %.4f (%s) | %.1f ms/step, %.1f img/s, nms=%s",
+            step, line["total"], ", ".join(
+                f"{k} {line[k]:.4f}" for k in LOSS_NAMES[:-1]),
+            median, line["images_per_sec"], self.backend)
+        return line
+
+    def write_eval(self, step: int, results: dict) -> None:
+        scalars = {f"eval/{task}/{name}": value
+                   for task in ("bbox", "segm")
+                   for name, value in results.get(task, {}).items()}
+        self.writer.write_scalars(step, scalars)
+        self._append({"step": step, "eval": True, **{
+            k: v for k, v in results.items() if k in ("bbox", "segm")}})
+
+    def _append(self, line: dict) -> None:
+        if self._jsonl:
+            self._jsonl.write(json.dumps(line) + "\n")
+            self._jsonl.flush()
+
+    def close(self) -> None:
+        self.writer.flush()
+        if self._jsonl:
+            self._jsonl.close()

@@ -1,0 +1,49 @@
+"""Evaluates the latest checkpoint of a workdir on a COCO subset.
+
+  python eval.py --workdir=workdirs/shapes
+  python eval.py --workdir=DIR --config=configs/coco_r50_fpn.py \
+      --split='val2017[:500]' --nms=pallas --max_images=100
+
+Without --config the workdir's config.json is used. Prints the COCO 12-number
+summaries for bbox and segm and writes <workdir>/eval_<split>.json and .png.
+"""
+
+import pathlib
+
+from absl import app, flags
+
+from detector import cli
+from detector import config as config_lib
+
+_WORKDIR = flags.DEFINE_string("workdir", None, "Workdir of a training run.",
+                               required=True)
+_CONFIG = cli.define_config(
+    "config", None, "Config file (default: <workdir>/config.json).")
+_NMS = flags.DEFINE_enum("nms", None, config_lib.NMS_BACKENDS,
+                         "NMS backend for both NMS sites.")
+_SPLIT = flags.DEFINE_string(
+    "split", None, "Split to evaluate, with optional slicing: "
+    "'val2017[:500]', 'validation[:10%]' (default: the config's).")
+_MAX_IMAGES = flags.DEFINE_integer("max_images", 0,
+                                   "Evaluate at most this many images.")
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    from detector import eval_lib
+    workdir = pathlib.Path(_WORKDIR.value)
+    try:
+        config = (cli.config_value(_CONFIG) if _CONFIG.value is not None
+                  else config_lib.load_json(workdir / "config.json"))
+        with config.unlocked():
+            if _NMS.value:
+                config_lib.set_nms_backend(config, _NMS.value)
+        eval_lib.evaluate_checkpoint(config, workdir, split=_SPLIT.value,
+                                     max_images=_MAX_IMAGES.value)
+    except (ValueError, FileNotFoundError) as e:
+        cli.fail(str(e))
+
+
+if __name__ == "__main__":
+    app.run(main, flags_parser=cli.parse_flags)
