@@ -51,10 +51,22 @@ class HostRoundTripError(RuntimeError):
     """A program meant to stay on the device goes through the host."""
 
 
+_TRANSFORM_WRAPPER = re.compile(r"^(?:jvp|transpose|vmap|pjit|jit|remat|"
+                                r"checkpoint|shard_map)\((.*)\)$")
+
+
 def _scope(op_name: str) -> str:
-    """Drops the leading jit(...) wrappers: 'jit(step)/rpn/nms' -> 'rpn/nms'."""
-    parts = [p for p in op_name.split("/") if not re.fullmatch(
-        r"(p?jit|pmap|shard_map|checkpoint|remat)\(.*\)", p)]
+    """The scope path without transformation wrappers.
+
+    'jit(step)/jvp(rpn)/nms/pure_callback' -> 'rpn/nms/pure_callback'.
+    """
+    parts = []
+    for part in op_name.split("/"):
+        if re.fullmatch(r"(?:p?jit|pmap|shard_map)\(.*\)", part):
+            continue  # the name of the traced function itself
+        while match := _TRANSFORM_WRAPPER.match(part):
+            part = match.group(1)
+        parts.append(part)
     return "/".join(parts) or op_name
 
 
@@ -75,10 +87,10 @@ def _parse_line(line: str) -> HostRoundTrip | None:
             kind = name
     op_name = _OP_NAME.search(line)
     op_type = _OP_TYPE.search(line)
+    scope = _scope(op_name.group(1)) if op_name else "<no metadata>"
     return HostRoundTrip(
-        kind=kind, target=name,
-        op_name=_scope(op_name.group(1)) if op_name else "<no metadata>",
-        op_type=op_type.group(1) if op_type else "")
+        kind=kind, target=name, op_name=scope,
+        op_type=op_type.group(1) if op_type else scope.rsplit("/", 1)[-1])
 
 
 def audit_hlo_text(hlo_text: str) -> list[HostRoundTrip]:

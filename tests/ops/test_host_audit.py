@@ -53,10 +53,15 @@ def test_host_send_recv_and_infeed_lines_are_findings():
         ' is_host_transfer=false',
         '  %infeed.3 = ((f32[2]{0}), token[]) infeed(%t)',
         '  %send-done.4 = token[] send-done(%send.1), channel_id=1',
+        '  %cb.5 = s32[2]{0} custom-call(%p), custom_call_target='
+        '"xla_ffi_python_cpu_callback", metadata={op_name="jit(step)/'
+        'shard_map(local)/jvp(rpn)/nms/pure_callback"}',
     ])
     findings = host_audit.audit_hlo_text(hlo)
     assert [(f.kind, f.op_name) for f in findings] == [
-        ("host send", "roi/cb"), ("infeed", "<no metadata>")]
+        ("host send", "roi/cb"), ("infeed", "<no metadata>"),
+        ("host callback", "rpn/nms/pure_callback")]
+    assert findings[2].op_type == "pure_callback"
 
 
 def test_require_device_only_names_op_and_suggests_backend():
