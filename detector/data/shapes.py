@@ -13,7 +13,7 @@ Layout written under OUT (the layout `data.source='coco_json'` reads):
   OUT/annotations/instances_train.json   OUT/train/000001.png ...
   OUT/annotations/instances_val.json     OUT/val/000001.png ...
 
-  python -m detector.data.shapes --out data/shapes --num_train 2000 --num_val 200
+  python -m detector.data.shapes --out OUT --num_train 2000 --num_val 200
 
 Image i of a split depends only on (seed, split, i), never on the number of
 images, so a larger set extends a smaller one.
@@ -223,7 +223,8 @@ def write_dataset(out_dir: str, num_train: int, num_val: int,
 def main(argv: Sequence[str] | None = None) -> None:
     """Command line: writes the dataset described by the arguments."""
     parser = argparse.ArgumentParser(
-        prog="python -m detector.data.shapes", description=__doc__.split("\n")[0])
+        prog="python -m detector.data.shapes",
+        description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="data/shapes", help="output folder")
     parser.add_argument("--num_train", type=int, default=2000)
     parser.add_argument("--num_val", type=int, default=200)
