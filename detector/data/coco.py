@@ -1,0 +1,404 @@
+"""COCO-format sources: a folder of instances JSON + images, and TFDS coco/2017.
+
+Both sources hand the pipeline the same per-image example, in original image
+pixels:
+
+  image    uint8   [h, w, 3]
+  boxes    float32 [N, 4]   (x1, y1, x2, y2), x2/y2 exclusive
+  classes  int32   [N]      1..C (COCO category ids sorted ascending -> 1..C)
+  masks    uint8   [N, h, w] 0/1 (folder sources with segmentations only)
+
+N counts the non-crowd instances (crowd regions stay in the ground truth for
+evaluation only). Both sources also build the `pycocotools.COCO` ground truth
+of the images they read, crowd regions included.
+
+Bad input raises one-line `FileNotFoundError` / `ValueError`s naming the file;
+annotations that cannot be used for training (zero or negative box, empty
+segmentation, unknown image or category) are skipped and logged.
+"""
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import re
+import threading
+from collections.abc import Sequence
+
+from absl import logging
+import numpy as np
+from PIL import Image
+from pycocotools import coco as coco_lib
+from pycocotools import mask as mask_utils
+
+_SPLIT_RE = re.compile(r"^(?P<name>[^\[\]]+?)"
+                       r"(?:\[(?P<start>-?\d+%?)?:(?P<stop>-?\d+%?)?\])?$")
+# Individually logged skipped annotations per file; the rest are counted.
+_MAX_LOGGED_SKIPS = 10
+# TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
+COCO_2017_CATEGORY_IDS = (
+        tuple(range(1, 12)) + tuple(range(13, 26)) + (27, 28)
+        + tuple(range(31, 45)) + tuple(range(46, 66)) + (67, 70)
+        + tuple(range(72, 83)) + tuple(range(84, 91)))
+
+
+def parse_split(split: str) -> tuple[str, str | None, str | None]:
+    """Splits 'val2017[:500]' into ('val2017', None, '500'); checks syntax."""
+    match = _SPLIT_RE.match(split.strip())
+    if not match:
+        raise ValueError(f"split {split!r}: expected NAME, NAME[start:stop] or "
+                         "NAME[start%:stop%], e.g. 'val2017[:500]'")
+    return match["name"], match["start"], match["stop"]
+
+
+def slice_bounds(split: str, num_items: int) -> tuple[int, int]:
+    """[start, stop) of the items `split`'s slice picks (Python semantics).
+
+    Percent bounds round to the closest item, as TFDS does.
+    """
+    _, start, stop = parse_split(split)
+
+    def index(bound: str | None, default: int) -> int:
+        if bound is None:
+            return default
+        if bound.endswith("%"):
+            return int(round(int(bound[:-1]) * num_items / 100))
+        return int(bound)
+
+    begin, end, _ = slice(index(start, 0),
+                          index(stop, num_items)).indices(num_items)
+    return begin, max(begin, end)
+
+
+def build_coco(dataset: dict) -> coco_lib.COCO:
+    """A `pycocotools.COCO` over an in-memory dataset dict, without prints."""
+    coco = coco_lib.COCO()
+    coco.dataset = dataset
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+def _renumber_if_needed(annotations: list[dict], source: str) -> None:
+    """COCOeval needs positive, unique annotation ids; renumbers otherwise."""
+    ids = [a.get("id") for a in annotations]
+    if all(isinstance(i, int) and i > 0 for i in ids) and len(set(ids)) == len(
+            ids):
+        return
+    logging.warning("%s: annotation ids are not positive and unique; "
+                    "renumbering them 1..%d for evaluation", source, len(ids))
+    for number, annotation in enumerate(annotations, start=1):
+        annotation["id"] = number
+
+
+class _SkipLog:
+    """Logs skipped annotations: the first few one by one, then a summary."""
+
+    def __init__(self, source: str):
+        self.source = source
+        self.counts: dict[str, int] = {}
+
+    def skip(self, annotation: dict, reason: str) -> None:
+        """Logs one skip; `reason` is 'kind' or 'kind: detail'."""
+        kind = reason.split(":")[0]
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        if sum(self.counts.values()) <= _MAX_LOGGED_SKIPS:
+            logging.warning("%s: skipping annotation id=%s of image %s: %s",
+                            self.source, annotation.get("id"),
+                            annotation.get("image_id"), reason)
+
+    def summarize(self) -> None:
+        if self.counts:
+            reasons = ", ".join(f"{n} {r}" for r, n in self.counts.items())
+            logging.warning("%s: skipped %d annotations (%s)", self.source,
+                            sum(self.counts.values()), reasons)
+
+
+def _segmentation_problem(segmentation) -> str | None:
+    """Why a segmentation cannot give a mask, or None when it can."""
+    if isinstance(segmentation, list):
+        if not segmentation or not all(
+                isinstance(p, list) and len(p) >= 6 for p in segmentation):
+            return "empty segmentation (needs a polygon of 3+ points)"
+        return None
+    if isinstance(segmentation, dict) and segmentation.get("counts"):
+        return None
+    return "empty segmentation"
+
+
+def _box_problem(bbox) -> str | None:
+    """Why a COCO [x, y, w, h] box is unusable, or None when it is fine."""
+    if not (isinstance(bbox, list) and len(bbox) == 4 and all(
+            isinstance(v, (int, float)) for v in bbox)):
+        return f"bbox is not [x, y, w, h]: {bbox!r}"
+    if not (bbox[2] > 0 and bbox[3] > 0):
+        return f"zero or negative-size bbox: {bbox}"
+    return None
+
+
+@dataclasses.dataclass
+class _ImageTargets:
+    """The usable non-crowd instances of one image (original pixels)."""
+    boxes: np.ndarray  # float32 [N, 4], x1 y1 x2 y2
+    classes: np.ndarray  # int32 [N]
+    segmentations: list  # N COCO segmentations
+
+
+class CocoFolder:
+    """One split of a COCO-format folder: validated annotations and images.
+
+    Layout: ROOT/annotations/instances_<name>.json and ROOT/<name>/<file_name>.
+    `split` may slice the images sorted by id: 'val2017[:500]', 'train[:10%]'.
+    """
+
+    def __init__(self, root: str, split: str, num_classes: int,
+                 max_images: int = 0, cache: bool = False):
+        name, _, _ = parse_split(split)
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"{root}: data.root folder does not exist")
+        self.annotation_file = os.path.join(root, "annotations",
+                                            f"instances_{name}.json")
+        self.image_dir = os.path.join(root, name)
+        dataset = self._read_json(root, name)
+        categories = sorted(c["id"] for c in dataset["categories"])
+        if len(categories) != num_classes:
+            raise ValueError(
+                    f"{self.annotation_file}: {len(categories)} categories but "
+                    f"data.num_classes is {num_classes}")
+        self.category_ids: list[int] = categories
+        images = sorted(dataset["images"], key=lambda im: im["id"])
+        begin, end = slice_bounds(split, len(images))
+        images = images[begin:end]
+        if max_images > 0:
+            images = images[:max_images]
+        self.images: list[dict] = images
+        self._check_image_files()
+        self._index_annotations(dataset["annotations"], dataset)
+        self._cache: dict[int, tuple] | None = {} if cache else None
+        self._lock = threading.Lock()
+        # The first error raised inside a tf.data worker, re-raised by the
+        # pipeline in place of TensorFlow's wrapped error.
+        self.error: Exception | None = None
+
+    def _read_json(self, root: str, name: str) -> dict:
+        """Loads the annotation JSON and checks its top-level structure."""
+        path = self.annotation_file
+        if not os.path.exists(path):
+            folder = os.path.join(root, "annotations")
+            have = (sorted(f for f in os.listdir(folder)
+                           if f.startswith("instances_"))
+                    if os.path.isdir(folder) else [])
+            raise FileNotFoundError(
+                    f"{path}: annotation file for split {name!r} not found "
+                    f"(present: {', '.join(have) or 'none'})")
+        try:
+            with open(path) as f:
+                dataset = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        for key in ("images", "annotations", "categories"):
+            if not isinstance(dataset, dict) or not isinstance(
+                    dataset.get(key), list):
+                raise ValueError(f"{path}: missing the {key!r} list")
+        for image in dataset["images"]:
+            missing = [k for k in ("id", "file_name", "height", "width")
+                       if k not in image]
+            if missing:
+                raise ValueError(f"{path}: image entry {image.get('id')!r} "
+                                 f"lacks {', '.join(missing)}")
+        return dataset
+
+    def _check_image_files(self) -> None:
+        """Raises FileNotFoundError when a listed image file is absent."""
+        if not os.path.isdir(self.image_dir):
+            raise FileNotFoundError(
+                    f"{self.image_dir}: image folder of "
+                    f"{os.path.basename(self.annotation_file)} does not exist")
+        present = set(os.listdir(self.image_dir))
+        missing = [im["file_name"] for im in self.images
+                   if im["file_name"] not in present and not os.path.exists(
+                           os.path.join(self.image_dir, im["file_name"]))]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise FileNotFoundError(
+                    f"{os.path.join(self.image_dir, missing[0])}: image listed "
+                    f"in {self.annotation_file} is missing{more}")
+
+    def _index_annotations(self, annotations: list[dict],
+                           dataset: dict) -> None:
+        """Validates annotations of the selected images; builds targets + GT."""
+        log = _SkipLog(self.annotation_file)
+        by_id = {im["id"]: i for i, im in enumerate(self.images)}
+        known_images = {im["id"] for im in dataset["images"]}
+        class_of = {cid: c + 1 for c, cid in enumerate(self.category_ids)}
+        self.has_masks = any(
+                a.get("segmentation") and not a.get("iscrowd")
+                for a in annotations if a.get("image_id") in by_id)
+        if not self.has_masks:
+            logging.warning("%s: no instance segmentations; training without "
+                            "mask targets", self.annotation_file)
+        per_image: list[list[dict]] = [[] for _ in self.images]
+        ground_truth = []
+        for annotation in annotations:
+            image_id = annotation.get("image_id")
+            if image_id not in by_id:
+                if image_id not in known_images:
+                    log.skip(annotation, "unknown image_id")
+                continue
+            problem = _box_problem(annotation.get("bbox"))
+            if annotation.get("category_id") not in class_of:
+                problem = ("unknown category_id: "
+                           f"{annotation.get('category_id')}")
+            elif problem is None and self.has_masks:
+                problem = _segmentation_problem(annotation.get("segmentation"))
+            if problem:
+                log.skip(annotation, problem)
+                continue
+            ground_truth.append(annotation)
+            if not annotation.get("iscrowd"):
+                per_image[by_id[image_id]].append(annotation)
+        log.summarize()
+        self._targets = [self._targets_of(anns, class_of) for anns in per_image]
+        _renumber_if_needed(ground_truth, self.annotation_file)
+        self.ground_truth = {
+                "info": dataset.get("info", {}), "images": self.images,
+                "annotations": ground_truth,
+                "categories": dataset["categories"]}
+
+    @staticmethod
+    def _targets_of(annotations: list[dict],
+                    class_of: dict[int, int]) -> _ImageTargets:
+        """Packs one image's non-crowd annotations into arrays."""
+        boxes = np.asarray([a["bbox"] for a in annotations],
+                           np.float32).reshape(-1, 4)
+        boxes[:, 2:] += boxes[:, :2]
+        classes = np.asarray([class_of[a["category_id"]] for a in annotations],
+                             np.int32)
+        return _ImageTargets(boxes, classes,
+                             [a.get("segmentation") for a in annotations])
+
+    @property
+    def image_ids(self) -> list[int]:
+        return [im["id"] for im in self.images]
+
+    def coco(self) -> coco_lib.COCO:
+        """Ground truth of the selected images, crowd regions included."""
+        return build_coco(self.ground_truth)
+
+    def _decode_image(self, index: int) -> np.ndarray:
+        """Reads image `index` as uint8 RGB; ValueError names a bad file."""
+        info = self.images[index]
+        path = os.path.join(self.image_dir, info["file_name"])
+        try:
+            with Image.open(path) as image:
+                pixels = np.asarray(image.convert("RGB"))
+        except (OSError, SyntaxError, ValueError) as e:
+            raise ValueError(f"{path}: cannot decode image ({e})") from None
+        if pixels.shape[:2] != (info["height"], info["width"]):
+            raise ValueError(
+                    f"{path}: image is {pixels.shape[1]}x{pixels.shape[0]} "
+                    f"but {self.annotation_file} says "
+                    f"{info['width']}x{info['height']}")
+        return pixels
+
+    def _decode_masks(self, index: int) -> np.ndarray:
+        """Instance masks of image `index`, uint8 [N, h, w] (N=0 without)."""
+        info = self.images[index]
+        height, width = info["height"], info["width"]
+        segmentations = self._targets[index].segmentations
+        if not self.has_masks or not segmentations:
+            return np.zeros((0, height, width), np.uint8)
+        rles = []
+        for segmentation in segmentations:
+            if isinstance(segmentation, list):  # polygons
+                rles.append(mask_utils.merge(
+                        mask_utils.frPyObjects(segmentation, height, width)))
+            elif isinstance(segmentation["counts"], list):  # uncompressed RLE
+                rles.append(mask_utils.frPyObjects(segmentation, height, width))
+            else:
+                rles.append(segmentation)
+        return np.ascontiguousarray(mask_utils.decode(rles).transpose(2, 0, 1))
+
+    def _record_errors(self, load, index: int):
+        """Runs load(index), keeping its first error for the pipeline."""
+        try:
+            return load(index)
+        except Exception as e:  # re-raised as is by the pipeline
+            with self._lock:
+                self.error = self.error or e
+            raise
+
+    def _decoded(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(image, masks) of `index`, from the cache when enabled."""
+        if self._cache is not None and index in self._cache:
+            image, packed, shape = self._cache[index]
+            masks = np.unpackbits(packed, count=int(np.prod(shape)))
+            return image, masks.reshape(shape)
+        image = self._decode_image(index)
+        masks = self._decode_masks(index)
+        if self._cache is not None:
+            self._cache[index] = (image, np.packbits(masks), masks.shape)
+        return image, masks
+
+    def load_example(self, index: np.int64) -> tuple[np.ndarray, ...]:
+        """(image, boxes, classes, masks, image_id) of image `index`."""
+        def load(i):
+            image, masks = self._decoded(i)
+            targets = self._targets[i]
+            return (image, targets.boxes, targets.classes, masks,
+                    np.int64(self.images[i]["id"]))
+        return self._record_errors(load, int(index))
+
+    def load_image(self, index: np.int64) -> tuple[np.ndarray, np.ndarray]:
+        """(image, image_id) of image `index`, for evaluation."""
+        def load(i):
+            if self._cache is not None:
+                image = self._decoded(i)[0]
+            else:
+                image = self._decode_image(i)
+            return image, np.int64(self.images[i]["id"])
+        return self._record_errors(load, int(index))
+
+
+def category_ids_for_tfds(label_names: Sequence[str]) -> list[int]:
+    """COCO category ids of TFDS labels 0..C-1 (1..C when not COCO's 80)."""
+    if len(label_names) == len(COCO_2017_CATEGORY_IDS):
+        return list(COCO_2017_CATEGORY_IDS)
+    return list(range(1, len(label_names) + 1))
+
+
+def tfds_ground_truth(examples, label_names: Sequence[str],
+                      source: str) -> tuple[dict, list[int]]:
+    """COCO GT dict from TFDS examples (numpy, image shape already taken).
+
+    `examples` yields dicts with 'image/id', 'height', 'width' and 'objects'
+    ('bbox' normalised [ymin, xmin, ymax, xmax], 'label', 'is_crowd', 'area').
+    Returns the dataset dict and the image ids in order.
+    """
+    category_ids = category_ids_for_tfds(label_names)
+    images, annotations = [], []
+    log = _SkipLog(source)
+    for example in examples:
+        image_id = int(example["image/id"])
+        height, width = int(example["height"]), int(example["width"])
+        images.append({"id": image_id, "height": height, "width": width,
+                       "file_name": str(image_id)})
+        objects = example["objects"]
+        for k, (ymin, xmin, ymax, xmax) in enumerate(objects["bbox"]):
+            bbox = [float(xmin * width), float(ymin * height),
+                    float((xmax - xmin) * width), float((ymax - ymin) * height)]
+            annotation = {"id": len(annotations) + 1, "image_id": image_id,
+                          "bbox": bbox, "area": float(objects["area"][k]),
+                          "iscrowd": int(objects["is_crowd"][k]),
+                          "category_id": category_ids[int(objects["label"][k])]}
+            problem = _box_problem(bbox)
+            if problem:
+                log.skip(annotation, problem)
+                continue
+            annotations.append(annotation)
+    log.summarize()
+    categories = [{"id": cid, "name": str(name)}
+                  for cid, name in zip(category_ids, label_names)]
+    return ({"images": images, "annotations": annotations,
+             "categories": categories}, [im["id"] for im in images])
