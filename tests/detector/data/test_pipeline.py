@@ -1,0 +1,191 @@
+"""Tests of the tf.data pipelines on small COCO-format folders."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from detector.data import pipeline
+
+H, W, M, S = 64, 80, 4, 16
+TRAIN_DTYPES = {"image": (np.float32, (H, W, 3)), "boxes": (np.float32, (M, 4)),
+                "classes": (np.int32, (M,)), "valid": (np.bool_, (M,)),
+                "masks": (np.uint8, (M, S, S)), "mask_valid": (np.bool_, (M,)),
+                "image_id": (np.int64, ()), "orig_size": (np.int32, (2,)),
+                "scale": (np.float32, ()), "image_valid": (np.bool_, ())}
+
+
+@pytest.fixture(name="shapes_config", scope="module")
+def shapes_config_fixture(shapes_root, make_config):
+    return make_config(shapes_root, source="shapes")
+
+
+@pytest.fixture(name="colour_config", scope="module")
+def colour_config_fixture(tmp_path_factory, helpers, make_config):
+    """Colour-coded 100x120 images into a 64x80 canvas, strong jitter."""
+    root = str(tmp_path_factory.mktemp("colour"))
+    helpers.write_colour_coded(root, "train", 8, 100, 120, seed=1)
+    config = make_config(root)
+    config.data.train_split = "train"
+    config.data.pixel_mean = (0.0, 0.0, 0.0)
+    config.data.pixel_std = (1.0, 1.0, 1.0)
+    config.data.scale_jitter = (0.7, 1.8)
+    return config
+
+
+def _take(iterator, count):
+    return list(itertools.islice(iterator, count))
+
+
+def test_train_batch_shapes_dtypes_and_padding(shapes_config):
+    for batch in _take(pipeline.train_batches(shapes_config), 3):
+        assert set(batch) == set(TRAIN_DTYPES)
+        for key, (dtype, shape) in TRAIN_DTYPES.items():
+            assert batch[key].dtype == dtype, key
+            assert batch[key].shape == (4,) + shape, key
+        valid = batch["valid"]
+        assert batch["image_valid"].all()
+        # Valid rows come first; padding rows are all zero and invalid.
+        assert (np.sort(valid, axis=1)[:, ::-1] == valid).all()
+        assert (batch["boxes"][~valid] == 0).all()
+        assert (batch["classes"][~valid] == 0).all()
+        assert (batch["masks"][~valid] == 0).all()
+        assert not batch["mask_valid"][~valid].any()
+        assert set(np.unique(batch["classes"][valid])) <= {1, 2, 3}
+        assert set(np.unique(batch["masks"])) <= {0, 1}
+        boxes = batch["boxes"][valid]
+        assert (boxes[:, 2:] > boxes[:, :2]).all()
+        assert (boxes >= 0).all() and (boxes[:, 2] <= W).all()
+        assert (boxes[:, 3] <= H).all()
+        assert (batch["orig_size"] == 64).all()
+
+
+def _paste(mask: np.ndarray, box: np.ndarray) -> np.ndarray:
+    """Nearest-neighbour paste of an SxS box mask onto the HxW canvas."""
+    ys, xs = np.mgrid[0:H, 0:W] + 0.5
+    x1, y1, x2, y2 = box
+    inside = (xs >= x1) & (xs < x2) & (ys >= y1) & (ys < y2)
+    rows = np.clip(((ys - y1) / (y2 - y1) * S).astype(int), 0, S - 1)
+    cols = np.clip(((xs - x1) / (x2 - x1) * S).astype(int), 0, S - 1)
+    return inside & (mask[rows, cols] > 0)
+
+
+def test_boxes_masks_and_pixels_stay_aligned(colour_config, helpers):
+    """After flip, jitter and crop, box, mask and painted pixels agree."""
+    cropped = 0
+    for batch in _take(pipeline.train_batches(colour_config), 6):
+        for i in range(4):
+            image = batch["image"][i]
+            scaled = batch["orig_size"][i] * batch["scale"][i]
+            cropped += bool((scaled > [H, W]).any())
+            for k in np.flatnonzero(batch["valid"][i]):
+                colour = helpers.CLASS_COLOURS[batch["classes"][i, k]]
+                channel = int(np.argmax(colour))
+                painted = image[..., channel] >= 127.5
+                rows = np.flatnonzero(painted.any(axis=1))
+                cols = np.flatnonzero(painted.any(axis=0))
+                region = np.array([cols[0], rows[0], cols[-1] + 1,
+                                   rows[-1] + 1])
+                box = batch["boxes"][i, k]
+                # The painted part lies in the box; an unclipped box is its
+                # tight box (a clipped one may be looser: the crop keeps
+                # the box's part of the frame, not the shape's).
+                assert (region[:2] >= box[:2] - 1.01).all()
+                assert (region[2:] <= box[2:] + 1.01).all()
+                if (box[:2] > 0.5).all() and box[2] < W - 0.5 and (
+                        box[3] < H - 0.5):
+                    np.testing.assert_allclose(box, region, atol=1.01)
+                pasted = _paste(batch["masks"][i, k], batch["boxes"][i, k])
+                iou = (pasted & painted).sum() / (pasted | painted).sum()
+                assert iou > 0.8, (i, k, iou)
+                assert batch["mask_valid"][i, k]
+    assert cropped > 0, "jitter never made the image exceed the canvas"
+
+
+def test_resume_gives_the_same_batches(shapes_config):
+    full = _take(pipeline.train_batches(shapes_config), 5)
+    resumed = _take(pipeline.train_batches(shapes_config, start_step=3), 2)
+    for a, b in zip(full[3:], resumed):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+    # Steps 0..4 span an epoch boundary (12 images, 4 per step).
+    assert len({int(i) for b in full for i in b["image_id"]}) == 12
+    other = shapes_config.copy_and_resolve_references()
+    other.seed = 1
+    changed = next(pipeline.train_batches(other))
+    assert not np.array_equal(changed["image"], full[0]["image"])
+
+
+def test_processes_split_each_global_batch(shapes_config):
+    single = _take(pipeline.train_batches(shapes_config, start_step=1), 2)
+    halves = [_take(pipeline.train_batches(
+            shapes_config, start_step=1, process_index=p, process_count=2), 2)
+              for p in range(2)]
+    for step in range(2):
+        for key in single[step]:
+            joined = np.concatenate([halves[0][step][key],
+                                     halves[1][step][key]])
+            np.testing.assert_array_equal(joined, single[step][key],
+                                          err_msg=key)
+
+
+def test_eval_split_pads_the_last_batch(shapes_config):
+    split = pipeline.eval_split(shapes_config)
+    assert split.has_masks and split.category_ids == [1, 2, 3]
+    assert split.image_ids == [1, 2, 3, 4, 5] == sorted(split.coco.imgs)
+    batches = list(split.batches())
+    assert len(batches) == split.num_batches == 3
+    last = batches[-1]
+    assert last["image_valid"].tolist() == [True, False]
+    assert last["image_id"].tolist() == [5, -1]
+    assert (last["image"][1] == 0).all()
+    ids = np.concatenate([b["image_id"] for b in batches])
+    assert ids[ids >= 0].tolist() == split.image_ids
+    first = batches[0]
+    assert first["image"].shape == (2, H, W, 3)
+    assert first["scale"].tolist() == [1.0, 1.0]  # 64x64 fits 64x80
+    # Padding sits at the bottom/right and is zero after normalisation.
+    assert (first["image"][:, :, 64:] == 0).all()
+    assert not (first["image"][:, :, :64] == 0).all()
+    # A second pass yields the same batches.
+    again = next(split.batches())
+    np.testing.assert_array_equal(again["image"], first["image"])
+
+
+def test_eval_split_slicing_and_processes(shapes_config):
+    split = pipeline.eval_split(shapes_config, "val[1:]", max_images=3)
+    assert split.image_ids == [2, 3, 4]
+    assert sorted(split.coco.imgs) == [2, 3, 4]
+    assert all(a["image_id"] in (2, 3, 4) for a in split.coco.anns.values())
+    percent = pipeline.eval_split(shapes_config, "val[:40%]")
+    assert percent.image_ids == [1, 2]
+    parts = [pipeline.eval_split(shapes_config, process_index=p,
+                                 process_count=2) for p in range(2)]
+    assert [p.image_ids for p in parts] == [[1, 2, 3], [4, 5]]
+    # eval.batch_size 2 over 2 processes: 1 image per batch and process;
+    # both processes run the same number of batches.
+    assert [p.num_batches for p in parts] == [3, 3]
+    assert sorted(parts[1].coco.imgs) == [1, 2, 3, 4, 5]
+    ids = [int(i) for b in parts[1].batches() for i in b["image_id"]]
+    assert ids == [4, 5, -1]
+
+
+def test_cache_gives_identical_batches(shapes_config):
+    cached = shapes_config.copy_and_resolve_references()
+    cached.data.cache = True
+    plain = _take(pipeline.train_batches(shapes_config), 4)
+    iterator = pipeline.train_batches(cached)
+    for a, b in zip(plain, _take(iterator, 4)):  # 4 steps > one epoch
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
+def test_max_instances_truncation_is_logged(shapes_config, caplog):
+    config = shapes_config.copy_and_resolve_references()
+    config.data.max_instances = 1
+    config.data.hflip = False
+    config.data.scale_jitter = (1.0, 1.0)
+    with caplog.at_level("WARNING"):
+        batches = _take(pipeline.train_batches(config), 3)
+    assert all(b["boxes"].shape == (4, 1, 4) for b in batches)
+    assert "> data.max_instances=1; keeping the 1 largest" in caplog.text

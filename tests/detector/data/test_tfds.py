@@ -1,0 +1,154 @@
+"""The TFDS coco/2017 source, without network, through tfds mock_data."""
+
+import itertools
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from detector.data import coco
+from detector.data import pipeline
+
+# (height, width, objects as (ymin, xmin, ymax, xmax) normalised, label,
+# is_crowd), image ids 101.. in this order.
+EXAMPLES = [
+        (40, 60, [((0.1, 0.1, 0.5, 0.4), 0, False),
+                  ((0.5, 0.5, 0.9, 0.9), 79, False),
+                  ((0.0, 0.0, 1.0, 1.0), 0, True)]),
+        (50, 30, [((0.2, 0.2, 0.6, 0.8), 5, False),
+                  ((0.3, 0.3, 0.3, 0.6), 6, False)]),  # zero height
+        (30, 30, []),
+        (60, 40, [((0.1, 0.2, 0.3, 0.4), 2, False)]),
+]
+
+
+def _records(encoded_image: bool) -> tf.data.Dataset:
+    """The mocked coco/2017 records, as TFDS would decode them."""
+    def generate():
+        for index, (height, width, objects) in enumerate(EXAMPLES):
+            pixels = np.full((height, width, 3), 40 * index, np.uint8)
+            image = (tf.io.encode_jpeg(pixels).numpy() if encoded_image
+                     else pixels)
+            boxes = np.array([o[0] for o in objects], np.float32)
+            yield {"image": image, "image/filename": f"{index}.jpg",
+                   "image/id": 101 + index,
+                   "objects": {
+                           "id": np.arange(len(objects), dtype=np.int64),
+                           "area": np.full(len(objects), 12, np.int64),
+                           "bbox": boxes.reshape(-1, 4),
+                           "label": np.array([o[1] for o in objects],
+                                             np.int64),
+                           "is_crowd": np.array([o[2] for o in objects],
+                                                bool)}}
+
+    image_spec = (tf.TensorSpec([], tf.string) if encoded_image
+                  else tf.TensorSpec([None, None, 3], tf.uint8))
+    signature = {"image": image_spec,
+                 "image/filename": tf.TensorSpec([], tf.string),
+                 "image/id": tf.TensorSpec([], tf.int64),
+                 "objects": {"id": tf.TensorSpec([None], tf.int64),
+                             "area": tf.TensorSpec([None], tf.int64),
+                             "bbox": tf.TensorSpec([None, 4], tf.float32),
+                             "label": tf.TensorSpec([None], tf.int64),
+                             "is_crowd": tf.TensorSpec([None], tf.bool)}}
+    dataset = tf.data.Dataset.from_generator(generate,
+                                             output_signature=signature)
+    return dataset.apply(tf.data.experimental.assert_cardinality(
+            len(EXAMPLES)))
+
+
+def _as_dataset(self, split, decoders=None, read_config=None,
+                shuffle_files=False):
+    del self, split, read_config, shuffle_files
+    skip = isinstance((decoders or {}).get("image"), tfds.decode.SkipDecoding)
+    return _records(encoded_image=skip)
+
+
+@pytest.fixture(name="tfds_config")
+def tfds_config_fixture(make_config, tmp_path):
+    config = make_config("", source="tfds")
+    config.data.tfds_data_dir = str(tmp_path)
+    config.data.num_classes = 80
+    config.data.train_split = "train"
+    config.data.eval_split = "validation[:10]"
+    config.data.hflip = False
+    config.data.scale_jitter = (1.0, 1.0)
+    with tfds.testing.mock_data(as_dataset_fn=_as_dataset):
+        yield config
+
+
+def test_train_batches_from_tfds(tfds_config):
+    batches = list(itertools.islice(pipeline.train_batches(tfds_config), 3))
+    first = batches[0]
+    assert first["image"].shape == (4, 64, 80, 3)
+    assert first["masks"].shape == (4, 4, 16, 16)
+    for batch in batches:
+        # TFDS coco has no segmentations: no mask targets at all.
+        assert not batch["mask_valid"].any() and not batch["masks"].any()
+    # Without augmentation each image's boxes are its pixel boxes * scale;
+    # crowd and zero-size boxes are gone.
+    for batch in batches:
+        for row, image_id in enumerate(batch["image_id"]):
+            height, width, objects = EXAMPLES[image_id - 101]
+            kept = [o for o in objects
+                    if not o[2] and o[0][2] > o[0][0] and o[0][3] > o[0][1]]
+            valid = batch["valid"][row]
+            assert valid.sum() == len(kept)
+            scale = min(64 / height, 80 / width)
+            assert np.isclose(batch["scale"][row], scale)
+            assert batch["orig_size"][row].tolist() == [height, width]
+            expected = [[o[0][1] * width, o[0][0] * height, o[0][3] * width,
+                         o[0][2] * height] for o in kept]
+            resized = np.round(np.array([height, width]) * scale)
+            factor = np.tile((resized / [height, width])[::-1], 2)
+            np.testing.assert_allclose(batch["boxes"][row][valid],
+                                       np.reshape(expected, (-1, 4)) * factor,
+                                       atol=1e-3)
+            classes = [o[1] + 1 for o in kept]
+            assert batch["classes"][row][valid].tolist() == classes
+
+
+def test_tfds_train_resume(tfds_config):
+    full = list(itertools.islice(pipeline.train_batches(tfds_config), 3))
+    resumed = next(pipeline.train_batches(tfds_config, start_step=2))
+    for key in resumed:
+        np.testing.assert_array_equal(resumed[key], full[2][key], err_msg=key)
+
+
+def test_eval_split_from_tfds(tfds_config):
+    split = pipeline.eval_split(tfds_config)
+    assert not split.has_masks
+    assert split.image_ids == [101, 102, 103, 104]
+    assert split.category_ids == list(coco.COCO_2017_CATEGORY_IDS)
+    gt = split.coco
+    assert sorted(gt.imgs) == [101, 102, 103, 104]
+    assert gt.imgs[102]["height"] == 50 and gt.imgs[102]["width"] == 30
+    anns = list(gt.anns.values())
+    # Crowd regions stay in the ground truth; the zero-size box does not.
+    assert sum(a["iscrowd"] for a in anns) == 1
+    assert len(anns) == 5
+    labels = sorted(a["category_id"] for a in anns)
+    assert labels == [1, 1, 3, 6, 90]  # labels 0, 0, 2, 5, 79
+    first = next(a for a in anns if a["image_id"] == 101 and not a["iscrowd"]
+                 and a["category_id"] == 1)
+    np.testing.assert_allclose(first["bbox"], [6, 4, 18, 16], atol=1e-4)
+    batches = list(split.batches())
+    assert len(batches) == split.num_batches == 2
+    ids = np.concatenate([b["image_id"] for b in batches]).tolist()
+    assert ids == [101, 102, 103, 104]
+    assert batches[0]["orig_size"].tolist() == [[40, 60], [50, 30]]
+
+
+def test_tfds_config_errors(tfds_config):
+    tfds_config.data.num_classes = 3
+    with pytest.raises(ValueError, match="80 labels but data.num_classes"):
+        pipeline.eval_split(tfds_config)
+
+
+def test_tfds_not_prepared_is_a_clear_error(make_config, tmp_path):
+    config = make_config("", source="tfds")
+    config.data.tfds_data_dir = str(tmp_path)
+    config.data.num_classes = 80
+    with pytest.raises(FileNotFoundError, match="is not prepared there"):
+        pipeline.eval_split(config, "validation")
