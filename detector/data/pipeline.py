@@ -48,8 +48,6 @@ from detector.data import transforms
 SOURCES = ("shapes", "coco_json", "tfds")
 # Independent stateless random streams derived from config.seed.
 _ORDER_STREAM, _AUGMENT_STREAM = 1, 2
-_TRAIN_KEYS = ("image", "boxes", "classes", "valid", "masks", "mask_valid",
-               "image_id", "orig_size", "scale", "image_valid")
 
 
 def _hide_gpus_from_tensorflow() -> None:

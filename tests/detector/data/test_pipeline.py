@@ -189,3 +189,22 @@ def test_max_instances_truncation_is_logged(shapes_config, caplog):
         batches = _take(pipeline.train_batches(config), 3)
     assert all(b["boxes"].shape == (4, 1, 4) for b in batches)
     assert "> data.max_instances=1; keeping the 1 largest" in caplog.text
+
+
+def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path,
+                                                            make_config):
+    config = make_config(str(tmp_path), source="shapes")
+    config.data.shapes.num_train, config.data.shapes.num_val = 3, 2
+    pipeline.ensure_shapes_dataset(config)
+    train_json = tmp_path / "annotations" / "instances_train.json"
+    written = train_json.stat().st_mtime_ns
+    pipeline.ensure_shapes_dataset(config)  # current: left alone
+    assert train_json.stat().st_mtime_ns == written
+    config.data.shapes.num_train = 4
+    pipeline.ensure_shapes_dataset(config)  # stale: rewritten
+    assert len(list((tmp_path / "train").glob("*.png"))) == 4
+    assert pipeline.eval_split(config).image_ids == [1, 2]
+    config.data.source = "coco_json"  # only the shapes source writes
+    config.data.root = str(tmp_path / "elsewhere")
+    pipeline.ensure_shapes_dataset(config)
+    assert not (tmp_path / "elsewhere").exists()
