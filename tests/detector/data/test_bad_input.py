@@ -165,3 +165,24 @@ def test_slice_bounds():
     assert coco.slice_bounds("train[25%:75%]", 10) == (2, 8)
     assert coco.slice_bounds("val[8:2]", 10) == (8, 8)
     assert coco.parse_split("val2017[:500]") == ("val2017", None, "500")
+
+
+def test_polygon_and_uncompressed_rle_segmentations(tmp_path, helpers):
+    """Every COCO segmentation form decodes to the same mask."""
+    mask = np.zeros((20, 30), bool)
+    mask[4:12, 6:18] = True
+    base = helpers.annotation(mask, 1, 1, 1)
+    polygon = dict(base, id=2, segmentation=[[6, 4, 18, 4, 18, 12, 6, 12]])
+    column_major = mask.T.ravel()  # COCO RLE runs go down the columns
+    changes = np.flatnonzero(np.diff(column_major.astype(int))) + 1
+    counts = np.diff(np.concatenate([[0], changes, [column_major.size]]))
+    uncompressed = dict(base, id=3, segmentation={
+            "size": [20, 30], "counts": counts.tolist()})
+    helpers.write_folder(str(tmp_path), "forms",
+                         [np.zeros((20, 30, 3), np.uint8)],
+                         [base, polygon, uncompressed])
+    folder = coco.CocoFolder(str(tmp_path), "forms", 3)
+    masks = folder.load_example(0)[3]
+    assert masks.shape == (3, 20, 30)
+    for decoded in masks:
+        assert (decoded.astype(bool) == mask).all()
