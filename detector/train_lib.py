@@ -117,8 +117,13 @@ def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
 
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str | pathlib.Path, *,
-                       strict_device: bool = False) -> dict:
-    """Trains `config` into `workdir`, then evaluates; returns eval results."""
+                       strict_device: bool = False,
+                       evaluate: bool = True) -> dict:
+    """Trains `config` into `workdir`, then evaluates; returns eval results.
+
+    `evaluate=False` skips the evaluations (at the end and every
+    eval_every steps) and returns {}.
+    """
     workdir = prepare_workdir(workdir, config)
     mesh = sharding.make_mesh()
     _check_batch_size(config, mesh)
@@ -156,12 +161,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
             progress(step)
             if step % config.train.checkpoint_every == 0 or step == num_steps:
                 ckpt.save(step, state_lib.to_tree(state))
-            if (config.train.eval_every and step % config.train.eval_every
-                    == 0 and step < num_steps):
+            if (evaluate and config.train.eval_every and
+                    step % config.train.eval_every == 0 and step < num_steps):
                 _evaluate(config, graphdef, state, mesh, workdir, log, step)
     ckpt.wait()
-    results = _evaluate(config, graphdef, state, mesh, workdir, log,
-                        num_steps)
+    results = (_evaluate(config, graphdef, state, mesh, workdir, log,
+                         num_steps) if evaluate else {})
     log.close()
     ckpt.close()
     return results

@@ -1,0 +1,160 @@
+"""The training loop end to end on a tiny shapes set: logs, resume, audit."""
+
+import json
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+from detector import config as config_lib
+from detector import eval_lib, train_lib, train_metrics
+from ops import host_audit
+from tests.detector.conftest import tiny_config
+
+METRIC_KEYS = {"step", "rpn_cls", "rpn_box", "cls", "box", "mask", "total",
+               "learning_rate", "grad_norm", "step_time_ms",
+               "step_time_p90_ms", "images_per_sec", "nms_backend",
+               "host_roundtrips_per_step"}
+
+
+@pytest.fixture(scope="module")
+def shapes_config(tmp_path_factory):
+    """The tiny model on a 16-image shapes set, 4 steps of batch 2."""
+    config = tiny_config("while_loop")
+    data = config.data
+    data.source = "shapes"
+    data.root = str(tmp_path_factory.mktemp("shapes"))
+    data.train_split, data.eval_split = "train", "val"
+    data.max_instances = 8
+    data.shapes.num_train, data.shapes.num_val = 16, 4
+    data.scale_jitter = (0.9, 1.1)
+    train = config.train
+    train.batch_size, train.num_steps = 2, 4
+    train.optimizer, train.learning_rate = "adamw", 1e-3
+    # A schedule that does not depend on num_steps, so a run told to stop
+    # at step 2 is the same program as one that goes on.
+    train.schedule, train.step_boundaries, train.warmup_steps = "step", (), 1
+    train.log_every = train.checkpoint_every = 2
+    config.eval.batch_size = 2
+    config.eval.num_visualized = 2
+    return config
+
+
+def _with(config, **overrides):
+    config = config.copy_and_resolve_references()
+    for key, value in overrides.items():
+        node = config
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node[part]
+        node[leaf] = value
+    return config
+
+
+def _params_at(workdir, step):
+    restored = ocp.StandardCheckpointer().restore(
+        workdir / "checkpoints" / str(step) / "default")
+    return restored["params"], restored["opt_state"]
+
+
+@pytest.fixture(scope="module")
+def resumed_and_straight(shapes_config, tmp_path_factory):
+    """One run stopped at step 2 and resumed to 4; one run straight to 4."""
+    resumed = tmp_path_factory.mktemp("resumed")
+    train_lib.train_and_evaluate(_with(shapes_config, **{
+        "train.num_steps": 2}), resumed, evaluate=False)
+    train_lib.train_and_evaluate(shapes_config, resumed, evaluate=False)
+    straight = tmp_path_factory.mktemp("straight")
+    train_lib.train_and_evaluate(shapes_config, straight, evaluate=False)
+    return resumed, straight
+
+
+def test_resume_continues_exactly_where_the_run_stopped(resumed_and_straight):
+    resumed, straight = resumed_and_straight
+    for got, want in zip(_params_at(resumed, 4), _params_at(straight, 4)):
+        jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
+    resumed, _ = resumed_and_straight
+    lines = [json.loads(line) for line in
+             (resumed / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [2, 4]
+    for line in lines:
+        assert set(line) == METRIC_KEYS
+        assert line["nms_backend"] == "while_loop"
+        assert line["host_roundtrips_per_step"] == 0
+        assert line["step_time_ms"] > 0 and np.isfinite(line["total"])
+    saved = config_lib.load_json(resumed / "config.json")
+    assert saved.model.fpn_channels == shapes_config.model.fpn_channels
+    assert tuple(saved.data.image_size) == tuple(
+        shapes_config.data.image_size)
+
+
+def test_checkpoint_from_another_config_is_one_clear_error(
+        resumed_and_straight, shapes_config):
+    _, straight = resumed_and_straight
+    other = _with(shapes_config, **{"model.fpn_channels": 8})
+    with pytest.raises(ValueError, match=r"checkpoint .*/4 holds 'params/.*' "
+                       r"with shape .* but this config needs .*: written by "
+                       r"a different config"):
+        train_lib.train_and_evaluate(other, straight, evaluate=False)
+
+
+def test_eval_of_checkpoint_audits_both_nms_sites(resumed_and_straight,
+                                                  shapes_config, caplog):
+    _, straight = resumed_and_straight
+    config = shapes_config.copy_and_resolve_references()
+    config_lib.set_nms_backend(config, "cpu")
+    with caplog.at_level("INFO"):
+        summary = eval_lib.evaluate_checkpoint(config, straight)
+    assert summary["host_roundtrips_per_predict"] == 2
+    assert "rpn/nms/pure_callback" in caplog.text
+    assert "detection/nms/pure_callback" in caplog.text
+    written = json.loads((straight / "eval_val.json").read_text())
+    assert written["images"] == 4 and written["nms_backend"] == "cpu"
+    for task in ("bbox", "segm"):
+        assert set(written[task]) == set(eval_lib.METRIC_NAMES)
+    assert written["predict_latency_ms_per_image"] > 0
+    assert (straight / "eval_val.png").stat().st_size > 0
+
+
+def test_strict_device_refuses_host_nms_before_step_one(shapes_config,
+                                                       tmp_path):
+    config = shapes_config.copy_and_resolve_references()
+    config_lib.set_nms_backend(config, "cpu")
+    with pytest.raises(host_audit.HostRoundTripError,
+                       match=r"train_step is not device-only: host callback "
+                       r"`pure_callback` at rpn/nms/pure_callback .*"
+                       r"--nms=pallas"):
+        train_lib.train_and_evaluate(config, tmp_path, strict_device=True,
+                                     evaluate=False)
+    assert not any((tmp_path / "checkpoints").iterdir())
+
+
+def test_check_finite_names_the_step():
+    train_metrics.MetricsLog.check_finite(3, 1.5)  # finite: no error
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(FloatingPointError,
+                           match=rf"total loss is {bad} at step 7; stopping"):
+            train_metrics.MetricsLog.check_finite(7, np.float32(bad))
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_the_run_with_its_step(shapes_config, tmp_path):
+    config = _with(shapes_config, **{"train.learning_rate": 1e30,
+                                     "train.optimizer": "sgd",
+                                     "train.schedule": "step",
+                                     "train.step_boundaries": ()})
+    with pytest.raises(FloatingPointError,
+                       match=r"total loss is (nan|inf) at step [2-4]"):
+        train_lib.train_and_evaluate(config, tmp_path, evaluate=False)
+
+
+def test_unwritable_workdir_is_one_clear_error(shapes_config, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(ValueError, match=r"--workdir=.*/file/run: not "
+                       r"writable"):
+        train_lib.train_and_evaluate(shapes_config, blocker / "run")
