@@ -24,6 +24,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 from flax import nnx
+from jax.experimental import multihost_utils
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 from pycocotools.cocoeval import COCOeval
@@ -94,6 +95,20 @@ def _run_predict(data, predict, params, rest, mesh, config, program_name):
     return results, latencies, drawn, findings
 
 
+def _gather_results(results: list[dict], workdir: pathlib.Path,
+                    slug: str) -> list[dict]:
+    """Every process's COCO results (multi-host: exchanged via the workdir)."""
+    if jax.process_count() == 1:
+        return results
+    parts = pathlib.Path(workdir) / "eval_parts"
+    parts.mkdir(exist_ok=True)
+    (parts / f"{slug}.{jax.process_index()}.json").write_text(
+        json.dumps(results))
+    multihost_utils.sync_global_devices(f"eval results {slug}")
+    return [r for p in range(jax.process_count()) for r in json.loads(
+        (parts / f"{slug}.{p}.json").read_text())]
+
+
 def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
              params, rest, *, mesh: Mesh, workdir: pathlib.Path,
              split: str | None = None, max_images: int = 0) -> dict:
@@ -104,14 +119,15 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
     results, latencies, drawn, findings = _run_predict(
         data, make_predict(graphdef, mesh), params, rest, mesh, config,
         "predict")
-    summary = {"split": split, "images": len(data.image_ids)}
+    results = _gather_results(results, workdir, split_slug(split))
+    image_ids = sorted(data.coco.getImgIds())  # all processes' images
+    summary = {"split": split, "images": len(image_ids)}
     box_results = [{k: v for k, v in r.items() if k != "segmentation"}
                    for r in results]
-    summary["bbox"] = coco_metrics(data.coco, box_results, "bbox",
-                                   data.image_ids)
+    summary["bbox"] = coco_metrics(data.coco, box_results, "bbox", image_ids)
     if data.has_masks:
         summary["segm"] = coco_metrics(data.coco, results, "segm",
-                                       data.image_ids)
+                                       image_ids)
     else:
         logging.warning("Split %s has no instance masks: segm not evaluated.",
                         split)

@@ -131,10 +131,11 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     tx, schedule = optimizer.make_optimizer(config.train)
     ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
                                    max_to_keep=config.train.keep_checkpoints)
-    graphdef, state = restore_or_init(config, mesh, ckpt, tx)
-    start_step = int(jax.device_get(state.step))
-    num_steps = config.train.num_steps
+    # The data first: a missing dataset fails before the model is built.
+    start_step = ckpt.latest_step() or 0
     batches = pipeline.train_batches(config, start_step=start_step)
+    graphdef, state = restore_or_init(config, mesh, ckpt, tx)
+    num_steps = config.train.num_steps
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     step_fn = make_train_step(graphdef, tx, schedule, mesh)
     batch = sharding.put_batch(next(batches), mesh)
