@@ -1,5 +1,7 @@
-"""Bad input gets a ValueError that names the argument and the shapes."""
+"""The public API: bad input gets a ValueError naming the argument and the
+shapes; empty inputs, auto dispatch and the top-k baseline."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -66,6 +68,15 @@ def test_auto_resolves_per_platform():
     got = _call(boxes, scores, backend="auto", max_output_size=10)
     want = _call(boxes, scores, backend="while_loop", max_output_size=10)
     np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+
+
+def test_resolve_backend_names_what_auto_runs():
+    assert nms_lib.resolve_backend("cpu") == "cpu"
+    assert nms_lib.resolve_backend("auto", "tpu") == "pallas"
+    assert (nms_lib.resolve_backend("auto", "gpu") ==
+            nms_lib.AUTO_BACKEND["cuda"])
+    assert (nms_lib.resolve_backend("auto") ==
+            nms_lib.AUTO_BACKEND[jax.default_backend()])
 
 
 def test_topk_baseline_keeps_best_scores_without_suppression():
