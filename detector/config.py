@@ -194,3 +194,15 @@ def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
     config = base_config()
     _merge_json(config, json.loads(path.read_text()), f"{path}: ")
     return config
+
+
+def nms_backend_name(config: ml_collections.ConfigDict) -> str:
+    """Both NMS sites' backend, with what 'auto' resolves to on this host."""
+    rpn, det = (_resolved(config.model.rpn.nms_backend),
+                _resolved(config.model.detection.nms_backend))
+    return rpn if rpn == det else f"rpn={rpn},detection={det}"
+
+
+def _resolved(backend: str) -> str:
+    name = nms_lib.resolve_backend(backend)
+    return backend if name == backend else f"{backend} ({name})"

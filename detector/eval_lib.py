@@ -29,6 +29,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 from pycocotools.cocoeval import COCOeval
 
+from detector import config as config_lib
 from detector import postprocess, sharding, visualize
 from detector.data import pipeline
 from ops import host_audit
@@ -133,7 +134,7 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
                         split)
     summary.update(
         predict_latency_ms_per_image=float(np.median(latencies)),
-        nms_backend=config.model.detection.nms_backend,
+        nms_backend=config_lib.nms_backend_name(config),
         host_roundtrips_per_predict=len(findings))
     if jax.process_index() == 0:
         stem = pathlib.Path(workdir) / f"eval_{split_slug(split)}"

@@ -34,7 +34,9 @@ from jax import lax
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from detector import checkpoint, eval_lib, optimizer, sharding, train_metrics
+from detector import checkpoint
+from detector import config as config_lib
+from detector import eval_lib, optimizer, sharding, train_metrics
 from detector import train_state as state_lib
 from detector.data import pipeline
 from ops import host_audit
@@ -127,6 +129,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     workdir = prepare_workdir(workdir, config)
     mesh = sharding.make_mesh()
     _check_batch_size(config, mesh)
+    logging.info("Data parallel over %d %s devices in %d process(es); "
+                 "batch %d per step", mesh.size, jax.default_backend(),
+                 jax.process_count(), config.train.batch_size)
     pipeline.ensure_shapes_dataset(config)
     tx, schedule = optimizer.make_optimizer(config.train)
     ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
@@ -143,7 +148,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
         step_fn, state, batch, key, program="train_step",
         strict=strict_device)
     log = train_metrics.MetricsLog(
-        workdir, backend=_nms_backend_name(config),
+        workdir, backend=config_lib.nms_backend_name(config),
         host_roundtrips=len(findings), images_per_step=config.train.batch_size)
     progress = periodic_actions.ReportProgress(
         num_train_steps=num_steps, writer=log.writer,
@@ -179,9 +184,3 @@ def _evaluate(config, graphdef, state, mesh, workdir, log, step) -> dict:
         state.params, state.rest, mesh=mesh, workdir=workdir)
     log.write_eval(step, results)
     return results
-
-
-def _nms_backend_name(config: ml_collections.ConfigDict) -> str:
-    rpn, det = (config.model.rpn.nms_backend,
-                config.model.detection.nms_backend)
-    return rpn if rpn == det else f"rpn={rpn},detection={det}"

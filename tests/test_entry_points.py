@@ -1,5 +1,7 @@
 """train.py and eval.py: every bad input ends with one clear error line."""
 
+import json
+import os
 import pathlib
 import subprocess
 import sys
@@ -9,10 +11,11 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _run(script: str, *args: str, cwd=ROOT) -> subprocess.CompletedProcess:
+def _run(script: str, *args: str, cwd=ROOT,
+         env=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / script), *args],
                           cwd=cwd, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, env=env)
 
 
 def _error_line(result: subprocess.CompletedProcess) -> str:
@@ -69,3 +72,18 @@ def test_eval_without_checkpoint_or_config(tmp_path):
                             "--config=configs/shapes.py:runlocal"))
     assert line.startswith(f"error: {tmp_path}/checkpoints: no checkpoint "
                            "to evaluate")
+
+
+
+def test_train_data_parallel_on_two_forced_cpu_devices(tmp_path):
+    env = {**os.environ,
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    result = _run("train.py", "--config=configs/shapes.py:runlocal",
+                  f"--workdir={tmp_path}/run", "--config.train.num_steps=2",
+                  f"--config.data.root={tmp_path}/shapes", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Data parallel over 2 cpu devices" in result.stderr
+    lines = [json.loads(line) for line in
+             (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [2, 2]  # train, then eval
+    assert lines[-1]["eval"] and "AP" in lines[-1]["bbox"]
