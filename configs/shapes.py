@@ -47,13 +47,14 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     model.roi.box_head_dim = 256
     model.roi.mask_head_dim = 64
     model.roi.mask_head_convs = 2
-    model.roi.max_mask_rois = 16
+    model.roi.max_mask_rois = 8
+    model.roi.sampling_ratio = 1  # 1 sample per bin: ~40% faster steps on CPU
     model.detection.max_detections = 20
     model.detection.pre_nms_top_k = 200
 
     train = config.train
     train.batch_size = 8
-    train.num_steps = 3000
+    train.num_steps = 1800
     train.optimizer = "adamw"
     train.learning_rate = 2e-3
     train.weight_decay = 1e-4
@@ -62,6 +63,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     train.grad_clip_norm = 10.0
     train.log_every = 50
     train.checkpoint_every = 500
+    train.eval_every = 500
 
     config.eval.batch_size = 8
     if arg == "runlocal":
