@@ -1,0 +1,132 @@
+"""Training step time per NMS backend, and the share of it that NMS takes.
+
+    python benchmarks/step_bench.py [--config=configs/shapes.py] [--steps 30]
+
+For one config it trains `--steps` timed steps (after `--warmup` steps) with
+each NMS backend in turn, in one process, on the same cycled batches and the
+same initial params, and reports per backend: median and p90 step time
+(device-synchronised), images/s, host round-trips per step (audited from the
+compiled step), and the NMS share: the step time minus the step time with
+both NMS calls replaced by a plain top-k of the same shapes ('topk'), so the
+cost of NMS is measured, not guessed. Prints a table and writes
+step_bench.json and step_bench.png under --out.
+"""
+
+import copy
+import json
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+
+import jax  # noqa: E402
+import numpy as np  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
+from ml_collections import config_flags  # noqa: E402
+
+from benchmarks import nms_bench  # noqa: E402
+from detector import config as config_lib  # noqa: E402
+from detector import optimizer, sharding, train_lib  # noqa: E402
+from detector import train_state as state_lib  # noqa: E402
+from detector.data import pipeline  # noqa: E402
+from ops import host_audit  # noqa: E402
+
+_CONFIG = config_flags.DEFINE_config_file(
+    "config", str(pathlib.Path(__file__).resolve().parents[1] / "configs" /
+                  "shapes.py"), "Config to time.")
+_STEPS = flags.DEFINE_integer("steps", 30, "Timed steps per backend.")
+_WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps per backend.")
+_BATCHES = flags.DEFINE_integer("batches", 8, "Distinct batches to cycle.")
+_BACKENDS = flags.DEFINE_list("backends", "cpu,while_loop,pallas,topk",
+                              "Backends to time ('topk' is the baseline).")
+_OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
+
+
+def time_backend(config, backend: str, batches, mesh) -> dict:
+    """Compiles and times the train step with one NMS backend."""
+    config = copy.deepcopy(config)
+    config_lib.set_nms_backend(config, backend, allow_baselines=True)
+    tx, schedule = optimizer.make_optimizer(config.train)
+    graphdef, params, rest = state_lib.create_model(config, config.seed)
+    state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
+    key = sharding.replicate(jax.random.key(config.seed), mesh)
+    step_fn = train_lib.make_train_step(graphdef, tx, schedule, mesh)
+    compiled, findings = host_audit.compile_audited(
+        step_fn, state, batches[0], key, program=f"train_step[{backend}]")
+    times = []
+    with host_audit.device_only_transfers():
+        for i in range(_WARMUP.value + _STEPS.value):
+            started = time.perf_counter()
+            state, metrics = compiled(state, batches[i % len(batches)], key)
+            jax.block_until_ready(metrics)
+            if i >= _WARMUP.value:
+                times.append((time.perf_counter() - started) * 1e3)
+    median, p90 = np.median(times), np.percentile(times, 90)
+    return {"median_ms": float(median), "p90_ms": float(p90),
+            "images_per_sec": config.train.batch_size / (median / 1e3),
+            "host_roundtrips_per_step": len(findings),
+            "host_roundtrip_ops": [str(f) for f in findings],
+            "final_total_loss": float(jax.device_get(metrics["total"]))}
+
+
+def table(results: dict) -> str:
+    base = results.get("topk", {}).get("median_ms")
+    lines = ["| backend | step median ms | p90 ms | images/s | NMS share "
+             "| host round-trips/step |", "|---|---|---|---|---|---|"]
+    for backend, r in results.items():
+        share = ("baseline" if backend == "topk" or base is None else
+                 f"{r['median_ms'] - base:.1f} ms "
+                 f"({(r['median_ms'] - base) / r['median_ms']:.0%})")
+        lines.append(f"| {backend} | {r['median_ms']:.1f} | "
+                     f"{r['p90_ms']:.1f} | {r['images_per_sec']:.1f} | "
+                     f"{share} | {r['host_roundtrips_per_step']} |")
+    return "\n".join(lines)
+
+
+def plot(results: dict, path: pathlib.Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    names = list(results)
+    base = results.get("topk", {}).get("median_ms", 0.0)
+    medians = np.array([results[n]["median_ms"] for n in names])
+    rest = np.minimum(medians, base) if base else medians
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.bar(names, rest, label="step without NMS (topk baseline)")
+    ax.bar(names, medians - rest, bottom=rest, label="NMS")
+    ax.set_ylabel("median step time (ms)")
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv) -> None:
+    del argv
+    config = _CONFIG.value
+    mesh = sharding.make_mesh()
+    pipeline.ensure_shapes_dataset(config)
+    source = pipeline.train_batches(config)
+    batches = [sharding.put_batch(next(source), mesh)
+               for _ in range(_BATCHES.value)]
+    results = {}
+    for backend in _BACKENDS.value:
+        results[backend] = time_backend(config, backend, batches, mesh)
+        logging.info("%s: %s", backend, results[backend])
+    info = nms_bench.machine()
+    out = pathlib.Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_bench.json").write_text(json.dumps(
+        {"machine": info, "config": config_flags.get_config_filename(
+            flags.FLAGS["config"]), "batch_size": config.train.batch_size,
+         "steps": _STEPS.value, "results": results}, indent=2))
+    title = (f"Train step per NMS backend, {info['platform']} "
+             f"({info['cpu_count']} cores), batch {config.train.batch_size}")
+    plot(results, out / "step_bench.png", title)
+    print(f"\n{title}, median of {_STEPS.value} steps\n")
+    print(table(results))
+
+
+if __name__ == "__main__":
+    app.run(main)
