@@ -1,8 +1,9 @@
 """Host-side post-processing: paste masks, undo the resize, COCO results.
 
 Runs on numpy arrays fetched from the device after predict. The data
-pipeline resizes each image by `scale` and pads it, so original pixels are
-input pixels / scale; padding only extends the image right and down.
+pipeline resizes each h x w image to max(round([h, w] * scale), 1) pixels per
+axis and pads it right and down, so original pixels are input pixels divided
+by the per-axis factor resized / [h, w] (see `resize_factors`).
 
 Shapes: D detections, T mask size (28), H, W image size in pixels,
 B batch.
@@ -71,6 +72,25 @@ def paste_masks(masks: np.ndarray, boxes: np.ndarray, height: int,
     return pasted
 
 
+def resize_factors(orig_size: np.ndarray, scale: float) -> np.ndarray:
+    """Per-axis (y, x) factors input / original pixels of one eval image.
+
+    Recomputes the resized size as the data pipeline does, in float32 with
+    rounding half to even (TensorFlow's and numpy's `round`), so boxes map
+    back with the factor the image was resized by, not the unrounded scale.
+
+    Args:
+      orig_size: (height, width) of the original image.
+      scale: the batch's `scale` of the image (float32 in the batch).
+
+    Returns:
+      f64[2]: resized (height, width) / original (height, width).
+    """
+    hw = np.asarray(orig_size, np.float32)
+    resized = np.maximum(np.round(hw * np.float32(scale)), np.float32(1.0))
+    return resized.astype(np.float64) / hw.astype(np.float64)
+
+
 def _encode_rle(mask: np.ndarray) -> dict:
     rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
     rle["counts"] = rle["counts"].decode("ascii")
@@ -85,7 +105,9 @@ def _image_results(predictions: dict, i: int, image_id: int,
     count = int(predictions["num_detections"][i])
     classes = np.asarray(predictions["classes"][i][:count])
     keep = np.nonzero(classes > 0)[0]
-    boxes = np.asarray(predictions["boxes"][i][keep], np.float64) / scale
+    factor_y, factor_x = resize_factors(orig_size, scale)
+    boxes = (np.asarray(predictions["boxes"][i][keep], np.float64)
+             / [factor_x, factor_y, factor_x, factor_y])
     clipped = np.stack([np.clip(boxes[:, 0], 0, width),
                         np.clip(boxes[:, 1], 0, height),
                         np.clip(boxes[:, 2], 0, width),
@@ -116,8 +138,9 @@ def coco_results(predictions: dict, batch: dict, category_ids: list[int],
       predictions: boxes [B, D, 4] (input pixels), scores [B, D], classes
         [B, D] (1..C, 0 empty), masks [B, D, T, T], num_detections [B].
       batch: the eval batch: image_id [B], orig_size [B, 2] (height, width
-        of the original image), scale [B] (input / original), image_valid
-        [B] (False: a padding row, skipped).
+        of the original image), scale [B] (the resize scale; boxes map back
+        with `resize_factors`), image_valid [B] (False: a padding row,
+        skipped).
       category_ids: COCO category id of each class 1..C (index class - 1).
       with_masks: add 'segmentation' (RLE, counts as str).
 

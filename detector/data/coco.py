@@ -12,9 +12,13 @@ N counts the non-crowd instances (crowd regions stay in the ground truth for
 evaluation only). Both sources also build the `pycocotools.COCO` ground truth
 of the images they read, crowd regions included.
 
-Bad input raises one-line `FileNotFoundError` / `ValueError`s naming the file;
-annotations that cannot be used for training (zero or negative box, empty
-segmentation, unknown image or category) are skipped and logged.
+Bad input raises one-line `FileNotFoundError` / `ValueError`s naming the file
+(a record lacking a key the loader reads also names the record); annotations
+that cannot be used (zero or negative box, empty segmentation, an RLE whose
+size is not its image's, unknown image or category) are skipped and logged.
+Annotations without `iscrowd` or `area` get COCO's defaults in the ground
+truth (iscrowd 0; area the segmentation's pixel count, else box w * h), with
+one logged count per file.
 """
 
 import contextlib
@@ -24,7 +28,8 @@ import json
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from absl import logging
 import numpy as np
@@ -34,6 +39,10 @@ from pycocotools import mask as mask_utils
 
 _SPLIT_RE = re.compile(r"^(?P<name>[^\[\]]+?)"
                        r"(?:\[(?P<start>-?\d+%?)?:(?P<stop>-?\d+%?)?\])?$")
+# Keys of each record of an instances JSON that the loader reads.
+_REQUIRED_KEYS = {"images": ("id", "file_name", "height", "width"),
+                  "annotations": ("image_id", "bbox", "category_id"),
+                  "categories": ("id",)}
 # Individually logged skipped annotations per file; the rest are counted.
 _MAX_LOGGED_SKIPS = 10
 # TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
@@ -115,7 +124,24 @@ class _SkipLog:
                             sum(self.counts.values()), reasons)
 
 
-def _segmentation_problem(segmentation) -> str | None:
+def _rle_problem(segmentation, height: int, width: int) -> str | None:
+    """Why an RLE segmentation does not fit its image, or None when it does.
+
+    Anything other than an RLE dict passes.
+    """
+    if not isinstance(segmentation, dict):
+        return None
+    size = segmentation.get("size")
+    if size is None:
+        return "RLE segmentation without 'size'"
+    if not isinstance(size, (list, tuple)) or list(size) != [height, width]:
+        return (f"RLE size differs from the image: {size!r} vs "
+                f"[{height}, {width}] (height, width)")
+    return None
+
+
+def _segmentation_problem(segmentation, height: int,
+                          width: int) -> str | None:
     """Why a segmentation cannot give a mask, or None when it can."""
     if isinstance(segmentation, list):
         if not segmentation or not all(
@@ -123,8 +149,18 @@ def _segmentation_problem(segmentation) -> str | None:
             return "empty segmentation (needs a polygon of 3+ points)"
         return None
     if isinstance(segmentation, dict) and segmentation.get("counts"):
-        return None
+        return _rle_problem(segmentation, height, width)
     return "empty segmentation"
+
+
+def _to_rle(segmentation, height: int, width: int) -> dict:
+    """A usable polygon / RLE segmentation as one RLE of its image."""
+    if isinstance(segmentation, list):  # polygons
+        return mask_utils.merge(
+                mask_utils.frPyObjects(segmentation, height, width))
+    if isinstance(segmentation["counts"], list):  # uncompressed RLE
+        return mask_utils.frPyObjects(segmentation, height, width)
+    return segmentation
 
 
 def _box_problem(bbox) -> str | None:
@@ -135,6 +171,56 @@ def _box_problem(bbox) -> str | None:
     if not (bbox[2] > 0 and bbox[3] > 0):
         return f"zero or negative-size bbox: {bbox}"
     return None
+
+
+def _check_records(path: str, dataset: dict) -> None:
+    """ValueError naming the first record that lacks a key the loader reads."""
+    for key, required in _REQUIRED_KEYS.items():
+        for index, record in enumerate(dataset[key]):
+            if not isinstance(record, dict):
+                raise ValueError(f"{path}: {key}[{index}] is not an object")
+            missing = [repr(k) for k in required if k not in record]
+            if missing:
+                raise ValueError(f"{path}: {key}[{index}] "
+                                 f"(id={record.get('id')!r}) lacks "
+                                 f"{', '.join(missing)}")
+    seen = set()
+    for index, category in enumerate(dataset["categories"]):
+        cid = category["id"]
+        if not isinstance(cid, int) or isinstance(cid, bool):
+            raise ValueError(f"{path}: categories[{index}] id {cid!r} is not "
+                             "an integer")
+        if cid in seen:
+            raise ValueError(f"{path}: categories[{index}] repeats id {cid}")
+        seen.add(cid)
+
+
+def _area(annotation: dict, image: dict) -> float:
+    """Pixel area of the segmentation, or w * h of the box without one."""
+    height, width = image["height"], image["width"]
+    segmentation = annotation.get("segmentation")
+    if _segmentation_problem(segmentation, height, width) is None:
+        return float(mask_utils.area(_to_rle(segmentation, height, width)))
+    return float(annotation["bbox"][2] * annotation["bbox"][3])
+
+
+def _fill_eval_defaults(annotations: list[dict], images: dict[int, dict],
+                        source: str) -> None:
+    """Sets the 'iscrowd' (0) and 'area' COCOeval needs where they lack."""
+    crowd = area = 0
+    for annotation in annotations:
+        if "iscrowd" not in annotation:
+            annotation["iscrowd"] = 0
+            crowd += 1
+        if "area" not in annotation:
+            annotation["area"] = _area(annotation,
+                                       images[annotation["image_id"]])
+            area += 1
+    if crowd or area:
+        logging.warning(
+                "%s: filled defaults for evaluation: iscrowd=0 on %d "
+                "annotations, area (segmentation pixels, else box w*h) on %d",
+                source, crowd, area)
 
 
 @dataclasses.dataclass
@@ -201,12 +287,7 @@ class CocoFolder:
             if not isinstance(dataset, dict) or not isinstance(
                     dataset.get(key), list):
                 raise ValueError(f"{path}: missing the {key!r} list")
-        for image in dataset["images"]:
-            missing = [k for k in ("id", "file_name", "height", "width")
-                       if k not in image]
-            if missing:
-                raise ValueError(f"{path}: image entry {image.get('id')!r} "
-                                 f"lacks {', '.join(missing)}")
+        _check_records(path, dataset)
         return dataset
 
     def _check_image_files(self) -> None:
@@ -234,24 +315,20 @@ class CocoFolder:
         class_of = {cid: c + 1 for c, cid in enumerate(self.category_ids)}
         self.has_masks = any(
                 a.get("segmentation") and not a.get("iscrowd")
-                for a in annotations if a.get("image_id") in by_id)
+                for a in annotations if a["image_id"] in by_id)
         if not self.has_masks:
             logging.warning("%s: no instance segmentations; training without "
                             "mask targets", self.annotation_file)
         per_image: list[list[dict]] = [[] for _ in self.images]
         ground_truth = []
         for annotation in annotations:
-            image_id = annotation.get("image_id")
+            image_id = annotation["image_id"]
             if image_id not in by_id:
                 if image_id not in known_images:
                     log.skip(annotation, "unknown image_id")
                 continue
-            problem = _box_problem(annotation.get("bbox"))
-            if annotation.get("category_id") not in class_of:
-                problem = ("unknown category_id: "
-                           f"{annotation.get('category_id')}")
-            elif problem is None and self.has_masks:
-                problem = _segmentation_problem(annotation.get("segmentation"))
+            problem = self._annotation_problem(
+                    annotation, self.images[by_id[image_id]], class_of)
             if problem:
                 log.skip(annotation, problem)
                 continue
@@ -261,10 +338,28 @@ class CocoFolder:
         log.summarize()
         self._targets = [self._targets_of(anns, class_of) for anns in per_image]
         _renumber_if_needed(ground_truth, self.annotation_file)
+        _fill_eval_defaults(ground_truth,
+                            {im["id"]: im for im in self.images},
+                            self.annotation_file)
         self.ground_truth = {
                 "info": dataset.get("info", {}), "images": self.images,
                 "annotations": ground_truth,
                 "categories": dataset["categories"]}
+
+    def _annotation_problem(self, annotation: dict, image: dict,
+                            class_of: dict[int, int]) -> str | None:
+        """Why an annotation of a selected image is unusable, or None."""
+        if annotation["category_id"] not in class_of:
+            return f"unknown category_id: {annotation['category_id']}"
+        problem = _box_problem(annotation["bbox"])
+        if problem:
+            return problem
+        segmentation = annotation.get("segmentation")
+        if self.has_masks:
+            return _segmentation_problem(segmentation, image["height"],
+                                         image["width"])
+        # Without mask targets only an RLE that cannot fit its image matters.
+        return _rle_problem(segmentation, image["height"], image["width"])
 
     @staticmethod
     def _targets_of(annotations: list[dict],
@@ -309,15 +404,8 @@ class CocoFolder:
         segmentations = self._targets[index].segmentations
         if not self.has_masks or not segmentations:
             return np.zeros((0, height, width), np.uint8)
-        rles = []
-        for segmentation in segmentations:
-            if isinstance(segmentation, list):  # polygons
-                rles.append(mask_utils.merge(
-                        mask_utils.frPyObjects(segmentation, height, width)))
-            elif isinstance(segmentation["counts"], list):  # uncompressed RLE
-                rles.append(mask_utils.frPyObjects(segmentation, height, width))
-            else:
-                rles.append(segmentation)
+        rles = [_to_rle(segmentation, height, width)
+                for segmentation in segmentations]
         return np.ascontiguousarray(mask_utils.decode(rles).transpose(2, 0, 1))
 
     def _record_errors(self, load, index: int):
@@ -368,7 +456,8 @@ def category_ids_for_tfds(label_names: Sequence[str]) -> list[int]:
     return list(range(1, len(label_names) + 1))
 
 
-def tfds_ground_truth(examples, label_names: Sequence[str],
+def tfds_ground_truth(examples: Iterable[Mapping[str, Any]],
+                      label_names: Sequence[str],
                       source: str) -> tuple[dict, list[int]]:
     """COCO GT dict from TFDS examples (numpy, image shape already taken).
 

@@ -3,10 +3,11 @@
 Each image is a plain, lightly textured background with 0-6 filled shapes of
 three classes (circle, rectangle, triangle) in distinct random colours. Shapes
 may overlap; an instance's segmentation is its visible part after the shapes
-drawn later are painted on top, and a placement that would leave an earlier
-shape less than `MIN_VISIBLE_FRACTION` visible is retried or dropped, so every
-visible shape is annotated. Segmentations are compressed RLE; boxes are the
-tight box of the visible mask, [x, y, w, h] in pixels (x + w exclusive).
+drawn later are painted on top, and a placement that covers no pixel or would
+leave an earlier shape less than `MIN_VISIBLE_FRACTION` visible is retried or
+dropped, so every visible shape is annotated. Segmentations are compressed
+RLE; boxes are the tight box of the visible mask, [x, y, w, h] in pixels
+(x + w exclusive).
 
 Layout written under OUT (the layout `data.source='coco_json'` reads):
 
@@ -16,11 +17,18 @@ Layout written under OUT (the layout `data.source='coco_json'` reads):
   python -m detector.data.shapes --out OUT --num_train 2000 --num_val 200
 
 Image i of a split depends only on (seed, split, i), never on the number of
-images, so a larger set extends a smaller one.
+images, so a larger set extends a smaller one. An existing instances JSON is
+replaced only when its `info` names it a shapes file.
+
+Shapes: S image side (`image_size`, >= MIN_IMAGE_SIZE); N instances of an
+image (0..MAX_OBJECTS). `render_image` gives the image uint8[S, S, 3] and N
+(category id, visible mask bool[S, S]) pairs; the JSON stores each image as
+S x S and each instance as an RLE of size [S, S] with its box [x, y, w, h].
 """
 
 import argparse
 from collections.abc import Sequence
+import contextlib
 import json
 import os
 
@@ -44,6 +52,8 @@ MIN_COLOUR_DISTANCE = 80.0
 # Bumped whenever the rendering changes, so stale folders are rewritten.
 GENERATOR_VERSION = 1
 DESCRIPTION = "flax-maskrcnn synthetic shapes"
+# Smallest image side: objects stay at least a few pixels across.
+MIN_IMAGE_SIZE = 32
 
 
 def _random_colour(rng: np.random.Generator,
@@ -114,7 +124,8 @@ def render_image(rng: np.random.Generator,
                  size: int) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
     """Draws one image; returns it (uint8 [size, size, 3]) and its instances.
 
-    Instances are (category id, visible bool mask) in drawing order.
+    Instances are (category id, visible bool mask) in drawing order; every
+    visible mask covers at least one pixel.
     """
     image = _background(rng, size)
     colours = [image.reshape(-1, 3).mean(axis=0)]
@@ -128,8 +139,10 @@ def render_image(rng: np.random.Generator,
             centre = rng.uniform(side / 2, size - side / 2, size=2)
             mask = _shape_mask(rng, category, side, centre, size)
             remaining = [v & ~mask for v in visible]
-            if all(np.count_nonzero(r) >= MIN_VISIBLE_FRACTION * area
-                   for r, area in zip(remaining, full_areas)):
+            # A shape too small to cover a pixel centre is placed again.
+            if mask.any() and all(
+                    np.count_nonzero(r) >= MIN_VISIBLE_FRACTION * area
+                    for r, area in zip(remaining, full_areas)):
                 break
         else:
             continue  # no placement keeps the others visible: drop it
@@ -164,13 +177,54 @@ def dataset_info(num_images: int, image_size: int, seed: int) -> dict:
             "num_images": num_images, "image_size": image_size, "seed": seed}
 
 
+def annotation_path(out_dir: str, split: str) -> str:
+    """OUT/annotations/instances_<split>.json."""
+    return os.path.join(out_dir, "annotations", f"instances_{split}.json")
+
+
+def check_can_write(out_dir: str, split: str) -> None:
+    """ValueError when OUT holds a `split` JSON this writer did not write."""
+    path = annotation_path(out_dir, split)
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path) as f:
+            info = json.load(f).get("info")
+    except (OSError, ValueError, AttributeError):
+        info = None
+    if not (isinstance(info, dict) and info.get("description") == DESCRIPTION):
+        raise ValueError(
+                f"{path}: exists and its 'info' does not name it a "
+                f"{DESCRIPTION!r} file; refusing to overwrite it (move it or "
+                "write the shapes dataset to another folder)")
+
+
+def _check_arguments(split: str, num_images: int, image_size: int) -> None:
+    """ValueError naming the first bad argument of `write_split`."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not one of {', '.join(SPLITS)}")
+    if num_images < 0:
+        raise ValueError(f"num_images={num_images} must be >= 0")
+    if image_size < MIN_IMAGE_SIZE:
+        raise ValueError(f"image_size={image_size} is below the minimum "
+                         f"{MIN_IMAGE_SIZE} pixels of the shapes images")
+
+
 def write_split(out_dir: str, split: str, num_images: int,
                 image_size: int = 128, seed: int = 0) -> str:
-    """Writes one split (PNGs, then the JSON); returns the JSON's path."""
+    """Writes one split (PNGs, then the JSON); returns the JSON's path.
+
+    Refuses (ValueError) to replace a JSON this writer did not write.
+    """
+    _check_arguments(split, num_images, image_size)
+    check_can_write(out_dir, split)
+    path = annotation_path(out_dir, split)
     image_dir = os.path.join(out_dir, split)
-    annotation_dir = os.path.join(out_dir, "annotations")
     os.makedirs(image_dir, exist_ok=True)
-    os.makedirs(annotation_dir, exist_ok=True)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    # A JSON left from other parameters must not describe the new PNGs.
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
     images, annotations = [], []
     for index in range(num_images):
         rng = np.random.default_rng([seed, SPLITS.index(split), index])
@@ -187,9 +241,8 @@ def write_split(out_dir: str, split: str, num_images: int,
     coco = {"info": dataset_info(num_images, image_size, seed),
             "licenses": [], "images": images, "annotations": annotations,
             "categories": list(CATEGORIES)}
-    path = os.path.join(annotation_dir, f"instances_{split}.json")
     # The JSON is written last and atomically: its presence marks the split
-    # complete, also when several processes write the same folder.
+    # complete, and a reader never sees it half written.
     temporary = f"{path}.tmp-{os.getpid()}"
     with open(temporary, "w") as f:
         json.dump(coco, f)
@@ -202,7 +255,7 @@ def write_split(out_dir: str, split: str, num_images: int,
 def split_is_current(out_dir: str, split: str, num_images: int,
                      image_size: int, seed: int) -> bool:
     """Whether OUT holds `split` written with exactly these parameters."""
-    path = os.path.join(out_dir, "annotations", f"instances_{split}.json")
+    path = annotation_path(out_dir, split)
     if not os.path.exists(path):
         return False
     try:
@@ -216,6 +269,8 @@ def split_is_current(out_dir: str, split: str, num_images: int,
 def write_dataset(out_dir: str, num_train: int, num_val: int,
                   image_size: int = 128, seed: int = 0) -> None:
     """Writes the train and val splits under `out_dir`."""
+    for split in SPLITS:  # refuse before writing anything
+        check_can_write(out_dir, split)
     for split, count in zip(SPLITS, (num_train, num_val)):
         write_split(out_dir, split, count, image_size, seed)
 
@@ -229,14 +284,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--num_train", type=int, default=2000)
     parser.add_argument("--num_val", type=int, default=200)
     parser.add_argument("--image_size", type=int, default=128,
-                        help="image side in pixels")
+                        help=f"image side in pixels (>= {MIN_IMAGE_SIZE})")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    if min(args.num_train, args.num_val) < 0 or args.image_size < 32:
-        parser.error("image counts must be >= 0 and --image_size >= 32")
+    if min(args.num_train, args.num_val) < 0:
+        parser.error("--num_train and --num_val must be >= 0")
+    if args.image_size < MIN_IMAGE_SIZE:
+        parser.error(f"--image_size={args.image_size} is below the minimum "
+                     f"{MIN_IMAGE_SIZE}")
     logging.set_verbosity(logging.INFO)
-    write_dataset(args.out, args.num_train, args.num_val, args.image_size,
-                  args.seed)
+    try:
+        write_dataset(args.out, args.num_train, args.num_val,
+                      args.image_size, args.seed)
+    except ValueError as e:
+        parser.error(str(e))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,9 @@ eval), cropped at a random offset when it exceeds H x W, placed at the top
 left and padded bottom/right. Boxes follow the same map, are clipped to the
 visible image and dropped when empty. Each kept instance's mask is resampled
 from the full-resolution original mask over exactly its final box, S x S.
+The resized size is max(round([h, w] * scale), 1) per axis (float32, half to
+even), so boxes scale by resized / [h, w] per axis; evaluation maps them back
+with that same factor (`detector.postprocess.resize_factors`).
 """
 
 from absl import logging
@@ -110,11 +113,14 @@ def _pad_rows(tensor: tf.Tensor, rows: int) -> tf.Tensor:
 
 
 def sample_geometry(hw: tf.Tensor, key: tf.Tensor | None,
-                    data: ml_collections.ConfigDict, training: bool):
+                    data: ml_collections.ConfigDict, training: bool
+                    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """(flip, scale, resized [h', w'], crop offset [y, x]) of an example.
 
-    Training draws them from the stateless `key`; eval uses no flip, no
-    jitter and no crop.
+    flip bool[], scale f32[], resized f32[2] = max(round(hw * scale), 1)
+    (half to even), offset i32[2]. Training draws them from the stateless
+    `key`; eval uses no flip, no jitter and no crop. Boxes map with the
+    per-axis factor resized / hw, not with `scale`.
     """
     height, width = data.image_size
     base = tf.minimum(height / hw[0], width / hw[1])

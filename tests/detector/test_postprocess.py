@@ -2,8 +2,11 @@
 
 import numpy as np
 from pycocotools import mask as mask_utils
+import tensorflow as tf
 
+from configs import shapes as shapes_config
 from detector import postprocess
+from detector.data import transforms
 
 
 def test_paste_full_mask_fills_exactly_the_box():
@@ -58,3 +61,46 @@ def test_coco_results_undo_scale_skip_padding_and_encode_masks():
     boxes_only = postprocess.coco_results(predictions, batch, [11, 22],
                                           with_masks=False)
     assert "segmentation" not in boxes_only[0]
+
+
+def test_boxes_map_back_with_the_pipeline_rounded_resize():
+    """A 5 x 47 image resizes to 9 x 80 (not 8.51 x 80): y maps by 9 / 5."""
+    data = shapes_config.get_config().data
+    data.image_size = (64, 80)
+    data.hflip = False
+    data.scale_jitter = (1.0, 1.0)
+    original = np.array([[3.0, 1.0, 40.0, 5.0]], np.float32)  # x1 y1 x2 y2
+    example = {"image": tf.zeros([5, 47, 3], tf.uint8),
+               "image_id": tf.constant(3, tf.int64),
+               "boxes": tf.constant(original),
+               "classes": tf.constant([1], tf.int32)}
+    train = transforms.transform(example, tf.constant([0, 0], tf.int64), data,
+                                 True, False)
+    batch = {key: value.numpy()[None] for key, value in transforms.transform(
+            example, None, data, False, False).items()}
+    scale = float(batch["scale"][0])
+    np.testing.assert_allclose(postprocess.resize_factors([5, 47], scale),
+                               [9 / 5, 80 / 47])
+    predictions = {"boxes": train["boxes"].numpy()[None, :1],
+                   "scores": np.array([[0.5]]), "classes": np.array([[1]]),
+                   "masks": np.zeros((1, 1, 28, 28), np.float32),
+                   "num_detections": np.array([1])}
+    result, = postprocess.coco_results(predictions, batch, [1],
+                                       with_masks=False)
+    np.testing.assert_allclose(result["bbox"], [3.0, 1.0, 37.0, 4.0],
+                               atol=1e-5)
+    # Dividing by the unrounded scale would miss the bottom edge.
+    assert abs(train["boxes"].numpy()[0, 3] / scale - 5.0) > 0.2
+
+
+def test_resize_factors_round_half_to_even_in_float32():
+    # 3 * 1.5 = 4.5 rounds to 4 and 5 * 1.5 = 7.5 to 8, as in TensorFlow.
+    np.testing.assert_allclose(postprocess.resize_factors([3, 5], 1.5),
+                               [4 / 3, 8 / 5])
+    hw = tf.constant([3.0, 5.0])
+    resized = tf.maximum(tf.round(hw * tf.constant(1.5)), 1.0).numpy()
+    np.testing.assert_allclose(resized / [3, 5],
+                               postprocess.resize_factors([3, 5], 1.5))
+    # A tiny image never resizes below one pixel.
+    np.testing.assert_allclose(postprocess.resize_factors([1, 400], 0.1),
+                               [1.0, 0.1], rtol=1e-6)

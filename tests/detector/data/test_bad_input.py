@@ -1,11 +1,14 @@
 """Bad input gets one clear line naming the file, or a logged skip."""
 
+import contextlib
+import io
 import itertools
 import json
 import os
 
 import numpy as np
 import pytest
+from pycocotools import cocoeval
 
 from detector.data import coco
 from detector.data import pipeline
@@ -109,8 +112,22 @@ def test_bad_annotations_are_skipped_and_logged(config, folder, caplog):
     # Image 1 kept none of its three instances; image 2 kept two.
     assert folder_split.load_example(0)[1].shape == (0, 4)
     assert folder_split.load_example(1)[2].tolist() == [2, 3]
-    batch = next(pipeline.train_batches(config))
-    assert batch["valid"].sum() <= 4 * 3
+    # Without augmentation no box is cropped away, so each row keeps its
+    # image's usable instances up to max_instances: the 3-instance images
+    # are cut to 2, image 1 keeps none.
+    config.data.hflip = False
+    config.data.scale_jitter = (1.0, 1.0)
+    config.data.max_instances = 2
+    kept = {1: 0, 2: 2, 3: 3, 4: 3, 5: 3, 6: 3}
+    with caplog.at_level("WARNING"):
+        batches = list(itertools.islice(pipeline.train_batches(config), 3))
+    seen = set()
+    for batch in batches:
+        for image_id, valid in zip(batch["image_id"], batch["valid"]):
+            assert valid.sum() == min(kept[image_id], 2), image_id
+            seen.add(int(image_id))
+    assert seen == set(kept)
+    assert "has 3 instances > data.max_instances=2" in caplog.text
 
 
 def test_crowd_regions_are_ground_truth_not_targets(config, folder):
@@ -134,7 +151,8 @@ def test_json_problems(config, folder):
         pipeline.eval_split(config)
     _edit_json(folder / "annotations" / "instances_train.json",
                lambda d: d["images"][0].pop("width"))
-    with pytest.raises(ValueError, match="image entry 1 lacks width"):
+    with pytest.raises(ValueError, match=r"instances_train.json: images\[0\] "
+                       r"\(id=1\) lacks 'width'$"):
         pipeline.train_batches(config)
 
 
@@ -186,3 +204,120 @@ def test_polygon_and_uncompressed_rle_segmentations(tmp_path, helpers):
     assert masks.shape == (3, 20, 30)
     for decoded in masks:
         assert (decoded.astype(bool) == mask).all()
+
+
+@pytest.mark.parametrize("records, index, key", [
+        ("categories", 1, "id"), ("images", 2, "file_name"),
+        ("images", 0, "height"), ("annotations", 4, "image_id"),
+        ("annotations", 0, "bbox"), ("annotations", 8, "category_id")])
+def test_missing_keys_name_the_file_record_and_key(folder, records, index,
+                                                   key):
+    path = folder / "annotations" / "instances_val.json"
+    _edit_json(path, lambda d: d[records][index].pop(key))
+    record_id = "None" if key == "id" else index + 1
+    with pytest.raises(ValueError) as error:
+        coco.CocoFolder(str(folder), "val", 3)
+    assert str(error.value) == (f"{path}: {records}[{index}] (id={record_id})"
+                                f" lacks '{key}'")
+
+
+def test_bad_category_ids(folder):
+    path = folder / "annotations" / "instances_val.json"
+    _edit_json(path, lambda d: d["categories"][2].update(id=1))
+    with pytest.raises(ValueError, match=r"instances_val.json: "
+                       r"categories\[2\] repeats id 1$"):
+        coco.CocoFolder(str(folder), "val", 3)
+    _edit_json(path, lambda d: d["categories"][2].update(id="3"))
+    with pytest.raises(ValueError, match=r"categories\[2\] id '3' is not an "
+                       "integer$"):
+        coco.CocoFolder(str(folder), "val", 3)
+
+
+def _evaluate(ground_truth, iou_type: str) -> float:
+    """AP of the ground truth's own boxes/masks scored against it."""
+    results = [{"image_id": a["image_id"], "category_id": a["category_id"],
+                "bbox": a["bbox"], "segmentation": a["segmentation"],
+                "score": 1.0}
+               for a in ground_truth.anns.values()]
+    with contextlib.redirect_stdout(io.StringIO()):
+        evaluation = cocoeval.COCOeval(ground_truth,
+                                       ground_truth.loadRes(results), iou_type)
+        evaluation.evaluate()
+        evaluation.accumulate()
+        evaluation.summarize()
+    return evaluation.stats[0]
+
+
+def test_missing_iscrowd_and_area_get_defaults(folder, caplog):
+    path = folder / "annotations" / "instances_val.json"
+    original = json.loads(path.read_text())["annotations"]
+    polygon = [[6.0, 4.0, 18.0, 4.0, 18.0, 12.0, 6.0, 12.0]]  # 12 x 8 px
+
+    def strip(dataset):
+        anns = dataset["annotations"]
+        for ann in anns[:4]:
+            ann.pop("iscrowd")
+        for ann in anns[2:5]:
+            ann.pop("area")
+        anns[4]["segmentation"] = polygon
+
+    _edit_json(path, strip)
+    with caplog.at_level("WARNING"):
+        split = coco.CocoFolder(str(folder), "val", 3)
+    assert (f"{path}: filled defaults for evaluation: iscrowd=0 on 4 "
+            "annotations, area (segmentation pixels, else box w*h) on 3"
+            in caplog.text)
+    ground_truth = split.coco()
+    anns = ground_truth.anns
+    assert [anns[i]["iscrowd"] for i in range(1, 10)] == [0] * 9
+    # RLE segmentations: their pixel count; the polygon: its 12 x 8 pixels.
+    assert [anns[i]["area"] for i in (3, 4)] == [original[2]["area"],
+                                                 original[3]["area"]]
+    assert anns[5]["area"] == 96
+    assert isinstance(anns[3]["area"], float)
+    assert _evaluate(ground_truth, "bbox") == pytest.approx(1.0)
+    assert _evaluate(ground_truth, "segm") == pytest.approx(1.0)
+
+
+def test_missing_area_without_segmentation_is_box_area(folder, caplog):
+    path = folder / "annotations" / "instances_train.json"
+
+    def strip(dataset):
+        for ann in dataset["annotations"]:
+            ann.pop("segmentation")
+        dataset["annotations"][0].pop("area")
+
+    _edit_json(path, strip)
+    with caplog.at_level("WARNING"):
+        split = coco.CocoFolder(str(folder), "train", 3)
+    assert not split.has_masks
+    ann = split.coco().anns[1]
+    assert ann["area"] == ann["bbox"][2] * ann["bbox"][3]
+    assert "iscrowd=0 on 0 annotations, area" in caplog.text
+    assert "on 1" in caplog.text
+
+
+def test_rle_without_or_with_another_size_is_skipped(folder, caplog):
+    path = folder / "annotations" / "instances_val.json"
+
+    def corrupt(dataset):
+        anns = dataset["annotations"]
+        anns[0]["segmentation"]["size"] = [10, 10]
+        anns[1]["segmentation"].pop("size")
+        anns[5]["iscrowd"] = 1  # crowd regions are checked too
+        anns[5]["segmentation"]["size"] = [60, 48]
+
+    _edit_json(path, corrupt)
+    with caplog.at_level("WARNING"):
+        split = coco.CocoFolder(str(folder), "val", 3)
+    text = caplog.text
+    assert (f"{path}: skipping annotation id=1 of image 1: RLE size differs "
+            "from the image: [10, 10] vs [48, 60] (height, width)") in text
+    assert (f"{path}: skipping annotation id=2 of image 1: RLE segmentation "
+            "without 'size'") in text
+    assert "id=6 of image 2: RLE size differs from the image: [60, 48]" in text
+    assert ("skipped 3 annotations (2 RLE size differs from the image, "
+            "1 RLE segmentation without 'size')") in text
+    assert sorted(split.coco().anns) == [3, 4, 5, 7, 8, 9]
+    assert split.load_example(0)[2].tolist() == [3]
+    assert split.load_example(0)[3].shape == (1, 48, 60)

@@ -1,6 +1,7 @@
 """Tests of the tf.data pipelines on small COCO-format folders."""
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -73,11 +74,18 @@ def _paste(mask: np.ndarray, box: np.ndarray) -> np.ndarray:
 def test_boxes_masks_and_pixels_stay_aligned(colour_config, helpers):
     """After flip, jitter and crop, box, mask and painted pixels agree."""
     cropped = 0
+    orders = []  # per example: is class 1 (left third) right of class 3?
     for batch in _take(pipeline.train_batches(colour_config), 6):
         for i in range(4):
             image = batch["image"][i]
             scaled = batch["orig_size"][i] * batch["scale"][i]
             cropped += bool((scaled > [H, W]).any())
+            centres = {int(c): b[0] + b[2]
+                       for c, b, v in zip(batch["classes"][i],
+                                          batch["boxes"][i],
+                                          batch["valid"][i]) if v}
+            if 1 in centres and 3 in centres:
+                orders.append(centres[1] > centres[3])
             for k in np.flatnonzero(batch["valid"][i]):
                 colour = helpers.CLASS_COLOURS[batch["classes"][i, k]]
                 channel = int(np.argmax(colour))
@@ -100,6 +108,9 @@ def test_boxes_masks_and_pixels_stay_aligned(colour_config, helpers):
                 assert iou > 0.8, (i, k, iou)
                 assert batch["mask_valid"][i, k]
     assert cropped > 0, "jitter never made the image exceed the canvas"
+    # Class 1 is drawn left of class 3: flipped examples swap them, and the
+    # checks above held for both kinds.
+    assert any(orders) and not all(orders), orders
 
 
 def test_resume_gives_the_same_batches(shapes_config):
@@ -208,3 +219,39 @@ def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path,
     config.data.root = str(tmp_path / "elsewhere")
     pipeline.ensure_shapes_dataset(config)
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path, make_config,
+                                                      helpers):
+    config = make_config(str(tmp_path), source="shapes")
+    config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
+    path = helpers.write_folder(str(tmp_path), "val",
+                                [np.zeros((8, 8, 3), np.uint8)], [])
+    before = open(path).read()
+    with pytest.raises(ValueError, match=rf"^{path}: exists and its 'info' "
+                       "does not name it a 'flax-maskrcnn synthetic shapes' "
+                       "file; refusing to overwrite it"):
+        pipeline.ensure_shapes_dataset(config)
+    assert open(path).read() == before
+    # Nothing was written, the other split included.
+    assert not (tmp_path / "annotations" / "instances_train.json").exists()
+    with pytest.raises(ValueError, match=r"instances_val.json: exists"):
+        pipeline.train_batches(config)
+
+
+def test_ensure_shapes_dataset_other_processes_wait(tmp_path, make_config):
+    config = make_config(str(tmp_path), source="shapes")
+    config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
+    with pytest.raises(TimeoutError, match=r"instances_train.json: process 0 "
+                       r"did not write the shapes train split within 0.2 s$"):
+        pipeline.ensure_shapes_dataset(config, process_index=1,
+                                       timeout_s=0.2)
+    assert not (tmp_path / "train").exists()  # only process 0 writes
+    pipeline.ensure_shapes_dataset(config, process_index=0)
+    started = time.monotonic()
+    pipeline.ensure_shapes_dataset(config, process_index=1, timeout_s=60)
+    assert time.monotonic() - started < 5
+    config.data.shapes.image_size = 16
+    with pytest.raises(ValueError, match=r"^data.shapes.image_size=16 is "
+                       "below the minimum 32$"):
+        pipeline.ensure_shapes_dataset(config)

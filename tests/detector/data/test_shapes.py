@@ -111,5 +111,62 @@ def test_command_line(tmp_path):
     assert shapes.split_is_current(str(tmp_path), "train", 2, 40, 5)
     assert shapes.split_is_current(str(tmp_path), "val", 1, 40, 5)
     assert len(list((tmp_path / "train").glob("*.png"))) == 2
+
+
+def test_small_images_still_cover_a_pixel_per_shape():
+    """At sizes where shapes are ~1 px across, none is rendered empty."""
+    counts = 0
+    for size in (6, 8, 12, 16):
+        for index in range(60):
+            _, instances = shapes.render_image(
+                    np.random.default_rng([7, index]), size)
+            counts += len(instances)
+            for _, mask in instances:
+                assert mask.any(), (size, index)
+    assert counts > 500
+
+
+def test_image_size_lower_bound(tmp_path, capsys):
+    with pytest.raises(ValueError, match=r"^image_size=16 is below the "
+                       r"minimum 32 pixels of the shapes images$"):
+        shapes.write_split(str(tmp_path), "train", 2, image_size=16)
+    assert not (tmp_path / "train").exists()
     with pytest.raises(SystemExit):
         shapes.main(["--out", str(tmp_path), "--image_size", "8"])
+    assert "--image_size=8 is below the minimum 32" in capsys.readouterr().err
+    with pytest.raises(ValueError, match=r"^split='test' is not one of"):
+        shapes.write_split(str(tmp_path), "test", 2)
+    shapes.write_split(str(tmp_path), "val", 1,
+                       image_size=shapes.MIN_IMAGE_SIZE)
+    assert shapes.split_is_current(str(tmp_path), "val", 1,
+                                   shapes.MIN_IMAGE_SIZE, 0)
+
+
+@pytest.mark.parametrize("content", ['{"images": [], "annotations": []}',
+                                     '{"info": {"description": "COCO"}}',
+                                     "[1, 2]", "{not json"])
+def test_foreign_json_is_never_overwritten(tmp_path, capsys, content):
+    path = tmp_path / "annotations" / "instances_val.json"
+    path.parent.mkdir()
+    path.write_text(content)
+    with pytest.raises(ValueError) as error:
+        shapes.write_split(str(tmp_path), "val", 1, image_size=32)
+    assert str(error.value).startswith(
+            f"{path}: exists and its 'info' does not name it a "
+            "'flax-maskrcnn synthetic shapes' file; refusing to overwrite")
+    # The command line refuses before writing any split.
+    with pytest.raises(SystemExit):
+        shapes.main(["--out", str(tmp_path), "--num_train", "1",
+                     "--num_val", "1", "--image_size", "32"])
+    assert f"{path}: exists" in capsys.readouterr().err
+    assert path.read_text() == content
+    assert not (tmp_path / "annotations" / "instances_train.json").exists()
+    assert not (tmp_path / "val").exists()
+
+
+def test_rewrite_replaces_a_stale_shapes_json(tmp_path):
+    path = shapes.write_split(str(tmp_path), "val", 2, image_size=32)
+    shapes.write_split(str(tmp_path), "val", 3, image_size=32)
+    assert shapes.split_is_current(str(tmp_path), "val", 3, 32, 0)
+    assert len(json.loads(open(path).read())["images"]) == 3
+    assert not list((tmp_path / "annotations").glob("*.tmp-*"))

@@ -1,6 +1,7 @@
 """The TFDS coco/2017 source, without network, through tfds mock_data."""
 
 import itertools
+import types
 
 import numpy as np
 import pytest
@@ -23,16 +24,28 @@ EXAMPLES = [
 ]
 
 
-def _records(encoded_image: bool) -> tf.data.Dataset:
-    """The mocked coco/2017 records, as TFDS would decode them."""
+# The first image id of each mocked split: the splits hold the same records
+# under different ids, so a test sees which split it read.
+FIRST_IDS = {"train": 101, "validation": 201}
+CORRUPT_BYTES = b"\x00\x01 not an image"
+
+
+def _records(encoded_image: bool, first_id: int,
+             corrupt: int | None = None) -> tf.data.Dataset:
+    """The mocked coco/2017 records, as TFDS would decode them.
+
+    Record `corrupt` (an index) holds bytes of no image format.
+    """
     def generate():
         for index, (height, width, objects) in enumerate(EXAMPLES):
             pixels = np.full((height, width, 3), 40 * index, np.uint8)
             image = (tf.io.encode_jpeg(pixels).numpy() if encoded_image
                      else pixels)
+            if index == corrupt:
+                image = CORRUPT_BYTES
             boxes = np.array([o[0] for o in objects], np.float32)
             yield {"image": image, "image/filename": f"{index}.jpg",
-                   "image/id": 101 + index,
+                   "image/id": first_id + index,
                    "objects": {
                            "id": np.arange(len(objects), dtype=np.int64),
                            "area": np.full(len(objects), 12, np.int64),
@@ -58,24 +71,40 @@ def _records(encoded_image: bool) -> tf.data.Dataset:
             len(EXAMPLES)))
 
 
-def _as_dataset(self, split, decoders=None, read_config=None,
-                shuffle_files=False):
-    del self, split, read_config, shuffle_files
-    skip = isinstance((decoders or {}).get("image"), tfds.decode.SkipDecoding)
-    return _records(encoded_image=skip)
+def _as_dataset_fn(corrupt: int | None = None):
+    """A builder._as_dataset that slices the split with TFDS' own rules."""
+    def as_dataset(self, split, decoders=None, read_config=None,
+                   shuffle_files=False):
+        del self, read_config, shuffle_files
+        skip = isinstance((decoders or {}).get("image"),
+                          tfds.decode.SkipDecoding)
+        split_infos = {name: types.SimpleNamespace(num_examples=len(EXAMPLES))
+                       for name in FIRST_IDS}
+        (absolute,) = tfds.core.ReadInstruction.from_spec(
+                str(split)).to_absolute(split_infos)
+        start = absolute.from_ or 0
+        stop = len(EXAMPLES) if absolute.to is None else absolute.to
+        records = _records(skip, FIRST_IDS[absolute.splitname], corrupt)
+        return records.skip(start).take(stop - start)
+
+    return as_dataset
+
+
+def _config(make_config, data_dir: str):
+    config = make_config("", source="tfds")
+    config.data.tfds_data_dir = data_dir
+    config.data.num_classes = 80
+    config.data.train_split = "train"
+    config.data.eval_split = "validation"
+    config.data.hflip = False
+    config.data.scale_jitter = (1.0, 1.0)
+    return config
 
 
 @pytest.fixture(name="tfds_config")
 def tfds_config_fixture(make_config, tmp_path):
-    config = make_config("", source="tfds")
-    config.data.tfds_data_dir = str(tmp_path)
-    config.data.num_classes = 80
-    config.data.train_split = "train"
-    config.data.eval_split = "validation[:10]"
-    config.data.hflip = False
-    config.data.scale_jitter = (1.0, 1.0)
-    with tfds.testing.mock_data(as_dataset_fn=_as_dataset):
-        yield config
+    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()):
+        yield _config(make_config, str(tmp_path))
 
 
 def test_train_batches_from_tfds_and_resume(tfds_config):
@@ -120,24 +149,24 @@ def test_train_batches_from_tfds_and_resume(tfds_config):
 def test_eval_split_from_tfds(tfds_config):
     split = pipeline.eval_split(tfds_config)
     assert not split.has_masks
-    assert split.image_ids == [101, 102, 103, 104]
+    assert split.image_ids == [201, 202, 203, 204]
     assert split.category_ids == list(coco.COCO_2017_CATEGORY_IDS)
     gt = split.coco
-    assert sorted(gt.imgs) == [101, 102, 103, 104]
-    assert gt.imgs[102]["height"] == 50 and gt.imgs[102]["width"] == 30
+    assert sorted(gt.imgs) == [201, 202, 203, 204]
+    assert gt.imgs[202]["height"] == 50 and gt.imgs[202]["width"] == 30
     anns = list(gt.anns.values())
     # Crowd regions stay in the ground truth; the zero-size box does not.
     assert sum(a["iscrowd"] for a in anns) == 1
     assert len(anns) == 5
     labels = sorted(a["category_id"] for a in anns)
     assert labels == [1, 1, 3, 6, 90]  # labels 0, 0, 2, 5, 79
-    first = next(a for a in anns if a["image_id"] == 101 and not a["iscrowd"]
+    first = next(a for a in anns if a["image_id"] == 201 and not a["iscrowd"]
                  and a["category_id"] == 1)
     np.testing.assert_allclose(first["bbox"], [6, 4, 18, 16], atol=1e-4)
     batches = list(split.batches())
     assert len(batches) == split.num_batches == 2
     ids = np.concatenate([b["image_id"] for b in batches]).tolist()
-    assert ids == [101, 102, 103, 104]
+    assert ids == [201, 202, 203, 204]
     assert batches[0]["orig_size"].tolist() == [[40, 60], [50, 30]]
 
 
@@ -153,3 +182,74 @@ def test_tfds_not_prepared_is_a_clear_error(make_config, tmp_path):
     config.data.num_classes = 80
     with pytest.raises(FileNotFoundError, match="is not prepared there"):
         pipeline.eval_split(config, "validation")
+
+
+def test_eval_split_slices_like_tfds(tfds_config):
+    """Slices pick the leading / trailing records of the named split only."""
+    first_two = pipeline.eval_split(tfds_config, "validation[:2]")
+    assert first_two.image_ids == [201, 202]
+    assert sorted(first_two.coco.imgs) == [201, 202]
+    ids = [int(i) for b in first_two.batches() for i in b["image_id"]]
+    assert ids == [201, 202]
+    assert pipeline.eval_split(tfds_config, "validation[1:3]").image_ids == [
+            202, 203]
+    assert pipeline.eval_split(tfds_config, "validation[-1:]").image_ids == [
+            204]
+    assert pipeline.eval_split(tfds_config, "validation[50%:]").image_ids == [
+            203, 204]
+    assert pipeline.eval_split(tfds_config, "train[:1]").image_ids == [101]
+    # As in TFDS, a slice past the end of the split is an error.
+    with pytest.raises(ValueError, match=r"split 'validation\[:10\]' of tfds "
+                       r"coco/2017: .*\[:10\] incompatible with 4 examples"):
+        pipeline.eval_split(tfds_config, "validation[:10]")
+
+
+def test_corrupt_image_names_the_record(make_config, tmp_path):
+    config = _config(make_config, str(tmp_path))
+    expected = (r"^tfds coco/2017 record image/filename=2.jpg \(image/id="
+                r"{}\): cannot decode its image: "
+                rf"{len(CORRUPT_BYTES)} bytes in no known format \(JPEG, ")
+    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn(corrupt=2)):
+        with pytest.raises(ValueError, match=expected.format(203)):
+            pipeline.eval_split(config)
+        with pytest.raises(ValueError, match=expected.format(103)):
+            next(pipeline.train_batches(config))
+        # Records before the corrupt one still load.
+        assert pipeline.eval_split(config, "validation[:2]").image_ids == [
+                201, 202]
+
+
+class CocoWithoutLabels(tfds.core.GeneratorBasedBuilder):
+    """A COCO-like builder whose objects carry no 'label' feature."""
+
+    VERSION = tfds.core.Version("1.0.0")
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+                builder=self,
+                features=tfds.features.FeaturesDict({
+                        "image": tfds.features.Image(),
+                        "image/filename": tfds.features.Text(),
+                        "image/id": tf.int64,
+                        "objects": tfds.features.Sequence({
+                                "bbox": tfds.features.BBoxFeature(),
+                                "is_crowd": tf.bool,
+                                "area": tf.int64})}))
+
+    def _split_generators(self, dl_manager):
+        del dl_manager
+        return {"validation": self._generate_examples()}
+
+    def _generate_examples(self):
+        yield from ()
+
+
+def test_features_without_labels_name_the_builder_and_key(make_config,
+                                                          tmp_path):
+    config = _config(make_config, str(tmp_path))
+    config.data.tfds_name = "coco_without_labels"
+    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()):
+        with pytest.raises(ValueError, match=r"^tfds coco_without_labels: "
+                           r"features lack 'objects/label' \(the source "
+                           r"reads image, image/id, objects/bbox"):
+            pipeline.eval_split(config)
