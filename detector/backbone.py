@@ -9,8 +9,9 @@ touches them; for pretrained weights).
 Activations run in the module's dtype (float32 or bfloat16); parameters
 are float32.
 
-Shapes: B batch, H, W input size; C_l channels at level l (stride 2**l).
-Output: {2: [B, H/4, W/4, C_2], 3: ..., 4: ..., 5: [B, H/32, W/32, C_5]}
+Shapes: B batch, H, W input size; F_l channels of the output at level l
+(stride 2**l; the FPN paper's feature map C_l).
+Output: {2: [B, H/4, W/4, F_2], 3: ..., 4: ..., 5: [B, H/32, W/32, F_5]}
 (up to the top level the model uses).
 """
 

@@ -9,7 +9,7 @@ Names (LOSS_NAMES): rpn_cls, rpn_box (RPN objectness and deltas), cls, box
 (box head classes and class-specific deltas), mask (mask head), and total,
 the weighted sum.
 
-Shapes: B batch, S sampled anchors, R sampled rois, C classes, T mask size.
+Shapes: B batch, S sampled anchors, R sampled rois, C classes, M mask size.
 """
 
 import jax
@@ -35,7 +35,7 @@ def smooth_l1(diff: jax.Array, beta: float) -> jax.Array:
 
 
 def softmax_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
-    """Cross-entropy [...] of logits [..., K] against int labels [...]."""
+    """Cross-entropy [...] of logits [..., C + 1] against int labels [...]."""
     log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)
     return -jnp.take_along_axis(log_probs, labels[..., None], axis=-1)[..., 0]
 
@@ -108,8 +108,8 @@ def mask_loss(logits: jax.Array, targets: jax.Array,
     """Per-pixel BCE of the GT class's mask, mean over pixels and valid rois.
 
     Args:
-      logits: [B, R, T, T] mask logits of each roi's GT class.
-      targets: f32[B, R, T, T] binary targets.
+      logits: [B, R, M, M] mask logits of each roi's GT class.
+      targets: f32[B, R, M, M] binary targets.
       is_valid: bool[B, R] rois with a foreground match and a GT mask.
     """
     per_roi = jnp.mean(sigmoid_bce(logits, targets), axis=(-2, -1))

@@ -8,7 +8,7 @@ best-overlapping boxes are foreground too, so each GT gets at least one
 positive (as in detectron2 and TF Model Garden); their matched GT stays the
 IoU argmax.
 
-Shapes: N boxes, M GT boxes per image; leading batch dims broadcast.
+Shapes: N boxes, G GT boxes per image; leading batch dims broadcast.
 """
 
 import jax
@@ -23,8 +23,8 @@ def match(iou: jax.Array, gt_valid: jax.Array, *, fg_iou: float,
     """Labels and matched GT index of each box.
 
     Args:
-      iou: f32[..., N, M] IoU of every box with every GT box.
-      gt_valid: bool[..., M] which GT rows are real (padding is False).
+      iou: f32[..., N, G] IoU of every box with every GT box.
+      gt_valid: bool[..., G] which GT rows are real (padding is False).
       fg_iou: foreground when the best IoU >= this.
       bg_iou_low, bg_iou_high: background when the best IoU is in
         [bg_iou_low, bg_iou_high).
@@ -42,7 +42,7 @@ def match(iou: jax.Array, gt_valid: jax.Array, *, fg_iou: float,
                        BACKGROUND, labels)
     labels = jnp.where(best_iou >= fg_iou, FOREGROUND, labels)
     if low_quality:
-        best_per_gt = jnp.max(iou, axis=-2, keepdims=True)  # [..., 1, M]
+        best_per_gt = jnp.max(iou, axis=-2, keepdims=True)  # [..., 1, G]
         is_best = (iou == best_per_gt) & (best_per_gt > 0.0)
         labels = jnp.where(jnp.any(is_best, axis=-1), FOREGROUND, labels)
     return labels, matched

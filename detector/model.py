@@ -10,9 +10,14 @@ config fields: switching one recompiles and changes nothing else). No host
 callback is added here; with the 'while_loop' or 'pallas' NMS backend the
 whole train step and predict stay on the device.
 
-Shapes: B batch, H, W image size, M max GT instances, S GT mask size,
-L levels, P proposals, R sampled rois, Rm mask rois, C classes, T mask size
-(28), D max detections.
+`model.dtype` may be 'auto': float32 on CPU, bfloat16 on GPU and TPU
+(resolve_dtype).
+
+Shapes (DESIGN.md letters where they exist): B batch, H, W image size,
+G max GT instances (data.max_instances), S GT mask crop size
+(data.gt_mask_size), L levels, P proposals per image, R sampled rois,
+Rm mask rois (the first Rm of R), C classes, M predicted mask size (28),
+K kept detections (detection.max_detections).
 """
 
 import jax
@@ -26,7 +31,9 @@ from detector import backbone, fpn, losses, roi_heads, rpn
 from ops import nms as nms_lib
 from ops import roi_align
 
-DTYPES = ("float32", "bfloat16")
+DTYPES = ("auto", "float32", "bfloat16")
+# 'auto' per jax.default_backend(); other platforms get float32.
+_AUTO_DTYPES = {"cpu": "float32", "gpu": "bfloat16", "tpu": "bfloat16"}
 # The NMS backends, plus measurement baselines (no suppression) that
 # benchmarks select through config.set_nms_backend(allow_baselines=True).
 NMS_NAMES = nms_lib.BACKENDS + tuple(nms_lib.BASELINES)
@@ -35,6 +42,26 @@ NMS_NAMES = nms_lib.BACKENDS + tuple(nms_lib.BASELINES)
 def _check(condition: bool, key: str, value, reason: str) -> None:
     if not condition:
         raise ValueError(f"config.{key}={value!r}: {reason}")
+
+
+def resolve_dtype(name: str, platform: str | None = None) -> jnp.dtype:
+    """The activation dtype that config `model.dtype` names.
+
+    Args:
+      name: 'float32', 'bfloat16', or 'auto' (float32 on CPU, bfloat16 on
+        GPU and TPU).
+      platform: the backend 'auto' resolves for; jax.default_backend() when
+        None.
+
+    Raises:
+      ValueError: one line naming model.dtype, for an unknown name.
+    """
+    _check(name in DTYPES, "model.dtype", name,
+           f"unknown dtype; known: {', '.join(DTYPES)}")
+    if name == "auto":
+        platform = platform or jax.default_backend()
+        name = _AUTO_DTYPES.get(platform, "float32")
+    return jnp.dtype(name)
 
 
 def validate_config(config: ml_collections.ConfigDict) -> None:
@@ -46,8 +73,7 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
            f"{', '.join(backbone.BACKBONES)}")
     _check(model.norm in backbone.NORMS, "model.norm", model.norm,
            f"unknown norm; known: {', '.join(backbone.NORMS)}")
-    _check(model.dtype in DTYPES, "model.dtype", model.dtype,
-           f"unknown dtype; known: {', '.join(DTYPES)}")
+    resolve_dtype(model.dtype)
     _check(2 <= model.min_level <= fpn.BACKBONE_MAX_LEVEL,
            "model.min_level", model.min_level,
            f"must be in [2, {fpn.BACKBONE_MAX_LEVEL}] (ResNet C2..C5)")
@@ -95,7 +121,7 @@ class MaskRCNN(nnx.Module):
         self.cfg = ml_collections.FrozenConfigDict(model)
         self.image_size = tuple(int(s) for s in config.data.image_size)
         self.num_classes = int(config.data.num_classes)
-        dtype = jnp.dtype(model.dtype)
+        dtype = resolve_dtype(model.dtype)
         norm_kwargs = dict(norm=model.norm, groups=model.group_norm_groups,
                            dtype=dtype, rngs=rngs)
         self.backbone = backbone.ResNet(
@@ -216,9 +242,9 @@ class MaskRCNN(nnx.Module):
         """Training losses (float32 scalars) of a batch; see the contract.
 
         Args:
-          batch: image f32[B, H, W, 3], boxes f32[B, M, 4], classes
-            int32[B, M], valid bool[B, M], masks uint8[B, M, S, S],
-            mask_valid bool[B, M] (other keys are ignored).
+          batch: image f32[B, H, W, 3], boxes f32[B, G, 4], classes
+            int32[B, G], valid bool[B, G], masks uint8[B, G, S, S],
+            mask_valid bool[B, G] (other keys are ignored).
           key: PRNG key of the samplers, split per image inside.
 
         Returns:
@@ -246,10 +272,16 @@ class MaskRCNN(nnx.Module):
         return losses.total_loss(terms, weights)
 
     # --------------------------------------------------------- predict
-    def proposals(self, images: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Test-mode RPN proposals: boxes f32[B, P, 4], valid bool[B, P]."""
+    def proposals(self, images: jax.Array, *, training: bool = False
+                  ) -> tuple[jax.Array, jax.Array]:
+        """RPN proposals: boxes f32[B, P, 4], valid bool[B, P].
+
+        P is rpn.post_nms_top_k_test, or with `training` the train-mode
+        proposals (pre_nms_top_k_train, post_nms_top_k_train) the roi
+        sampler sees.
+        """
         features = self._features(images)
-        return self._proposals(*self.rpn_head(features), training=False)
+        return self._proposals(*self.rpn_head(features), training=training)
 
     def _detect(self, pyramid, proposals, proposal_valid):
         cfg = self.cfg
@@ -269,8 +301,8 @@ class MaskRCNN(nnx.Module):
         """Detections of images f32[B, H, W, 3]; see the contract.
 
         Returns:
-          boxes f32[B, D, 4] (input pixels), scores f32[B, D], classes
-          int32[B, D] (0: empty slot), masks f32[B, D, T, T] (probabilities
+          boxes f32[B, K, 4] (input pixels), scores f32[B, K], classes
+          int32[B, K] (0: empty slot), masks f32[B, K, M, M] (probabilities
           of the detected class), num_detections int32[B].
         """
         features = self._features(images)

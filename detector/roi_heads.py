@@ -5,16 +5,18 @@ Train: GT boxes are appended to the proposals, matched (fg >= fg_iou, bg in
 foreground, with static shapes and each image's own PRNG key; foreground
 rois come first, so the mask head trains on the first max_mask_rois slots.
 Mask targets resample each matched GT's pre-cropped S x S mask at the roi
-(box-normalised coordinates) with the same gather-based ROIAlign, then
-threshold at 0.5.
+(box-normalised coordinates) with the same gather-based ROIAlign, reading 0
+outside the GT box, then threshold at 0.5.
 
 Predict (NMS site 2): class-specific decode, candidates with
 score > score_threshold, the top pre_nms_top_k (roi, class) pairs, then
 class-aware `ops.nms` for the whole batch at once.
 
-Shapes: B batch, P proposals, M GT boxes per image, R sampled rois, Rm mask
-rois, C classes, F channels, Q pool size, S GT mask size, T mask size (28),
-K pre-NMS candidates, D detections.
+Shapes (DESIGN.md letters where they exist): B batch, P proposals per
+image, G GT boxes per image, R sampled rois, Rm mask rois (the first Rm of
+R), N flattened rois (B * R) inside the mask head layers, C classes,
+F channels, Q pool size, S GT mask crop size, M predicted mask size
+(2Q, 28), N_pre pre-NMS (roi, class) candidates, K kept detections.
 """
 
 from typing import NamedTuple, Sequence
@@ -72,7 +74,7 @@ class Deconv2x(nnx.Module):
         self.dtype = dtype
 
     def unshuffled(self, x: jax.Array) -> jax.Array:
-        """[N, H, W, C_in] -> [N, H, W, 2 (a), 2 (b), C_out], pre-interleave.
+        """[N, H, W, F_in] -> [N, H, W, 2 (a), 2 (b), F_out], pre-interleave.
 
         Pointwise layers commute with the interleave, so a head can apply
         them here and interleave only its (narrower) final output.
@@ -82,12 +84,12 @@ class Deconv2x(nnx.Module):
         return y + self.bias[...].astype(self.dtype)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        """[N, H, W, C_in] -> [N, 2H, 2W, C_out]."""
+        """[N, H, W, F_in] -> [N, 2H, 2W, F_out]."""
         return pixel_shuffle(self.unshuffled(x))
 
 
 def pixel_shuffle(x: jax.Array) -> jax.Array:
-    """[N, H, W, 2 (a), 2 (b), C] -> [N, 2H, 2W, C], out[2i + a, 2j + b]."""
+    """[N, H, W, 2 (a), 2 (b), F] -> [N, 2H, 2W, F], out[2i + a, 2j + b]."""
     batch, height, width, _, _, channels = x.shape
     x = jnp.transpose(x, (0, 1, 3, 2, 4, 5))
     return x.reshape(batch, 2 * height, 2 * width, channels)
@@ -121,7 +123,7 @@ class MaskHead(nnx.Module):
 
     @jax.named_scope("mask_head")
     def __call__(self, features: jax.Array) -> jax.Array:
-        """[B, R, Q, Q, F] -> mask logits f32[B, R, 2Q, 2Q, C]."""
+        """[B, R, Q, Q, F] -> mask logits f32[B, R, M, M, C], M = 2Q."""
         batch, rois = features.shape[:2]
         x = features.reshape((batch * rois,) + features.shape[2:])
         for conv in self.convs:
@@ -153,7 +155,7 @@ def sample_rois(proposals: jax.Array, proposal_valid: jax.Array,
     keys = jax.random.split(key, proposals.shape[0])
 
     def one_image(boxes, valid, gt, classes, is_gt, image_key):
-        candidates = jnp.concatenate([boxes, gt], axis=0)  # [P + M, 4]
+        candidates = jnp.concatenate([boxes, gt], axis=0)  # [P + G, 4]
         candidate_valid = jnp.concatenate([valid, is_gt], axis=0)
         iou = box_ops.pairwise_iou(candidates, gt)
         labels, matched = matcher.match(
@@ -179,14 +181,20 @@ def sample_rois(proposals: jax.Array, proposal_valid: jax.Array,
 def mask_targets(rois: jax.Array, matched: jax.Array, gt_boxes: jax.Array,
                  gt_masks: jax.Array, *, mask_size: int,
                  sampling_ratio: int) -> jax.Array:
-    """Binary targets f32[B, Rm, T, T] of rois [B, Rm, 4] from GT crops.
+    """Binary targets f32[B, Rm, M, M] of rois [B, Rm, 4] from GT crops.
+
+    Every crop is zero-padded by one pixel on each side, so samples outside
+    its GT box read 0 (bilinear inside, blending to 0 across the box edge),
+    as TF Model Garden's crop-and-resize with extrapolation value 0; without
+    the padding, ROIAlign's border rule would copy the crop's edge up to half
+    a crop pixel outside the box.
 
     Args:
       rois: f32[B, Rm, 4] in input pixels.
       matched: int32[B, Rm] the GT index of each roi.
-      gt_boxes: f32[B, M, 4] GT boxes in input pixels.
-      gt_masks: uint8[B, M, S, S] GT masks, each cropped to its box.
-      mask_size: T.
+      gt_boxes: f32[B, G, 4] GT boxes in input pixels.
+      gt_masks: uint8[B, G, S, S] GT masks, each cropped to its box.
+      mask_size: M.
       sampling_ratio: ROIAlign samples per bin and axis.
     """
     batch, num_gt, size = gt_masks.shape[:3]
@@ -195,20 +203,24 @@ def mask_targets(rois: jax.Array, matched: jax.Array, gt_boxes: jax.Array,
     origin = jnp.concatenate([gt[..., :2], gt[..., :2]], axis=-1)
     gt_w, gt_h = box_ops.widths_heights(gt)
     scale = size / jnp.maximum(jnp.stack([gt_w, gt_h, gt_w, gt_h], -1), 1e-6)
-    boxes_in_mask = (rois - origin) * scale
-    flat = gt_masks.reshape(batch, num_gt * size * size, 1)
-    sizes = jnp.full(matched.shape, size, jnp.int32)
+    # Crop pixels, shifted by the one-pixel zero border.
+    boxes_in_mask = (rois - origin) * scale + 1.0
+    padded = size + 2
+    masks = jnp.pad(gt_masks.astype(jnp.float32),
+                    ((0, 0), (0, 0), (1, 1), (1, 1)))  # [B, G, S+2, S+2]
+    flat = masks.reshape(batch, num_gt * padded * padded, 1)
+    sizes = jnp.full(matched.shape, padded, jnp.int32)
     resampled = roi_align.roi_align(
-        flat.astype(jnp.float32), boxes_in_mask, matched * (size * size),
-        sizes, sizes, output_size=mask_size, sampling_ratio=sampling_ratio)
+        flat, boxes_in_mask, matched * (padded * padded), sizes, sizes,
+        output_size=mask_size, sampling_ratio=sampling_ratio)
     return (resampled[..., 0] >= 0.5).astype(jnp.float32)
 
 
 class Detections(NamedTuple):
     """Fixed-size detections; empty slots have class 0, score 0, box 0."""
-    boxes: jax.Array  # f32[B, D, 4]
-    scores: jax.Array  # f32[B, D]
-    classes: jax.Array  # int32[B, D]
+    boxes: jax.Array  # f32[B, K, 4]
+    scores: jax.Array  # f32[B, K]
+    classes: jax.Array  # int32[B, K]
     num_detections: jax.Array  # int32[B]
 
 
@@ -234,14 +246,14 @@ def detect(class_logits: jax.Array, deltas: jax.Array, proposals: jax.Array,
     usable = proposal_valid[..., None] & box_ops.is_larger_than(boxes, 0.0)
     scores = jnp.where(usable, scores, -1.0).reshape(batch, -1)
     top_k = min(pre_nms_top_k, num_proposals * num_classes)
-    candidate_scores, candidates = jax.lax.top_k(scores, top_k)  # [B, K]
+    candidate_scores, candidates = jax.lax.top_k(scores, top_k)  # [B, N_pre]
     candidate_boxes = jnp.take_along_axis(boxes.reshape(batch, -1, 4),
                                           candidates[..., None], axis=1)
     candidate_classes = (candidates % num_classes + 1).astype(jnp.int32)
     kept, num_detections = nms(
         candidate_boxes, candidate_scores, classes=candidate_classes,
         score_threshold=score_threshold, max_output_size=max_detections,
-        iou_threshold=nms_iou, backend=backend)  # [B, D]
+        iou_threshold=nms_iou, backend=backend)  # [B, K]
     found = kept >= 0
     safe = jnp.maximum(kept, 0)
     return Detections(
@@ -256,7 +268,7 @@ def detect(class_logits: jax.Array, deltas: jax.Array, proposals: jax.Array,
 
 def class_mask_logits(mask_logits: jax.Array, classes: jax.Array
                       ) -> jax.Array:
-    """The mask logits [B, R, T, T] of each roi's class 1..C (any for 0)."""
+    """The mask logits [B, R, M, M] of each roi's class 1..C (any for 0)."""
     index = jnp.maximum(classes - 1, 0)[..., None, None, None]
     return jnp.take_along_axis(mask_logits, index, axis=-1)[..., 0]
 

@@ -8,9 +8,10 @@ PRNG key. Proposals decode the top-k anchors of every level, clip them,
 mask out tiny boxes, run `ops.nms` over [B, L] at once, merge the levels and
 keep the best post_nms_top_k; gradients never flow through them.
 
-Shapes: B batch, L levels, A anchors per cell, N_l = H_l W_l A anchors of
-level l, N = sum N_l, M GT boxes, S sampled anchors, k pre-NMS boxes per
-level, P proposals per image, F fpn channels.
+Shapes (DESIGN.md letters where they exist): B batch, L levels, A anchors
+per cell, N_l = H_l W_l A anchors of level l, N = sum N_l, G GT boxes per
+image, S sampled anchors, N_pre pre-NMS boxes per level, P proposals per
+image (kept by NMS), F fpn channels.
 """
 
 from typing import NamedTuple, Sequence
@@ -66,12 +67,12 @@ def rpn_targets(anchors: np.ndarray, gt_boxes: jax.Array,
                 gt_valid: jax.Array, key: jax.Array, *, fg_iou: float,
                 bg_iou: float, num_samples: int, positive_fraction: float,
                 weights: Sequence[float]) -> RPNSamples:
-    """Matches anchors f32[N, 4] to GT [B, M, 4] and samples S per image."""
+    """Matches anchors f32[N, 4] to GT [B, G, 4] and samples S per image."""
     anchors = jnp.asarray(anchors)
     keys = jax.random.split(key, gt_boxes.shape[0])
 
     def one_image(boxes, valid, image_key):
-        iou = box_ops.pairwise_iou(anchors, boxes)  # [N, M]
+        iou = box_ops.pairwise_iou(anchors, boxes)  # [N, G]
         labels, matched = matcher.match(
             iou, valid, fg_iou=fg_iou, bg_iou_low=0.0, bg_iou_high=bg_iou,
             low_quality=True)
@@ -96,7 +97,7 @@ def gather_samples(logits: Sequence[jax.Array], deltas: Sequence[jax.Array],
 
 def _level_candidates(logits, deltas, anchors, *, top_k, image_size,
                       min_size, weights):
-    """Top-k boxes of one level: boxes [B, k, 4], scores [B, k] (NaN: none)."""
+    """Top boxes of one level: [B, N_pre, 4], scores [B, N_pre] (NaN: none)."""
     scores, indices = jax.lax.top_k(logits, min(top_k, logits.shape[1]))
     deltas = jnp.take_along_axis(deltas, indices[..., None], axis=1)
     boxes = box_coder.decode(deltas, jnp.asarray(anchors)[indices], weights)
@@ -123,7 +124,7 @@ def generate_proposals(logits: Sequence[jax.Array],
     Args:
       logits, deltas: per level [B, N_l] and [B, N_l, 4].
       anchors: per level f32[N_l, 4].
-      pre_nms_top_k: k, boxes per level entering NMS.
+      pre_nms_top_k: N_pre, boxes per level entering NMS.
       post_nms_top_k: P, proposals kept per level by NMS and per image after
         merging the levels.
       nms_iou: NMS IoU threshold.
@@ -143,8 +144,8 @@ def generate_proposals(logits: Sequence[jax.Array],
                           min_size=min_size, weights=weights)
         for level_logits, level_deltas, level_anchors in zip(
             logits, deltas, anchors)]
-    boxes = jnp.stack([b for b, _ in per_level], axis=1)  # [B, L, k, 4]
-    scores = jnp.stack([s for _, s in per_level], axis=1)  # [B, L, k]
+    boxes = jnp.stack([b for b, _ in per_level], axis=1)  # [B, L, N_pre, 4]
+    scores = jnp.stack([s for _, s in per_level], axis=1)  # [B, L, N_pre]
     kept, _ = nms(boxes, scores, max_output_size=post_nms_top_k,
                   iou_threshold=nms_iou, backend=backend)  # [B, L, P]
     safe = jnp.maximum(kept, 0)

@@ -1,6 +1,7 @@
 """Box arithmetic on (x1, y1, x2, y2) boxes, x2 and y2 exclusive.
 
-Shapes: boxes f32[..., N, 4]; pairwise results f32[..., N, M]. Every function
+Shapes: boxes f32[..., N, 4]; pairwise results f32[..., N, N2] of boxes
+a f32[..., N, 4] and b f32[..., N2, 4] (N, N2: any box counts). Every function
 broadcasts over leading batch dimensions and is jit-, vmap- and grad-safe.
 A box with x2 < x1 or y2 < y1 has zero area.
 """
@@ -23,7 +24,7 @@ def area(boxes: jax.Array) -> jax.Array:
 
 
 def pairwise_intersection(a: jax.Array, b: jax.Array) -> jax.Array:
-    """Intersection areas [..., N, M] of a f32[..., N, 4], b f32[..., M, 4]."""
+    """Intersection areas [..., N, N2] of a [..., N, 4] and b [..., N2, 4]."""
     a = a[..., :, None, :]
     b = b[..., None, :, :]
     iw = jnp.minimum(a[..., 2], b[..., 2]) - jnp.maximum(a[..., 0], b[..., 0])
@@ -32,7 +33,7 @@ def pairwise_intersection(a: jax.Array, b: jax.Array) -> jax.Array:
 
 
 def pairwise_iou(a: jax.Array, b: jax.Array) -> jax.Array:
-    """IoU f32[..., N, M] of a f32[..., N, 4] and b f32[..., M, 4].
+    """IoU f32[..., N, N2] of a f32[..., N, 4] and b f32[..., N2, 4].
 
     Pairs whose union is empty (two zero-area boxes) have IoU 0.
     """

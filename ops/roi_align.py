@@ -1,20 +1,20 @@
 """Gather-based ROIAlign over feature maps flattened into one array per image.
 
 Every map an ROI may read from (the FPN levels, or the per-instance GT mask
-crops) lives in one array f32[B, N, C]: map after map, each row-major. An ROI
+crops) lives in one array f32[B, X, F]: map after map, each row-major. An ROI
 names its map by an offset and a height and width, so every ROI of every
 level is pooled by one gather; nothing depends on data-dependent shapes and
 the same program runs on TPU, GPU and CPU. Gradients w.r.t. the features are
 the scatter-add transpose of that gather.
 
 Sampling follows ROIAlign with the aligned (half-pixel) convention: pixel i
-covers [i, i + 1) and its centre is i + 0.5; each of the P x P bins averages
+covers [i, i + 1) and its centre is i + 0.5; each of the Q x Q bins averages
 s x s bilinear samples placed at the bin's sub-cell centres; a sample more
 than one pixel outside the map reads 0 and one up to a pixel outside reads
 the border.
 
-Shapes: B batch, R rois per image, N pixels of all maps together, C channels,
-P output size (pool size), s sampling ratio, L pyramid levels.
+Shapes: B batch, R rois per image, X pixels of all maps together, F channels,
+Q output (pool) size, s sampling ratio, L pyramid levels.
 """
 
 from typing import NamedTuple, Sequence
@@ -29,7 +29,7 @@ from ops import box_ops
 class FlatPyramid(NamedTuple):
     """Feature levels flattened into one gatherable array.
 
-    features: [B, N, C], levels min_level..max_level, each row-major.
+    features: [B, X, F], levels min_level..max_level, each row-major.
     level_shapes: static ((H, W), ...) per level, from min_level up.
     min_level: the level of level_shapes[0] (its stride is 2**min_level).
     """
@@ -72,7 +72,7 @@ def roi_levels(boxes: jax.Array, min_level: int, max_level: int,
 
 def _sample_coords(start: jax.Array, length: jax.Array, output_size: int,
                    sampling_ratio: int) -> jax.Array:
-    """Sample positions f32[..., P * s] along one axis, in index space.
+    """Sample positions f32[..., Q * s] along one axis, in index space.
 
     Sample t = j * s + k of a box sits at start + (j + (k + 0.5) / s) * bin,
     i.e. start + (t + 0.5) / s * bin; index space puts pixel centres at
@@ -89,11 +89,11 @@ def _bilinear_taps(coord: jax.Array,
     """The two taps of linear interpolation along one axis.
 
     Args:
-      coord: f32[..., S] sample positions in index space.
+      coord: f32[..., Q * s] sample positions in index space.
       size: int32[...] the map's extent along this axis.
 
     Returns:
-      (index int32[..., S, 2], weight f32[..., S, 2]); samples outside
+      (index int32[..., Q * s, 2], weight f32[..., Q * s, 2]); samples outside
       [-1, size] get zero weights.
     """
     size = size[..., None].astype(jnp.float32)
@@ -113,16 +113,16 @@ def roi_align(features: jax.Array, boxes: jax.Array, offsets: jax.Array,
     """ROIAlign of every box from its own map inside a flat feature array.
 
     Args:
-      features: [B, N, C] maps laid out one after another, row-major.
+      features: [B, X, F] maps laid out one after another, row-major.
       boxes: f32[B, R, 4] (x1, y1, x2, y2) in the pixel units of each box's
         map (pixel i covers [i, i + 1)).
-      offsets: int32[B, R] index in N of each box's map's first pixel.
+      offsets: int32[B, R] index in X of each box's map's first pixel.
       heights, widths: int32[B, R] each box's map's extent.
-      output_size: P, the pooled grid is P x P.
+      output_size: Q, the pooled grid is Q x Q.
       sampling_ratio: s >= 1 samples per bin along each axis.
 
     Returns:
-      [B, R, P, P, C] in the features' dtype.
+      [B, R, Q, Q, F] in the features' dtype.
     """
     batch, rois = boxes.shape[:2]
     size, ratio = output_size, sampling_ratio
@@ -130,9 +130,9 @@ def roi_align(features: jax.Array, boxes: jax.Array, offsets: jax.Array,
                         ratio)
     xs = _sample_coords(boxes[..., 0], boxes[..., 2] - boxes[..., 0], size,
                         ratio)
-    y_index, y_weight = _bilinear_taps(ys, heights)  # [B, R, Ps, 2]
+    y_index, y_weight = _bilinear_taps(ys, heights)  # [B, R, Q * s, 2]
     x_index, x_weight = _bilinear_taps(xs, widths)
-    # Every tap of every sample, ordered [B, R, P (y), P (x), then the
+    # Every tap of every sample, ordered [B, R, Q (y), Q (x), then the
     # s (y) x s (x) samples of the bin and their 2 (y) x 2 (x) corners], so
     # one contraction over the last axis pools a bin.
     y_shape = (batch, rois, size, 1, ratio, 1, 2, 1)
@@ -166,7 +166,7 @@ def multilevel_roi_align(pyramid: FlatPyramid, boxes: jax.Array, *,
       canonical_size, canonical_level: the level rule (see roi_levels).
 
     Returns:
-      [B, R, P, P, C] in the features' dtype.
+      [B, R, Q, Q, F] in the features' dtype.
     """
     boxes = boxes.astype(jnp.float32)
     levels = roi_levels(boxes, pyramid.min_level, pyramid.max_level,

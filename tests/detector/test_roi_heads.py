@@ -101,6 +101,32 @@ def test_mask_targets_resample_the_gt_crop():
     np.testing.assert_array_equal(targets[0, 2], 0.0)
 
 
+def test_mask_targets_are_zero_outside_the_gt_box():
+    # GT 1: box 16x16 px at (16, 16), a 4x4 crop (one crop pixel = 4 px)
+    # whose left half is the object. GT 0 (all ones) must not be read.
+    masks = np.zeros((1, 2, 4, 4), np.uint8)
+    masks[0, 0] = 1
+    masks[0, 1, :, :2] = 1
+    gt_boxes = jnp.array([[[0.0, 0.0, 64.0, 64.0], [16.0, 16.0, 32.0, 32.0]]])
+    # The roi adds 2 crop pixels (8 px) on every side; one target pixel is
+    # one image pixel, so the box spans target pixels 8..23.
+    rois = jnp.array([[[8.0, 8.0, 40.0, 40.0]]])
+    targets = np.asarray(jax.jit(functools.partial(
+        roi_heads.mask_targets, mask_size=32, sampling_ratio=2))(
+            rois, jnp.ones((1, 1), jnp.int32), gt_boxes,
+            jnp.asarray(masks))[0, 0])
+    outside = np.ones((32, 32), bool)
+    outside[8:24, 8:24] = False
+    # Includes the band within half a crop pixel (2 px) of the box, where
+    # the crop's edge value would otherwise be copied.
+    assert targets[outside].max() == 0.0
+    assert targets[:, 6:8].max() == 0.0 and targets[6:8, 8:16].max() == 0.0
+    # At least one crop pixel inside the box: the mask, left half object.
+    inner = targets[12:20, 12:20]
+    np.testing.assert_array_equal(inner[:, :4], 1.0)
+    np.testing.assert_array_equal(inner[:, 4:], 0.0)
+
+
 def _detect(class_logits, deltas, proposals, valid, **kwargs):
     params = dict(image_size=(64, 64), weights=_WEIGHTS,
                   score_threshold=0.3, pre_nms_top_k=6, max_detections=4,
