@@ -9,7 +9,8 @@ same initial params, and reports per backend: median and p90 step time
 compiled step), and the NMS share: the step time minus the step time with
 both NMS calls replaced by a plain top-k of the same shapes ('topk'), so the
 cost of NMS is measured, not guessed. Prints a table and writes
-step_bench.json and step_bench.png under --out.
+step_bench.json (per backend its timings and `nms_share`; the config path
+relative to the repository root) and step_bench.png under --out.
 """
 
 import copy
@@ -18,7 +19,8 @@ import pathlib
 import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+_REPO = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(_REPO))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
@@ -33,8 +35,7 @@ from detector.data import pipeline  # noqa: E402
 from ops import host_audit  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", str(pathlib.Path(__file__).resolve().parents[1] / "configs" /
-                  "shapes.py"), "Config to time.")
+    "config", str(_REPO / "configs" / "shapes.py"), "Config to time.")
 _STEPS = flags.DEFINE_integer("steps", 30, "Timed steps per backend.")
 _WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps per backend.")
 _BATCHES = flags.DEFINE_integer("batches", 8, "Distinct batches to cycle.")
@@ -70,14 +71,33 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
             "final_total_loss": float(jax.device_get(metrics["total"]))}
 
 
-def table(results: dict) -> str:
+def nms_share(results: dict, backend: str) -> dict | None:
+    """{ms, percent}: the backend's median step minus the 'topk' baseline's.
+
+    None for the baseline itself, or when the baseline was not timed.
+    """
     base = results.get("topk", {}).get("median_ms")
+    if backend == "topk" or base is None:
+        return None
+    median = results[backend]["median_ms"]
+    return {"ms": median - base, "percent": 100.0 * (median - base) / median}
+
+
+def relative_config_path(path: str) -> str:
+    """`path` relative to the repository root when inside it, else as given."""
+    resolved = pathlib.Path(path).resolve()
+    if resolved.is_relative_to(_REPO):
+        return resolved.relative_to(_REPO).as_posix()
+    return path
+
+
+def table(results: dict) -> str:
     lines = ["| backend | step median ms | p90 ms | images/s | NMS share "
              "| host round-trips/step |", "|---|---|---|---|---|---|"]
     for backend, r in results.items():
-        share = ("baseline" if backend == "topk" or base is None else
-                 f"{r['median_ms'] - base:.1f} ms "
-                 f"({(r['median_ms'] - base) / r['median_ms']:.0%})")
+        share = r.get("nms_share")
+        share = ("baseline" if share is None else
+                 f"{share['ms']:.1f} ms ({share['percent']:.0f}%)")
         lines.append(f"| {backend} | {r['median_ms']:.1f} | "
                      f"{r['p90_ms']:.1f} | {r['images_per_sec']:.1f} | "
                      f"{share} | {r['host_roundtrips_per_step']} |")
@@ -114,12 +134,15 @@ def main(argv) -> None:
     for backend in _BACKENDS.value:
         results[backend] = time_backend(config, backend, batches, mesh)
         logging.info("%s: %s", backend, results[backend])
+    for backend, result in results.items():
+        result["nms_share"] = nms_share(results, backend)
     info = nms_bench.machine()
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     (out / "step_bench.json").write_text(json.dumps(
-        {"machine": info, "config": config_flags.get_config_filename(
-            flags.FLAGS["config"]), "batch_size": config.train.batch_size,
+        {"machine": info, "config": relative_config_path(
+            config_flags.get_config_filename(flags.FLAGS["config"])),
+         "batch_size": config.train.batch_size,
          "steps": _STEPS.value, "results": results}, indent=2))
     title = (f"Train step per NMS backend, {info['platform']} "
              f"({info['cpu_count']} cores), batch {config.train.batch_size}")
