@@ -26,14 +26,17 @@ _SPLIT = flags.DEFINE_string(
     "'val2017[:500]', 'validation[:10%]' (default: the config's).")
 _MAX_IMAGES = flags.DEFINE_integer("max_images", 0,
                                    "Evaluate at most this many images.")
+_MULTIHOST = flags.DEFINE_enum("multihost", "auto", cli.MULTIHOST_MODES,
+                               cli.MULTIHOST_HELP)
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.start_multihost(_MULTIHOST.value)
     from detector import eval_lib
     workdir = pathlib.Path(_WORKDIR.value)
-    try:
+    with cli.one_line_errors():
         config = (cli.config_value(_CONFIG) if _CONFIG.value is not None
                   else config_lib.load_json(workdir / "config.json"))
         with config.unlocked():
@@ -41,8 +44,6 @@ def main(argv: list[str]) -> None:
                 config_lib.set_nms_backend(config, _NMS.value)
         eval_lib.evaluate_checkpoint(config, workdir, split=_SPLIT.value,
                                      max_images=_MAX_IMAGES.value)
-    except (ValueError, FileNotFoundError) as e:
-        cli.fail(str(e))
 
 
 if __name__ == "__main__":

@@ -6,10 +6,10 @@
   python train.py --config.train.num_steps=500           # override any field
 
 --nms overrides both NMS sites (RPN proposals and detections). A run that
-finds checkpoints in its workdir resumes from the latest one.
+finds checkpoints in its workdir resumes from the latest one; config.json is
+written once the restore and the --strict_device audit have passed.
 """
 
-import os
 import pathlib
 
 from absl import app, flags
@@ -29,10 +29,14 @@ _NMS = flags.DEFINE_enum(
     "NMS backend for both NMS sites (default: the config's).")
 _STRICT = flags.DEFINE_bool(
     "strict_device", False,
-    "Fail before step 1 if the compiled step has any host round-trip.")
+    "Fail before step 1 if the compiled train step or the compiled predict "
+    "(run by the evaluations) has any host round-trip.")
+_MULTIHOST = flags.DEFINE_enum("multihost", "auto", cli.MULTIHOST_MODES,
+                               cli.MULTIHOST_HELP)
 
 
 def default_workdir() -> str:
+    """workdirs/<config file stem>[_<variant>]."""
     spec = config_flags.get_config_filename(flags.FLAGS["config"])
     name = pathlib.Path(spec.split(":")[0]).stem
     variant = spec.split(":", 1)[1] if ":" in spec else ""
@@ -43,22 +47,18 @@ def default_workdir() -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    if os.environ.get("JAX_COORDINATOR_ADDRESS"):
-        import jax
-        jax.distributed.initialize()
+    cli.start_multihost(_MULTIHOST.value)
     from detector import train_lib
     from ops import host_audit
     config = cli.config_value(_CONFIG)
-    with config.unlocked():
-        if _NMS.value:
-            config_lib.set_nms_backend(config, _NMS.value)
-    try:
+    with cli.one_line_errors(FloatingPointError,
+                             host_audit.HostRoundTripError):
+        with config.unlocked():
+            if _NMS.value:
+                config_lib.set_nms_backend(config, _NMS.value)
         train_lib.train_and_evaluate(config, _WORKDIR.value or
                                      default_workdir(),
                                      strict_device=_STRICT.value)
-    except (ValueError, FileNotFoundError, FloatingPointError,
-            host_audit.HostRoundTripError) as e:
-        cli.fail(str(e))
 
 
 if __name__ == "__main__":

@@ -15,13 +15,18 @@ def _flat_shapes(tree) -> dict[str, tuple]:
 
 
 class Checkpointer:
-    """Saves and restores the training state under `<workdir>/checkpoints`."""
+    """Saves and restores the training state under `<workdir>/checkpoints`.
 
-    def __init__(self, directory: str | pathlib.Path, *, max_to_keep: int):
+    `create=False` is for readers (eval.py): a missing directory is not
+    created; it simply holds no checkpoint.
+    """
+
+    def __init__(self, directory: str | pathlib.Path, *, max_to_keep: int,
+                 create: bool = True):
         self.directory = pathlib.Path(directory).absolute()
         self._manager = ocp.CheckpointManager(
             self.directory, options=ocp.CheckpointManagerOptions(
-                max_to_keep=max_to_keep, create=True),
+                max_to_keep=max_to_keep, create=create),
             item_handlers=ocp.StandardCheckpointHandler())
 
     def latest_step(self) -> int | None:
@@ -65,7 +70,12 @@ class Checkpointer:
                 step, args=ocp.args.StandardRestore(abstract_tree))
 
     def wait(self) -> None:
+        """Blocks until every in-flight (async) save is on disk."""
         self._manager.wait_until_finished()
 
     def close(self) -> None:
-        self._manager.close()
+        """Waits for in-flight saves, then releases the manager."""
+        try:
+            self._manager.wait_until_finished()
+        finally:
+            self._manager.close()

@@ -1,15 +1,34 @@
-"""Command-line plumbing shared by train.py and eval.py: one-line errors.
+"""Command-line plumbing shared by train.py and eval.py.
 
-A bad flag, config file, config variant or `--config.a.b=v` override ends
-the program with a single `error: ...` line and exit code 1, not a
-traceback from inside the flag or config libraries.
+- One-line errors: a bad flag, config file, config variant or
+  `--config.a.b=v` override, a bad value in a config, or an unreadable /
+  unwritable path ends the program with a single `error: ...` line and exit
+  code 1, not a traceback from inside the flag, config or file libraries.
+- Multi-host start-up: `--multihost=auto|on|off` (defined by each entry
+  point with MULTIHOST_MODES and MULTIHOST_HELP) decides whether to call
+  `jax.distributed.initialize()` before anything touches a device.
 """
 
+import contextlib
+import os
 import re
 import sys
+from collections.abc import Iterator, Mapping
 
+import jax
+import ml_collections
 from absl import flags
 from ml_collections import config_flags
+
+MULTIHOST_MODES = ("auto", "on", "off")
+MULTIHOST_HELP = (
+    "Multi-host start-up. 'on': always call jax.distributed.initialize() "
+    "(it finds the coordinator from JAX_COORDINATOR_ADDRESS or the cluster "
+    "environment); 'off': never (one process). 'auto': call it when "
+    "JAX_COORDINATOR_ADDRESS is set or the environment is a multi-host job: "
+    "a Cloud TPU slice with several hosts (TPU_WORKER_HOSTNAMES), a SLURM "
+    "job with SLURM_NTASKS > 1, or an Open MPI job with "
+    "OMPI_COMM_WORLD_SIZE > 1.")
 
 
 def fail(message: str) -> None:
@@ -23,7 +42,15 @@ def _last_line(error: BaseException) -> str:
     return lines[-1] if lines else type(error).__name__
 
 
-def define_config(name: str, default: str | None, help_text: str):
+def _one_line(error: BaseException) -> str:
+    """The message of `error` on one line (its lines joined)."""
+    lines = [line.strip() for line in str(error).splitlines() if
+             line.strip()]
+    return " ".join(lines) or type(error).__name__
+
+
+def define_config(name: str, default: str | None,
+                  help_text: str) -> flags.FlagHolder:
     """config_flags.DEFINE_config_file, failing cleanly on a bad override.
 
     config_flags applies `--config.a.b=v` overrides while the flag is being
@@ -50,7 +77,7 @@ def parse_flags(argv: list[str]) -> list[str]:
         fail(_last_line(e))
 
 
-def config_value(flag):
+def config_value(flag: flags.FlagHolder) -> ml_collections.ConfigDict:
     """The loaded config of a config flag; a load failure is one line."""
     try:
         config = flag.value
@@ -58,3 +85,69 @@ def config_value(flag):
         return config
     except (OSError, ValueError, AttributeError, KeyError) as e:
         fail(f"--{flag.name}: {_last_line(e)}")
+
+
+def os_error_message(error: OSError) -> str:
+    """'<path>: <reason>' for an OSError that names a file, else its text."""
+    if not error.filename:
+        return _one_line(error)
+    paths = str(error.filename) + (f" -> {error.filename2}"
+                                   if error.filename2 else "")
+    return f"{paths}: {error.strerror or type(error).__name__}"
+
+
+@contextlib.contextmanager
+def one_line_errors(*errors: type[Exception]) -> Iterator[None]:
+    """Ends the program with one error line on ValueError, OSError, `errors`.
+
+    An OSError names its path (`error: /data/shapes: Permission denied`);
+    the others print their message.
+    """
+    try:
+        yield
+    except OSError as e:
+        fail(os_error_message(e))
+    except (ValueError, *errors) as e:
+        fail(_one_line(e))
+
+
+def _env_count(env: Mapping[str, str], name: str) -> int:
+    try:
+        return int(env.get(name, "").strip() or 0)
+    except ValueError:
+        return 0
+
+
+def wants_distributed(mode: str, env: Mapping[str, str]) -> bool:
+    """Whether `--multihost=mode` in environment `env` starts multi-host JAX.
+
+    Raises:
+      ValueError: `mode` is not one of MULTIHOST_MODES.
+    """
+    if mode not in MULTIHOST_MODES:
+        raise ValueError(f"--multihost={mode!r} is not known; choose one of "
+                         f"{', '.join(MULTIHOST_MODES)}")
+    if mode != "auto":
+        return mode == "on"
+    tpu_hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",")
+                 if h.strip()]
+    return bool(env.get("JAX_COORDINATOR_ADDRESS", "").strip() or
+                len(tpu_hosts) > 1 or _env_count(env, "SLURM_NTASKS") > 1 or
+                _env_count(env, "OMPI_COMM_WORLD_SIZE") > 1)
+
+
+def start_multihost(mode: str,
+                    env: Mapping[str, str] | None = None) -> bool:
+    """Calls jax.distributed.initialize() when `wants_distributed` says so.
+
+    Must run before anything touches a device. Returns whether it did; a
+    failed start-up is one error line.
+    """
+    if not wants_distributed(mode, os.environ if env is None else env):
+        return False
+    try:
+        jax.distributed.initialize()
+    except (RuntimeError, ValueError) as e:
+        fail(f"--multihost={mode}: jax.distributed.initialize() failed: "
+             f"{_one_line(e)}")
+    return True

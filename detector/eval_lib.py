@@ -3,6 +3,10 @@
     results = evaluate(config, eval_graphdef, params, rest, mesh=mesh,
                        workdir=workdir, split="val2017[:500]")
 
+The predict program is compiled (and audited for host round-trips) once per
+eval batch shape by `compile_predict`; a trainer compiles it before step 1
+and hands it to every `evaluate` call.
+
 Writes `<workdir>/eval_<split>.json`:
     {"split": ..., "images": N, "bbox": {"AP", "AP50", "AP75", "APs", "APm",
      "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl"}, "segm": {...},
@@ -13,6 +17,7 @@ images. pycocotools prints the standard 12-number summaries.
 """
 
 import contextlib
+import dataclasses
 import io
 import json
 import pathlib
@@ -20,13 +25,15 @@ import re
 import time
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
 from flax import nnx
 from jax.experimental import multihost_utils
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
+from pycocotools import coco as coco_lib
 from pycocotools.cocoeval import COCOeval
 
 from detector import config as config_lib
@@ -38,7 +45,7 @@ METRIC_NAMES = ("AP", "AP50", "AP75", "APs", "APm", "APl", "AR1", "AR10",
                 "AR100", "ARs", "ARm", "ARl")
 
 
-def make_predict(graphdef: nnx.GraphDef, mesh: Mesh):
+def make_predict(graphdef: nnx.GraphDef, mesh: Mesh) -> jax.stages.Wrapped:
     """jit(shard_map(predict)): (params, rest, images) -> detections."""
 
     def local_predict(params, rest, images):
@@ -49,7 +56,33 @@ def make_predict(graphdef: nnx.GraphDef, mesh: Mesh):
                                  out_specs=P("data"), check_vma=False))
 
 
-def coco_metrics(coco_gt, results: list[dict], iou_type: str,
+@dataclasses.dataclass(frozen=True)
+class CompiledPredict:
+    """The predict program compiled for the eval batch, and its audit."""
+
+    run: jax.stages.Compiled  # (params, rest, images) -> detections
+    findings: list[host_audit.HostRoundTrip]
+
+
+def compile_predict(config: ml_collections.ConfigDict,
+                    graphdef: nnx.GraphDef, params: nnx.State,
+                    rest: nnx.State, mesh: Mesh, *,
+                    strict: bool = False) -> CompiledPredict:
+    """Compiles predict for f32[eval.batch_size, H, W, 3] images, audited.
+
+    `graphdef` is the eval-mode graphdef. Raises HostRoundTripError when
+    `strict` and the program goes through the host.
+    """
+    images = jax.ShapeDtypeStruct(
+        (config.eval.batch_size, *config.data.image_size, 3), jnp.float32,
+        sharding=NamedSharding(mesh, P("data")))
+    compiled, findings = host_audit.compile_audited(
+        make_predict(graphdef, mesh), params, rest, images,
+        program="predict", strict=strict)
+    return CompiledPredict(compiled, findings)
+
+
+def coco_metrics(coco_gt: coco_lib.COCO, results: list[dict], iou_type: str,
                  image_ids: list[int]) -> dict[str, float]:
     """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary."""
     if not results:
@@ -71,20 +104,16 @@ def split_slug(split: str) -> str:
     return re.sub(r"[^A-Za-z0-9%]+", "_", split).strip("_")
 
 
-def _run_predict(data, predict, params, rest, mesh, config, program_name):
+def _run_predict(data, predict: CompiledPredict, params, rest, mesh,
+                 config):
     """Predicts every batch; returns COCO results, latencies, drawings."""
     results, latencies, drawn = [], [], []
-    compiled, findings = None, []
     with host_audit.device_only_transfers():
         for batch in data.batches():
             images = sharding.put_batch(batch, mesh, keys=("image",))
-            if compiled is None:
-                compiled, findings = host_audit.compile_audited(
-                    predict, params, rest, images["image"],
-                    program=program_name)
             started = time.perf_counter()
             outputs = jax.block_until_ready(
-                compiled(params, rest, images["image"]))
+                predict.run(params, rest, images["image"]))
             latencies.append((time.perf_counter() - started) * 1e3 /
                              len(batch["image"]))
             outputs = jax.device_get(outputs)
@@ -93,7 +122,7 @@ def _run_predict(data, predict, params, rest, mesh, config, program_name):
                 with_masks=data.has_masks)
             if len(drawn) < config.eval.num_visualized:
                 drawn.append((batch, outputs))
-    return results, latencies, drawn, findings
+    return results, latencies, drawn
 
 
 def _gather_results(results: list[dict], workdir: pathlib.Path,
@@ -111,15 +140,22 @@ def _gather_results(results: list[dict], workdir: pathlib.Path,
 
 
 def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
-             params, rest, *, mesh: Mesh, workdir: pathlib.Path,
-             split: str | None = None, max_images: int = 0) -> dict:
-    """Evaluates on a COCO subset and writes eval_<split>.json and .png."""
+             params: nnx.State, rest: nnx.State, *, mesh: Mesh,
+             workdir: pathlib.Path, split: str | None = None,
+             max_images: int = 0,
+             predict: CompiledPredict | None = None) -> dict:
+    """Evaluates on a COCO subset and writes eval_<split>.json and .png.
+
+    `predict` is a `compile_predict` result to reuse (default: compiled
+    here from `graphdef`).
+    """
     split = split or config.data.eval_split
     data = pipeline.eval_split(config, split,
                                max_images or config.eval.max_images)
-    results, latencies, drawn, findings = _run_predict(
-        data, make_predict(graphdef, mesh), params, rest, mesh, config,
-        "predict")
+    if predict is None:
+        predict = compile_predict(config, graphdef, params, rest, mesh)
+    results, latencies, drawn = _run_predict(data, predict, params, rest,
+                                             mesh, config)
     results = _gather_results(results, workdir, split_slug(split))
     image_ids = sorted(data.coco.getImgIds())  # all processes' images
     summary = {"split": split, "images": len(image_ids)}
@@ -135,7 +171,7 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
     summary.update(
         predict_latency_ms_per_image=float(np.median(latencies)),
         nms_backend=config_lib.nms_backend_name(config),
-        host_roundtrips_per_predict=len(findings))
+        host_roundtrips_per_predict=len(predict.findings))
     if jax.process_index() == 0:
         stem = pathlib.Path(workdir) / f"eval_{split_slug(split)}"
         stem.with_suffix(".json").write_text(json.dumps(summary, indent=2))
@@ -152,18 +188,24 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
 def evaluate_checkpoint(config: ml_collections.ConfigDict,
                         workdir: pathlib.Path, *, split: str | None = None,
                         max_images: int = 0) -> dict:
-    """Restores the latest checkpoint of `workdir` and evaluates it."""
+    """Restores the latest checkpoint of `workdir` and evaluates it.
+
+    Reads the workdir only: a missing `checkpoints/` is an error, not
+    created.
+    """
     from detector import checkpoint, optimizer, train_lib
     from detector import train_state as state_lib
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
-    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1)
-    if ckpt.latest_step() is None:
-        raise FileNotFoundError(f"{ckpt_dir}: no checkpoint to evaluate "
-                                "(train first, or check --workdir)")
-    mesh = sharding.make_mesh()
-    tx, _ = optimizer.make_optimizer(config.train)
-    graphdef, state = train_lib.restore_or_init(config, mesh, ckpt, tx)
-    ckpt.close()
+    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
+    try:
+        if ckpt.latest_step() is None:
+            raise FileNotFoundError(f"{ckpt_dir}: no checkpoint to evaluate "
+                                    "(train first, or check --workdir)")
+        mesh = sharding.make_mesh()
+        tx, _ = optimizer.make_optimizer(config.train)
+        graphdef, state = train_lib.restore_or_init(config, mesh, ckpt, tx)
+    finally:
+        ckpt.close()
     return evaluate(
         config, state_lib.eval_graphdef(graphdef, state.params, state.rest),
         state.params, state.rest, mesh=mesh, workdir=workdir, split=split,

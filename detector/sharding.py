@@ -5,6 +5,9 @@ sharded along it, the training state is replicated. All placement here is
 an explicit transfer, so it works under `jax.transfer_guard("disallow")`.
 """
 
+from collections.abc import Sequence
+from typing import Any
+
 import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
@@ -15,17 +18,18 @@ MODEL_INPUTS = ("image", "boxes", "classes", "valid", "masks", "mask_valid")
 
 
 def make_mesh() -> Mesh:
+    """A one-axis ('data') mesh over every device of every process."""
     return Mesh(np.asarray(jax.devices()), ("data",))
 
 
 def put_batch(batch: dict[str, np.ndarray], mesh: Mesh,
-              keys=MODEL_INPUTS) -> dict[str, jax.Array]:
+              keys: Sequence[str] = MODEL_INPUTS) -> dict[str, jax.Array]:
     """This process's batch -> global arrays sharded over 'data'."""
     data_sharding = NamedSharding(mesh, P("data"))
     return {k: jax.make_array_from_process_local_data(data_sharding, batch[k])
             for k in keys}
 
 
-def replicate(tree, mesh: Mesh):
+def replicate(tree: Any, mesh: Mesh) -> Any:
     """Places a pytree on every device of the mesh."""
     return jax.device_put(tree, NamedSharding(mesh, P()))

@@ -9,10 +9,17 @@
   model splits that per image.
 - The loop runs under `jax.transfer_guard("disallow")`: batches move by an
   explicit `jax.device_put`, metrics by an explicit `jax.device_get`.
-- After compiling the step once it audits the compiled program for host
-  round-trips (ops/host_audit.py), logs them op by op, and reports their
-  count as `host_roundtrips_per_step` on every metrics line;
-  `strict_device=True` turns any finding into an error before step 1.
+- Before step 1 it compiles the train step (and, when the run evaluates,
+  the predict program) once and audits the compiled programs for host
+  round-trips (ops/host_audit.py), logs them op by op, and reports the
+  step's count as `host_roundtrips_per_step` on every metrics line;
+  `strict_device=True` turns any finding in either program into an error
+  before step 1.
+- `<workdir>/config.json` is written once the checkpoint restore and the
+  audits have passed, so a run that fails them leaves the workdir as it was.
+- A non-finite total loss, gradient norm or updated weight stops the run
+  before that step's state is checkpointed. On any error the in-flight
+  checkpoint saves finish and the metric writers close.
 - Every `log_every` steps: clu metric writers (TensorBoard + log) and one JSON
   line in `<workdir>/metrics.jsonl` (see train_metrics.py).
 - Checkpoints (orbax) every `checkpoint_every` steps and at the end. A
@@ -21,10 +28,14 @@
   s from (seed, s), so it restarts exactly where the run stopped).
 """
 
+import dataclasses
 import pathlib
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import optax
 from absl import logging
@@ -42,9 +53,21 @@ from detector.data import pipeline
 from ops import host_audit
 
 
+def all_finite(tree: Any) -> jax.Array:
+    """bool scalar: every float value of `tree` is finite."""
+    flags = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
+             if jnp.issubdtype(x.dtype, jnp.inexact)]
+    return jnp.stack(flags).all() if flags else jnp.asarray(True)
+
+
 def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-                    schedule: optax.Schedule, mesh: Mesh):
-    """jit(shard_map(step)): (state, batch, key) -> (state, metrics)."""
+                    schedule: optax.Schedule,
+                    mesh: Mesh) -> jax.stages.Wrapped:
+    """jit(shard_map(step)): (state, batch, key) -> (state, metrics).
+
+    Besides the logged metrics, `metrics[train_metrics.STATE_FINITE]` says
+    whether the new params and other variables are all finite.
+    """
 
     def loss_fn(params, rest, batch, key):
         model = nnx.merge(graphdef, params, rest)
@@ -62,10 +85,10 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
         metrics = {name: terms[name] for name in train_metrics.LOSS_NAMES}
         metrics["learning_rate"] = schedule(state.step)
         metrics["grad_norm"] = optax.tree.norm(grads)
-        new_state = state.replace(
-            step=state.step + 1, params=optax.apply_updates(state.params,
-                                                            updates),
-            rest=rest, opt_state=opt_state)
+        params = optax.apply_updates(state.params, updates)
+        metrics[train_metrics.STATE_FINITE] = all_finite((params, rest))
+        new_state = state.replace(step=state.step + 1, params=params,
+                                  rest=rest, opt_state=opt_state)
         return new_state, metrics
 
     sharded = jax.shard_map(local_step, mesh=mesh,
@@ -74,9 +97,8 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
     return jax.jit(sharded, donate_argnums=0)
 
 
-def prepare_workdir(workdir: str | pathlib.Path,
-                    config: ml_collections.ConfigDict) -> pathlib.Path:
-    """Creates the workdir, checks it is writable, saves config.json."""
+def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
+    """Creates the workdir and checks it is writable."""
     path = pathlib.Path(workdir).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -86,10 +108,15 @@ def prepare_workdir(workdir: str | pathlib.Path,
     except OSError as e:
         raise ValueError(f"--workdir={workdir}: not writable "
                          f"({e.strerror or e})") from None
-    if jax.process_index() == 0:
-        (path / "config.json").write_text(config.to_json_best_effort(
-            indent=2, sort_keys=True) + "\n")
     return path
+
+
+def save_config(workdir: pathlib.Path,
+                config: ml_collections.ConfigDict) -> None:
+    """Writes `<workdir>/config.json` (process 0), which eval.py reads."""
+    if jax.process_index() == 0:
+        (workdir / "config.json").write_text(config.to_json_best_effort(
+            indent=2, sort_keys=True) + "\n")
 
 
 def _check_batch_size(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
@@ -101,7 +128,9 @@ def _check_batch_size(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
 
 
 def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
-                    ckpt: checkpoint.Checkpointer, tx):
+                    ckpt: checkpoint.Checkpointer,
+                    tx: optax.GradientTransformation
+                    ) -> tuple[nnx.GraphDef, state_lib.TrainState]:
     """(graphdef, state): the latest checkpoint if any, else a fresh model."""
     graphdef, params, rest = state_lib.create_model(config, config.seed)
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
@@ -117,6 +146,19 @@ def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
     return graphdef, state
 
 
+@dataclasses.dataclass
+class _Run:
+    """What the training loop and the evaluations of one run share."""
+
+    config: ml_collections.ConfigDict
+    workdir: pathlib.Path
+    mesh: Mesh
+    ckpt: checkpoint.Checkpointer
+    eval_graphdef: nnx.GraphDef
+    predict: eval_lib.CompiledPredict | None  # None: no evaluations
+    log: train_metrics.MetricsLog | None = None
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str | pathlib.Path, *,
                        strict_device: bool = False,
@@ -126,7 +168,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     `evaluate=False` skips the evaluations (at the end and every
     eval_every steps) and returns {}.
     """
-    workdir = prepare_workdir(workdir, config)
+    workdir = prepare_workdir(workdir)
     mesh = sharding.make_mesh()
     _check_batch_size(config, mesh)
     logging.info("Data parallel over %d %s devices in %d process(es); "
@@ -136,51 +178,82 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     tx, schedule = optimizer.make_optimizer(config.train)
     ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
                                    max_to_keep=config.train.keep_checkpoints)
+    try:
+        return _train(config, workdir, mesh, ckpt, tx, schedule,
+                      strict=strict_device, evaluate=evaluate)
+    finally:
+        ckpt.close()  # after the in-flight saves, also when a step failed
+
+
+def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path,
+           mesh: Mesh, ckpt: checkpoint.Checkpointer,
+           tx: optax.GradientTransformation, schedule: optax.Schedule, *,
+           strict: bool, evaluate: bool) -> dict:
+    """Restores, compiles and audits, then trains and evaluates."""
     # The data first: a missing dataset fails before the model is built.
     start_step = ckpt.latest_step() or 0
     batches = pipeline.train_batches(config, start_step=start_step)
     graphdef, state = restore_or_init(config, mesh, ckpt, tx)
-    num_steps = config.train.num_steps
+    eval_graphdef = state_lib.eval_graphdef(graphdef, state.params,
+                                            state.rest)
+    # Predict first: it compiles faster, so a strict run fails sooner.
+    predict = (eval_lib.compile_predict(config, eval_graphdef, state.params,
+                                        state.rest, mesh, strict=strict)
+               if evaluate else None)
+    run = _Run(config, workdir, mesh, ckpt, eval_graphdef, predict)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
-    step_fn = make_train_step(graphdef, tx, schedule, mesh)
     batch = sharding.put_batch(next(batches), mesh)
-    compiled, findings = host_audit.compile_audited(
-        step_fn, state, batch, key, program="train_step",
-        strict=strict_device)
-    log = train_metrics.MetricsLog(
+    step_fn, findings = host_audit.compile_audited(
+        make_train_step(graphdef, tx, schedule, mesh), state, batch, key,
+        program="train_step", strict=strict)
+    save_config(workdir, config)  # the restore and the audits passed
+    run.log = train_metrics.MetricsLog(
         workdir, backend=config_lib.nms_backend_name(config),
         host_roundtrips=len(findings), images_per_step=config.train.batch_size)
+    try:
+        state = _loop(run, step_fn, state, batch, batches, key, start_step)
+        ckpt.wait()
+        return (_evaluate(run, state, config.train.num_steps) if evaluate
+                else {})
+    finally:
+        run.log.close()
+
+
+def _loop(run: _Run, step_fn: jax.stages.Compiled,
+          state: state_lib.TrainState, batch: dict[str, jax.Array],
+          batches: Iterator[dict], key: jax.Array,
+          start_step: int) -> state_lib.TrainState:
+    """Steps start_step + 1 .. num_steps: log, checkpoint, evaluate."""
+    train = run.config.train
     progress = periodic_actions.ReportProgress(
-        num_train_steps=num_steps, writer=log.writer,
-        every_steps=config.train.log_every)
+        num_train_steps=train.num_steps, writer=run.log.writer,
+        every_steps=train.log_every)
     with host_audit.device_only_transfers():
-        for step in range(start_step + 1, num_steps + 1):
+        for step in range(start_step + 1, train.num_steps + 1):
             if step > start_step + 1:
-                batch = sharding.put_batch(next(batches), mesh)
+                batch = sharding.put_batch(next(batches), run.mesh)
             started = time.perf_counter()
-            state, metrics = compiled(state, batch, key)
+            state, metrics = step_fn(state, batch, key)
             jax.block_until_ready(metrics)
-            log.add_step_time(time.perf_counter() - started)
-            log.check_finite(step, jax.device_get(metrics["total"]))
-            if step % config.train.log_every == 0 or step == num_steps:
-                log.write(step, jax.device_get(metrics))
+            run.log.add_step_time(time.perf_counter() - started)
+            finite = metrics.pop(train_metrics.STATE_FINITE)
+            # Before this step's state can reach a checkpoint.
+            run.log.check_finite(step, *jax.device_get(
+                (metrics["total"], metrics["grad_norm"], finite)))
+            if step % train.log_every == 0 or step == train.num_steps:
+                run.log.write(step, jax.device_get(metrics))
             progress(step)
-            if step % config.train.checkpoint_every == 0 or step == num_steps:
-                ckpt.save(step, state_lib.to_tree(state))
-            if (evaluate and config.train.eval_every and
-                    step % config.train.eval_every == 0 and step < num_steps):
-                _evaluate(config, graphdef, state, mesh, workdir, log, step)
-    ckpt.wait()
-    results = (_evaluate(config, graphdef, state, mesh, workdir, log,
-                         num_steps) if evaluate else {})
-    log.close()
-    ckpt.close()
-    return results
+            if step % train.checkpoint_every == 0 or step == train.num_steps:
+                run.ckpt.save(step, state_lib.to_tree(state))
+            if (run.predict is not None and train.eval_every and
+                    step % train.eval_every == 0 and step < train.num_steps):
+                _evaluate(run, state, step)
+    return state
 
 
-def _evaluate(config, graphdef, state, mesh, workdir, log, step) -> dict:
+def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
     results = eval_lib.evaluate(
-        config, state_lib.eval_graphdef(graphdef, state.params, state.rest),
-        state.params, state.rest, mesh=mesh, workdir=workdir)
-    log.write_eval(step, results)
+        run.config, run.eval_graphdef, state.params, state.rest,
+        mesh=run.mesh, workdir=run.workdir, predict=run.predict)
+    run.log.write_eval(step, results)
     return results

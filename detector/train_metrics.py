@@ -6,6 +6,8 @@ Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
 of device-synchronised step times), `step_time_p90_ms`, `images_per_sec`,
 `nms_backend` and `host_roundtrips_per_step` (host round-trip ops the audit
 found in the compiled step). Evaluations append a line with `"eval": true`.
+A non-finite total loss, gradient norm or updated weight stops the run
+(FloatingPointError).
 """
 
 import json
@@ -16,8 +18,11 @@ import jax
 import numpy as np
 from absl import logging
 from clu import metric_writers
+from jax.typing import ArrayLike
 
 LOSS_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask", "total")
+# Train-step output checked every step and not logged: all weights finite.
+STATE_FINITE = "state_finite"
 
 
 class MetricsLog:
@@ -29,6 +34,7 @@ class MetricsLog:
         self.host_roundtrips = host_roundtrips
         self.images_per_step = images_per_step
         self._step_times: list[float] = []
+        self._closed = False
         self._is_main = jax.process_index() == 0
         self.writer = metric_writers.create_default_writer(
             str(workdir), just_logging=not self._is_main)
@@ -39,13 +45,28 @@ class MetricsLog:
         self._step_times.append(seconds)
 
     @staticmethod
-    def check_finite(step: int, loss) -> None:
-        """Stops the run on a NaN/Inf loss, naming the step."""
+    def check_finite(step: int, loss: ArrayLike,
+                     grad_norm: ArrayLike | None = None,
+                     state_finite: ArrayLike = True) -> None:
+        """Stops the run on a NaN/Inf loss, gradient norm or weight.
+
+        Called before the step's state is checkpointed: a non-finite gradient
+        or update turns the weights into NaN/Inf while the loss of that step
+        still looks finite.
+        """
         loss = float(loss)
+        stop = "stopping (the last checkpoint before it is intact)"
         if not math.isfinite(loss):
             raise FloatingPointError(
-                f"total loss is {loss} at step {step}; stopping (the last "
-                "checkpoint before it is intact)")
+                f"total loss is {loss} at step {step}; {stop}")
+        if grad_norm is not None and not math.isfinite(float(grad_norm)):
+            raise FloatingPointError(
+                f"gradient norm is {float(grad_norm)} at step {step} (total "
+                f"loss {loss:.4g}); {stop}")
+        if not bool(state_finite):
+            raise FloatingPointError(
+                f"the update of step {step} made weights non-finite (total "
+                f"loss {loss:.4g}); {stop}")
 
     def write(self, step: int, metrics: dict) -> dict:
         """Logs the window's metrics and starts a new window."""
@@ -84,6 +105,12 @@ class MetricsLog:
             self._jsonl.flush()
 
     def close(self) -> None:
-        self.writer.flush()
-        if self._jsonl:
-            self._jsonl.close()
+        """Flushes and closes the writers and metrics.jsonl (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.writer.close()
+        finally:
+            if self._jsonl:
+                self._jsonl.close()

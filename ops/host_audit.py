@@ -23,6 +23,7 @@ import contextlib
 import dataclasses
 import re
 from collections.abc import Iterator
+from typing import Any
 
 import jax
 from absl import logging
@@ -58,12 +59,14 @@ _TRANSFORM_WRAPPER = re.compile(r"^(?:jvp|transpose|vmap|pjit|jit|remat|"
 def _scope(op_name: str) -> str:
     """The scope path without transformation wrappers.
 
-    'jit(step)/jvp(rpn)/nms/pure_callback' -> 'rpn/nms/pure_callback'.
+    'jit(step)/jvp(rpn)/nms/pure_callback' -> 'rpn/nms/pure_callback';
+    'jit(step)/shard_map/rpn/nms/pure_callback' (a mesh of several devices)
+    -> 'rpn/nms/pure_callback'.
     """
     parts = []
     for part in op_name.split("/"):
-        if re.fullmatch(r"(?:p?jit|pmap|shard_map)\(.*\)", part):
-            continue  # the name of the traced function itself
+        if re.fullmatch(r"(?:p?jit|pmap|shard_map)(?:\(.*\))?", part):
+            continue  # the traced function itself, or its shard_map
         while match := _TRANSFORM_WRAPPER.match(part):
             part = match.group(1)
         parts.append(part)
@@ -104,12 +107,15 @@ def audit_compiled(compiled: jax.stages.Compiled) -> list[HostRoundTrip]:
     return audit_hlo_text(compiled.as_text())
 
 
-def audit(jitted, *args, **kwargs) -> list[HostRoundTrip]:
+def audit(jitted: jax.stages.Wrapped, *args: Any,
+          **kwargs: Any) -> list[HostRoundTrip]:
     """Lowers and compiles `jitted` for these arguments, then audits it."""
     return audit_compiled(jitted.lower(*args, **kwargs).compile())
 
 
-def compile_audited(jitted, *args, program: str, strict: bool = False):
+def compile_audited(jitted: jax.stages.Wrapped, *args: Any, program: str,
+                    strict: bool = False
+                    ) -> tuple[jax.stages.Compiled, list[HostRoundTrip]]:
     """Compiles `jitted` once, logs its host round-trips op by op.
 
     Returns:

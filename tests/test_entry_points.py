@@ -55,6 +55,17 @@ def test_train_unwritable_workdir(tmp_path):
                            "writable")
 
 
+def test_train_unusable_data_root_names_the_path(tmp_path):
+    (tmp_path / "file").write_text("")
+    line = _error_line(_run(
+        "train.py", "--config=configs/shapes.py:runlocal",
+        f"--workdir={tmp_path}/run",
+        f"--config.data.root={tmp_path}/file/shapes"))
+    assert line.startswith(f"error: {tmp_path}/file/shapes")
+    assert line.endswith(": Not a directory")
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
 def test_train_missing_dataset(tmp_path):
     line = _error_line(_run(
         "train.py", f"--workdir={tmp_path}/run",
@@ -72,18 +83,50 @@ def test_eval_without_checkpoint_or_config(tmp_path):
                             "--config=configs/shapes.py:runlocal"))
     assert line.startswith(f"error: {tmp_path}/checkpoints: no checkpoint "
                            "to evaluate")
+    assert not (tmp_path / "checkpoints").exists()  # eval only reads
 
 
+_TWO_DEVICES = {**os.environ,
+                "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
-def test_train_data_parallel_on_two_forced_cpu_devices(tmp_path):
-    env = {**os.environ,
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
-    result = _run("train.py", "--config=configs/shapes.py:runlocal",
-                  f"--workdir={tmp_path}/run", "--config.train.num_steps=2",
-                  f"--config.data.root={tmp_path}/shapes", env=env)
+
+def _check_host_nms_run(run: pathlib.Path,
+                        result: subprocess.CompletedProcess) -> None:
+    """The 2-device run trained, evaluated and reported the host NMS."""
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Data parallel over 2 cpu devices" in result.stderr
     lines = [json.loads(line) for line in
-             (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+             (run / "metrics.jsonl").read_text().splitlines()]
     assert [line["step"] for line in lines] == [2, 2]  # train, then eval
     assert lines[-1]["eval"] and "AP" in lines[-1]["bbox"]
+    assert lines[0]["nms_backend"].startswith("rpn=cpu,detection=auto")
+    assert lines[0]["host_roundtrips_per_step"] == 1
+    assert ("train_step: 1 host round-trip(s) per call:\n"
+            "  - host callback `pure_callback` at rpn/nms/pure_callback"
+            in result.stderr)
+    summary = json.loads((run / "eval_val.json").read_text())
+    assert summary["host_roundtrips_per_predict"] == 1  # rpn/nms only
+
+
+def test_train_on_two_devices_then_strict_rerun_writes_nothing(tmp_path):
+    # One training run (its checks in _check_host_nms_run) serves both
+    # parts. The RPN NMS runs on the host; the detections keep the default
+    # device backend, so its kernel also runs under the 2-device mesh.
+    common = ["--config=configs/shapes.py:runlocal",
+              f"--workdir={tmp_path}/run",
+              f"--config.data.root={tmp_path}/shapes"]
+    result = _run("train.py", *common, "--config.train.num_steps=2",
+                  "--config.model.rpn.nms_backend=cpu", env=_TWO_DEVICES)
+    _check_host_nms_run(tmp_path / "run", result)
+    saved = (tmp_path / "run" / "config.json").read_text()
+    line = _error_line(_run("train.py", *common, "--config.train.num_steps=3",
+                            "--nms=cpu", "--strict_device",
+                            env=_TWO_DEVICES))
+    assert line.startswith("error: predict is not device-only: host "
+                           "callback `pure_callback` at rpn/nms")
+    assert "--nms=pallas" in line
+    # The refused run wrote nothing: eval.py still reads the trained run's
+    # config, and no step ran.
+    assert (tmp_path / "run" / "config.json").read_text() == saved
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text()
+               .splitlines()) == 2

@@ -3,12 +3,14 @@
 import json
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from detector import checkpoint
 from detector import config as config_lib
-from detector import eval_lib, train_lib, train_metrics
+from detector import eval_lib, sharding, train_lib, train_metrics
 from ops import host_audit
 from tests.detector.conftest import tiny_config
 
@@ -95,11 +97,14 @@ def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
 def test_checkpoint_from_another_config_is_one_clear_error(
         resumed_and_straight, shapes_config):
     _, straight = resumed_and_straight
+    saved = (straight / "config.json").read_text()
     other = _with(shapes_config, **{"model.fpn_channels": 8})
     with pytest.raises(ValueError, match=r"checkpoint .*/4 holds 'params/.*' "
                        r"with shape .* but this config needs .*: written by "
                        r"a different config"):
         train_lib.train_and_evaluate(other, straight, evaluate=False)
+    # The failed run left the workdir's config (what eval.py reads) alone.
+    assert (straight / "config.json").read_text() == saved
 
 
 def test_eval_of_checkpoint_audits_both_nms_sites(resumed_and_straight,
@@ -124,6 +129,7 @@ def test_strict_device_refuses_host_nms_before_step_one(shapes_config,
                                                        tmp_path):
     config = shapes_config.copy_and_resolve_references()
     config_lib.set_nms_backend(config, "cpu")
+    (tmp_path / "config.json").write_text("{}")  # an earlier run's config
     with pytest.raises(host_audit.HostRoundTripError,
                        match=r"train_step is not device-only: host callback "
                        r"`pure_callback` at rpn/nms/pure_callback .*"
@@ -131,14 +137,86 @@ def test_strict_device_refuses_host_nms_before_step_one(shapes_config,
         train_lib.train_and_evaluate(config, tmp_path, strict_device=True,
                                      evaluate=False)
     assert not any((tmp_path / "checkpoints").iterdir())
+    assert (tmp_path / "config.json").read_text() == "{}"
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_strict_device_audits_predict_before_step_one(shapes_config,
+                                                      tmp_path):
+    # The train step stays on the device; only the detections' NMS (run by
+    # the evaluations) goes through the host.
+    config = _with(shapes_config, **{"model.detection.nms_backend": "cpu"})
+    with pytest.raises(host_audit.HostRoundTripError,
+                       match=r"^predict is not device-only: host callback "
+                       r"`pure_callback` at detection/nms/pure_callback"):
+        train_lib.train_and_evaluate(config, tmp_path, strict_device=True)
+    assert not any((tmp_path / "checkpoints").iterdir())
+    assert not (tmp_path / "config.json").exists()
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_guard_stops_planted_transfer_and_closes_cleanly(
+        shapes_config, tmp_path, monkeypatch):
+    real_put_batch, calls, closed = sharding.put_batch, [], []
+
+    def put_numpy_after_first(batch, mesh, keys=sharding.MODEL_INPUTS):
+        calls.append(len(calls))
+        if len(calls) == 1:  # the batch the step is compiled for
+            return real_put_batch(batch, mesh, keys)
+        return {k: np.asarray(batch[k]) for k in keys}  # implicit transfer
+
+    def recording(cls):
+        close = cls.close
+        monkeypatch.setattr(cls, "close", lambda self: (
+            closed.append(cls.__name__), close(self)))
+
+    monkeypatch.setattr(sharding, "put_batch", put_numpy_after_first)
+    recording(checkpoint.Checkpointer)
+    recording(train_metrics.MetricsLog)
+    config = _with(shapes_config, **{"train.num_steps": 2,
+                                     "train.checkpoint_every": 1})
+    with pytest.raises(Exception, match="Disallowed host-to-device transfer"):
+        train_lib.train_and_evaluate(config, tmp_path, evaluate=False)
+    assert len(calls) == 2  # stopped by the guard at step 2
+    assert sorted(closed) == ["Checkpointer", "MetricsLog"]
+    # Step 1's async save finished before the checkpointer closed.
+    assert _params_at(tmp_path, 1)[0]
 
 
 def test_check_finite_names_the_step():
     train_metrics.MetricsLog.check_finite(3, 1.5)  # finite: no error
+    train_metrics.MetricsLog.check_finite(3, 1.5, np.float32(2.0))
     for bad in (float("nan"), float("inf")):
         with pytest.raises(FloatingPointError,
                            match=rf"total loss is {bad} at step 7; stopping"):
             train_metrics.MetricsLog.check_finite(7, np.float32(bad))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_check_finite_stops_on_gradient_norm_with_finite_loss(bad):
+    with pytest.raises(FloatingPointError,
+                       match=rf"gradient norm is {bad} at step 5 \(total loss "
+                       r"1\.5\); stopping"):
+        train_metrics.MetricsLog.check_finite(5, np.float32(1.5),
+                                              np.float32(bad))
+
+
+def test_check_finite_stops_on_non_finite_weights():
+    train_metrics.MetricsLog.check_finite(4, 1.5, 2.0, np.bool_(True))
+    with pytest.raises(FloatingPointError,
+                       match=r"the update of step 4 made weights non-finite "
+                       r"\(total loss 1\.5\); stopping"):
+        train_metrics.MetricsLog.check_finite(4, 1.5, 2.0, np.bool_(False))
+
+
+def test_all_finite_checks_every_float_leaf():
+    tree = {"w": jnp.ones((2, 3)), "count": jnp.array(7, jnp.int32),
+            "b": {"x": jnp.zeros(4)}}
+    assert bool(jax.jit(train_lib.all_finite)(tree))
+    for bad in (jnp.nan, jnp.inf):
+        tree["b"]["x"] = jnp.zeros(4).at[2].set(bad)
+        assert not bool(jax.jit(train_lib.all_finite)(tree))
+    assert bool(train_lib.all_finite({"count": jnp.array(1)}))  # no floats
 
 
 @pytest.mark.slow
@@ -148,8 +226,14 @@ def test_nan_loss_stops_the_run_with_its_step(shapes_config, tmp_path):
                                      "train.schedule": "step",
                                      "train.step_boundaries": ()})
     with pytest.raises(FloatingPointError,
-                       match=r"total loss is (nan|inf) at step [2-4]"):
+                       match=r"((total loss|gradient norm) is (nan|inf) at "
+                       r"step|the update of step) [1-4]\b"):
         train_lib.train_and_evaluate(config, tmp_path, evaluate=False)
+    # Whatever was checkpointed before the stop holds finite weights.
+    for step_dir in (tmp_path / "checkpoints").iterdir():
+        if step_dir.name.isdigit():
+            params, _ = _params_at(tmp_path, int(step_dir.name))
+            assert bool(train_lib.all_finite(params))
 
 
 def test_unwritable_workdir_is_one_clear_error(shapes_config, tmp_path):

@@ -64,6 +64,17 @@ def test_host_send_recv_and_infeed_lines_are_findings():
     assert findings[2].op_type == "pure_callback"
 
 
+def test_op_name_drops_the_shard_map_scope_of_a_multi_device_mesh():
+    # What a shard_map over 2 devices compiles to (1 device: no scope).
+    hlo = ('  %cb.1 = f32[2]{0} custom-call(%p), custom_call_target='
+           '"xla_ffi_python_cpu_callback", metadata={op_name="jit(f)/'
+           'shard_map/rpn/nms/pure_callback"}')
+    [finding] = host_audit.audit_hlo_text(hlo)
+    assert finding.op_name == "rpn/nms/pure_callback"
+    assert str(finding) == ("host callback `pure_callback` at "
+                            "rpn/nms/pure_callback")
+
+
 def test_require_device_only_names_op_and_suggests_backend():
     findings = host_audit.audit(jax.jit(_with_callback), jnp.ones(3))
     with pytest.raises(host_audit.HostRoundTripError,
