@@ -5,8 +5,10 @@
   python train.py --config=configs/coco_r50_fpn.py:runlocal   # smoke run
 
 `data.root` is a COCO download (annotations/instances_train2017.json,
-train2017/, val2017/); `--config.data.source=tfds` reads tfds coco/2017
-instead.
+train2017/, val2017/). To read tfds coco/2017 instead (boxes only: it has
+no instance masks), add `--config.data.source=tfds
+--config.data.tfds_data_dir=DIR --config.data.train_split=train
+--config.data.eval_split=validation`.
 """
 
 import ml_collections
@@ -23,7 +25,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     config.data.eval_split = "val2017"
     config.model.backbone = "resnet50"
     config.model.norm = "group"
-    config.model.dtype = "bfloat16"
+    config.model.dtype = "auto"  # bfloat16 on GPU/TPU, float32 on CPU
     if arg == "runlocal":
         config.data.image_size = (256, 256)
         config.data.max_instances = 32

@@ -14,7 +14,20 @@ from detector import config as config_lib
 def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     """Returns the shapes config; `arg='runlocal'` shrinks it to a smoke run."""
     config = config_lib.base_config()
-    data = config.data
+    _set_data(config.data)
+    _set_model(config.model)
+    _set_train(config.train)
+    config.eval.batch_size = 8
+    if arg == "runlocal":
+        _shrink_to_runlocal(config)
+    elif arg:
+        raise ValueError(f"configs/shapes.py: unknown variant {arg!r}; "
+                         "known: runlocal")
+    return config
+
+
+def _set_data(data: ml_collections.ConfigDict) -> None:
+    """The synthetic shapes set: 128x128 images, 3 classes."""
     data.source = "shapes"
     data.root = "data/shapes"
     data.train_split = "train"
@@ -29,7 +42,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     data.shapes.num_val = 200
     data.shapes.image_size = 128
 
-    model = config.model
+
+def _set_model(model: ml_collections.ConfigDict) -> None:
+    """A CPU-sized ResNet-FPN with fewer proposals, rois and detections."""
     model.backbone = "tiny"
     model.backbone_width = 16
     model.norm = "group"
@@ -52,7 +67,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     model.detection.max_detections = 20
     model.detection.pre_nms_top_k = 200
 
-    train = config.train
+
+def _set_train(train: ml_collections.ConfigDict) -> None:
+    """AdamW with warmup and cosine decay, 1800 steps of batch 8."""
     train.batch_size = 8
     train.num_steps = 1800
     train.optimizer = "adamw"
@@ -65,18 +82,15 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     train.checkpoint_every = 500
     train.eval_every = 500
 
-    config.eval.batch_size = 8
-    if arg == "runlocal":
-        data.shapes.num_train = 16
-        data.shapes.num_val = 8
-        data.root = "data/shapes_runlocal"
-        train.batch_size = 2
-        train.num_steps = 4
-        train.warmup_steps = 2
-        train.log_every = 2
-        train.checkpoint_every = 4
-        config.eval.batch_size = 4
-    elif arg:
-        raise ValueError(f"configs/shapes.py: unknown variant {arg!r}; "
-                         "known: runlocal")
-    return config
+
+def _shrink_to_runlocal(config: ml_collections.ConfigDict) -> None:
+    """The smoke run: 16 + 8 images, 4 steps of batch 2."""
+    config.data.shapes.num_train = 16
+    config.data.shapes.num_val = 8
+    config.data.root = "data/shapes_runlocal"
+    config.train.batch_size = 2
+    config.train.num_steps = 4
+    config.train.warmup_steps = 2
+    config.train.log_every = 2
+    config.train.checkpoint_every = 4
+    config.eval.batch_size = 4

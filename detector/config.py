@@ -23,9 +23,16 @@ def base_config() -> ml_collections.ConfigDict:
     """Returns the schema with COCO-style defaults (TF Model Garden R50-FPN)."""
     config = ml_collections.ConfigDict()
     config.seed = 0
+    config.data = _data_config()
+    config.model = _model_config()
+    config.train = _train_config()
+    config.eval = _eval_config()
+    return config
 
-    # -------------------------------------------------------------------- data
-    data = config.data = ml_collections.ConfigDict()
+
+def _data_config() -> ml_collections.ConfigDict:
+    """config.data: the source, splits, input size and augmentation."""
+    data = ml_collections.ConfigDict()
     # 'shapes' (synthetic COCO-format folder, generated on demand),
     # 'coco_json' (a COCO-format folder), or 'tfds' (tfds coco/2017).
     data.source = "coco_json"
@@ -59,9 +66,12 @@ def base_config() -> ml_collections.ConfigDict:
     shapes.num_val = 200
     shapes.image_size = 128
     shapes.seed = 0
+    return data
 
-    # ------------------------------------------------------------------- model
-    model = config.model = ml_collections.ConfigDict()
+
+def _model_config() -> ml_collections.ConfigDict:
+    """config.model: backbone, FPN and anchors; one sub-dict per head."""
+    model = ml_collections.ConfigDict()
     # 'resnet18' | 'resnet50' | 'tiny' (a CPU-sized ResNet, one basic block
     # per stage).
     model.backbone = "resnet50"
@@ -75,11 +85,19 @@ def base_config() -> ml_collections.ConfigDict:
     model.max_level = 6
     model.anchor_scale = 8.0  # anchor side at level l: anchor_scale * 2**l
     model.aspect_ratios = (0.5, 1.0, 2.0)
-    # Activation dtype: 'float32' (CPU) or 'bfloat16' (TPU/GPU). Params and
-    # losses stay float32.
-    model.dtype = "float32"
+    # Activation dtype: 'auto' (float32 on CPU, bfloat16 on GPU/TPU),
+    # 'float32' or 'bfloat16'. Params and losses stay float32.
+    model.dtype = "auto"
+    model.rpn = _rpn_config()
+    model.roi = _roi_config()
+    model.detection = _detection_config()
+    model.loss = _loss_config()
+    return model
 
-    rpn = model.rpn = ml_collections.ConfigDict()
+
+def _rpn_config() -> ml_collections.ConfigDict:
+    """config.model.rpn: proposals (top-k, NMS) and RPN anchor sampling."""
+    rpn = ml_collections.ConfigDict()
     rpn.pre_nms_top_k_train = 2000  # per level
     rpn.pre_nms_top_k_test = 1000  # per level
     rpn.post_nms_top_k_train = 1000  # per image, after merging levels
@@ -92,8 +110,12 @@ def base_config() -> ml_collections.ConfigDict:
     rpn.positive_fraction = 0.5
     rpn.box_weights = (1.0, 1.0, 1.0, 1.0)
     rpn.nms_backend = "auto"
+    return rpn
 
-    roi = model.roi = ml_collections.ConfigDict()
+
+def _roi_config() -> ml_collections.ConfigDict:
+    """config.model.roi: ROI sampling, ROIAlign, box and mask heads."""
+    roi = ml_collections.ConfigDict()
     roi.num_rois = 512
     roi.fg_fraction = 0.25
     roi.fg_iou = 0.5
@@ -110,16 +132,24 @@ def base_config() -> ml_collections.ConfigDict:
     roi.mask_head_convs = 4
     roi.max_mask_rois = 128  # mask loss uses at most this many fg rois/image
     roi.mask_size = 28  # 2 * mask_pool_size
+    return roi
 
-    detection = model.detection = ml_collections.ConfigDict()
+
+def _detection_config() -> ml_collections.ConfigDict:
+    """config.model.detection: scoring and class-aware NMS of detections."""
+    detection = ml_collections.ConfigDict()
     detection.score_threshold = 0.05
     detection.nms_iou = 0.5
     detection.max_detections = 100
     # Candidates (roi, class) pairs kept by score before class-aware NMS.
     detection.pre_nms_top_k = 1000
     detection.nms_backend = "auto"
+    return detection
 
-    loss = model.loss = ml_collections.ConfigDict()
+
+def _loss_config() -> ml_collections.ConfigDict:
+    """config.model.loss: Huber deltas and loss weights."""
+    loss = ml_collections.ConfigDict()
     loss.rpn_box_beta = 1.0 / 9.0  # Huber delta of the RPN box loss
     loss.box_beta = 1.0
     loss.rpn_cls_weight = 1.0
@@ -127,9 +157,12 @@ def base_config() -> ml_collections.ConfigDict:
     loss.cls_weight = 1.0
     loss.box_weight = 1.0
     loss.mask_weight = 1.0
+    return loss
 
-    # ------------------------------------------------------------------- train
-    train = config.train = ml_collections.ConfigDict()
+
+def _train_config() -> ml_collections.ConfigDict:
+    """config.train: batch, optimizer, schedule, logging and checkpoints."""
+    train = ml_collections.ConfigDict()
     train.batch_size = 64  # global, across all devices and hosts
     train.num_steps = 22500
     train.optimizer = "sgd"  # 'sgd' (momentum) | 'adamw'
@@ -146,13 +179,16 @@ def base_config() -> ml_collections.ConfigDict:
     train.checkpoint_every = 1000
     train.keep_checkpoints = 3
     train.eval_every = 0  # 0: evaluate only at the end
+    return train
 
-    # -------------------------------------------------------------------- eval
-    evaluation = config.eval = ml_collections.ConfigDict()
+
+def _eval_config() -> ml_collections.ConfigDict:
+    """config.eval: batch size, subset and visualisation."""
+    evaluation = ml_collections.ConfigDict()
     evaluation.batch_size = 8
     evaluation.max_images = 0  # 0: the whole split
     evaluation.num_visualized = 4
-    return config
+    return evaluation
 
 
 def set_nms_backend(config: ml_collections.ConfigDict, backend: str, *,
