@@ -39,9 +39,9 @@ BASELINES = {"topk": topk.nms}
 # 'auto' per platform, from benchmarks/nms_bench.py and step_bench.py
 # (README, "Results"):
 # - cpu: pallas. On a 2-core x86 CPU (interpret mode), median ms, pallas vs
-#   while_loop: W1 1.12 vs 2.31, W2 (6000 boxes) 4.15 vs 91.8, W3 18.4 vs
-#   92.2, W4 (class-aware) 2.47 vs 36.4; in the shapes train step 487 ms vs
-#   553 ms (cpu offload 673 ms).
+#   while_loop: W1 0.417 vs 0.864, W2 (6000 boxes) 1.47 vs 34.1, W3 6.85 vs
+#   41.2, W4 (class-aware) 0.988 vs 13.6; in the shapes train step 212 ms vs
+#   220 ms (cpu offload 293 ms).
 # - tpu: pallas; the TPU v5e reference in DESIGN.md §8 measured the Pallas
 #   kernel at 0.139 ms against 0.416 ms for the jitted while_loop (1024
 #   boxes, 128 kept, IoU 0.1).
