@@ -129,8 +129,9 @@ def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
 
 
 def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
-              *, tile: int, kept_chunk: int, max_output_size: int, iou_threshold: float,
-              class_aware: bool, platform: str) -> jax.Array:
+              *, tile: int, kept_chunk: int, max_output_size: int,
+              iou_threshold: float, class_aware: bool,
+              platform: str) -> jax.Array:
     """Runs the kernel: fields f32[B, 5, N_pad] -> keep int32[B, N_pad].
 
     `platform` is 'gpu' (Triton) or 'cpu' (interpret mode); N_pad must be a
