@@ -19,8 +19,8 @@ def _input_image(batch: dict, i: int,
     """The i-th model input, un-normalised and cut to its unpadded region."""
     image = (batch["image"][i] * np.asarray(config.data.pixel_std) +
              np.asarray(config.data.pixel_mean))
-    height, width = np.ceil(batch["orig_size"][i] *
-                            batch["scale"][i]).astype(int)
+    height, width = postprocess.resized_size(batch["orig_size"][i],
+                                             batch["scale"][i]).astype(int)
     return np.clip(image[:height, :width] / 255.0, 0.0, 1.0)
 
 
