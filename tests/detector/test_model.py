@@ -275,6 +275,19 @@ def test_overfitting_one_image_recovers_its_boxes(
     assert (masks[count:] == 0).all()
 
 
+def _assert_identical_to_while_loop(results: dict) -> dict:
+    """Every backend's pytree equals the 'while_loop' one, bit for bit.
+
+    Returns the 'while_loop' result.
+    """
+    reference = results.pop("while_loop")
+    for backend, result in results.items():
+        for ref, got in zip(jax.tree.leaves(reference),
+                            jax.tree.leaves(result)):
+            np.testing.assert_array_equal(got, ref, err_msg=backend)
+    return reference
+
+
 def test_nms_backends_give_identical_proposals_and_detections(
         initial, overfitted, predictors, make_synthetic_example):
     _, _, rest = initial
@@ -282,14 +295,10 @@ def test_nms_backends_give_identical_proposals_and_detections(
     images = jnp.asarray(make_synthetic_example()["image"])
     results = {backend: jax.tree.map(np.asarray, fn(params, rest, images))
                for backend, fn in predictors.items()}
-    reference = results.pop("while_loop")
-    (_, test_valid), _, (_, train_valid) = reference
+    (_, test_valid), _, (_, train_valid) = _assert_identical_to_while_loop(
+        results)
     # Several valid proposals in both modes, at least as many in train.
     assert 3 < test_valid.sum() <= train_valid.sum()
-    for backend, result in results.items():
-        for ref, got in zip(jax.tree.leaves(reference),
-                            jax.tree.leaves(result)):
-            np.testing.assert_array_equal(got, ref, err_msg=backend)
 
 
 def test_nms_backends_give_identical_train_step_losses_and_gradients(
@@ -303,12 +312,8 @@ def test_nms_backends_give_identical_train_step_losses_and_gradients(
             params, rest, train_step.optimizer.init(params), batch,
             jax.random.key(7))
         results[backend] = jax.tree.map(np.asarray, (terms, grads))
-    reference = results.pop("while_loop")
-    assert reference[0]["mask"] > 0.0  # the sampled rois reach every head
-    for backend, result in results.items():
-        for ref, got in zip(jax.tree.leaves(reference),
-                            jax.tree.leaves(result)):
-            np.testing.assert_array_equal(got, ref, err_msg=backend)
+    terms, _ = _assert_identical_to_while_loop(results)
+    assert terms["mask"] > 0.0  # the sampled rois reach every head
 
 
 def test_no_host_round_trips_unless_the_nms_backend_is_cpu(
