@@ -133,6 +133,18 @@ def test_max_output_size_stops_early(backend):
         _check(boxes, scores, backend, max_output_size=k, iou_threshold=0.5)
 
 
+@pytest.mark.parametrize("max_output_size", [1000, 20000])
+def test_pallas_at_20000_boxes(max_output_size):
+    # O(N) memory: 20000 boxes need no 20000 x 20000 matrix. K=20000 walks
+    # every tile; K=1000 stops early.
+    rng = np.random.default_rng(20000)
+    boxes, scores = random_boxes(rng, (1, 20000), extent=800.0,
+                                 max_size=200.0)
+    _, num = _check(boxes, scores, "pallas", max_output_size=max_output_size,
+                    iou_threshold=0.5)
+    assert 1000 <= num[0] < 20000
+
+
 def test_batch_dims(backend):
     rng = np.random.default_rng(8)
     boxes, scores = random_boxes(rng, (2, 3, 150))
