@@ -37,7 +37,9 @@ from pycocotools import coco as coco_lib
 from pycocotools.cocoeval import COCOeval
 
 from detector import config as config_lib
-from detector import postprocess, sharding, visualize
+from detector import (checkpoint, optimizer, postprocess, sharding,
+                      visualize)
+from detector import train_state as state_lib
 from detector.data import pipeline
 from ops import host_audit
 
@@ -193,8 +195,6 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict,
     Reads the workdir only: a missing `checkpoints/` is an error, not
     created.
     """
-    from detector import checkpoint, optimizer, train_lib
-    from detector import train_state as state_lib
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
     try:
@@ -203,7 +203,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict,
                                     "(train first, or check --workdir)")
         mesh = sharding.make_mesh()
         tx, _ = optimizer.make_optimizer(config.train)
-        graphdef, state = train_lib.restore_or_init(config, mesh, ckpt, tx)
+        graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
     finally:
         ckpt.close()
     return evaluate(

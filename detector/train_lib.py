@@ -42,7 +42,7 @@ from absl import logging
 from clu import periodic_actions
 from flax import nnx
 from jax import lax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from detector import checkpoint
@@ -127,25 +127,6 @@ def _check_batch_size(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
                              f"number of devices ({mesh.size})")
 
 
-def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
-                    ckpt: checkpoint.Checkpointer,
-                    tx: optax.GradientTransformation
-                    ) -> tuple[nnx.GraphDef, state_lib.TrainState]:
-    """(graphdef, state): the latest checkpoint if any, else a fresh model."""
-    graphdef, params, rest = state_lib.create_model(config, config.seed)
-    state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
-    step = ckpt.latest_step()
-    if step is None:
-        return graphdef, state
-    replicated = NamedSharding(mesh, P())
-    abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
-        state_lib.to_tree(state))
-    state = state_lib.from_tree(state, ckpt.restore(abstract, step))
-    logging.info("Resumed from %s/%d", ckpt.directory, step)
-    return graphdef, state
-
-
 @dataclasses.dataclass
 class _Run:
     """What the training loop and the evaluations of one run share."""
@@ -193,7 +174,7 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path,
     # The data first: a missing dataset fails before the model is built.
     start_step = ckpt.latest_step() or 0
     batches = pipeline.train_batches(config, start_step=start_step)
-    graphdef, state = restore_or_init(config, mesh, ckpt, tx)
+    graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params,
                                             state.rest)
     # Predict first: it compiles faster, so a strict run fails sooner.

@@ -13,8 +13,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
+from absl import logging
 from flax import nnx, serialization
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
+from detector import checkpoint, sharding
 from detector import model as model_lib
 
 
@@ -92,3 +96,22 @@ def from_tree(template: TrainState, tree: dict) -> TrainState:
         rest=fill(template.rest, tree["rest"]),
         opt_state=jax.tree.map(fill, template.opt_state, opt_state,
                                is_leaf=_is_state))
+
+
+def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
+                    ckpt: checkpoint.Checkpointer,
+                    tx: optax.GradientTransformation
+                    ) -> tuple[nnx.GraphDef, TrainState]:
+    """(graphdef, state): the latest checkpoint if any, else a fresh model."""
+    graphdef, params, rest = create_model(config, config.seed)
+    state = sharding.replicate(init_state(params, rest, tx), mesh)
+    step = ckpt.latest_step()
+    if step is None:
+        return graphdef, state
+    replicated = NamedSharding(mesh, P())
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+        to_tree(state))
+    state = from_tree(state, ckpt.restore(abstract, step))
+    logging.info("Resumed from %s/%d", ckpt.directory, step)
+    return graphdef, state
