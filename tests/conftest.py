@@ -1,9 +1,24 @@
-"""Session-wide test setup: a compilation cache shared by the tests.
+"""Session-wide test setup: GPU sharing, determinism, a compilation cache.
+
+Before JAX starts a backend (this file is imported before any test):
+- XLA_PYTHON_CLIENT_PREALLOCATE=false: each JAX process takes GPU memory as
+  it needs it instead of 75% of the card up front, so parallel pytest
+  workers (`-n 8`) share one GPU.
+- XLA's deterministic GPU ops (detector/determinism.py), appended to any
+  XLA_FLAGS: the backend-identity tests compare programs bit for bit, which
+  on a GPU holds only with deterministic reductions. No effect on CPU.
 
 Several tests compile the same programs (a train step resumed from a
 checkpoint, the same model under another test); JAX's persistent cache in a
 per-worker temporary folder makes the second compile a lookup.
 """
+
+import os
+
+from detector import determinism
+
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+os.environ["XLA_FLAGS"] = determinism.with_flag(os.environ.get("XLA_FLAGS"))
 
 import jax
 import pytest

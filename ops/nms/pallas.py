@@ -7,6 +7,8 @@ kept. The kernel is picked when the program is lowered, per platform:
 - TPU: Mosaic (ops/nms/pallas_tpu.py), batch as a parallel grid axis;
 - GPU: Triton (ops/nms/pallas_gpu.py), one program per image;
 - anything else (CPU): the GPU kernel in Pallas interpret mode.
+Where the installed JAX has no Pallas Triton backend, lowering the kernel
+for a CUDA GPU is a ValueError naming the JAX version (use while_loop).
 """
 
 import functools
@@ -14,8 +16,33 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.extend import core as jex_core
+from jax.interpreters import mlir
 
 from ops.nms import common, pallas_gpu, pallas_tpu
+
+
+def triton_missing_message() -> str:
+    """The error of the pallas backend on CUDA without Pallas Triton."""
+    return (f"the pallas NMS backend needs Pallas' Triton backend on CUDA "
+            f"GPUs, which JAX {jax.__version__} does not have; use "
+            f"--nms=while_loop (or --nms=auto, which picks it there)")
+
+
+# Stands in for the Triton kernel where JAX has none: it traces like the
+# kernel (keep int32[B, N_pad]) on every platform, and only lowering it for
+# a CUDA GPU, where it would run, raises.
+_triton_missing_p = jex_core.Primitive("nms_triton_missing")
+_triton_missing_p.def_abstract_eval(
+    lambda fields, classes, candidate: jax.core.ShapedArray(
+        candidate.shape, jnp.int32))
+
+
+def _raise_triton_missing(ctx, *args):
+    raise ValueError(triton_missing_message())
+
+
+mlir.register_lowering(_triton_missing_p, _raise_triton_missing)
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -49,6 +76,8 @@ def _keep_mask(fields, classes, candidate, *, platform, **params):
                                   for x in (fields, classes, candidate))
     if platform == "tpu":
         keep = pallas_tpu.keep_mask(fields, classes, candidate, **params)
+    elif platform == "gpu" and not pallas_gpu.TRITON_AVAILABLE:
+        keep = _triton_missing_p.bind(fields, classes, candidate)
     else:
         keep = pallas_gpu.keep_mask(
             fields, classes, candidate, tile=tile, platform=platform,

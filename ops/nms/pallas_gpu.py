@@ -22,9 +22,17 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
-from jax.experimental.pallas import triton as pltr
 
 from ops.nms import common
+
+try:
+    from jax.experimental.pallas import triton as pltr
+except ImportError:  # a JAX whose Pallas no longer has the Triton backend
+    pltr = None
+
+# Whether this JAX lowers Pallas kernels with Triton (CUDA GPUs). Without it
+# 'auto' picks while_loop on CUDA and 'pallas' fails there (ops/nms/pallas.py).
+TRITON_AVAILABLE = pltr is not None
 
 # Tile sizes (boxes per tile; kept boxes per chunk of the kept-buffer scan).
 # GPU: power-of-two blocks small enough that the tile x tile matrices stay in

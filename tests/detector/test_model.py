@@ -15,6 +15,7 @@ import optax
 import pytest
 from flax import nnx
 
+from detector import determinism
 from detector import losses as losses_lib
 from detector.model import MaskRCNN, resolve_dtype
 from ops import box_ops, host_audit
@@ -303,6 +304,9 @@ def test_nms_backends_give_identical_proposals_and_detections(
 
 def test_nms_backends_give_identical_train_step_losses_and_gradients(
         initial, overfitted, backend_train_steps, make_synthetic_example):
+    # Bit-identical gradients on a GPU need its deterministic reductions,
+    # which tests/conftest.py turns on before JAX starts.
+    assert jax.default_backend() != "gpu" or determinism.enabled()
     _, _, rest = initial
     params, _ = overfitted
     batch = _device_batch(make_synthetic_example())

@@ -43,8 +43,11 @@ def test_deconv_scatters_each_pixel_into_its_2x2_window(make_rngs):
                 for b in range(2):
                     expected[:, 2 * i + a, 2 * j + b] += x[:, i, j] @ kernel[
                         a, b]
-    np.testing.assert_allclose(jax.jit(lambda x: layer(x))(x), expected,
-                               rtol=1e-5, atol=1e-5)
+    # Full f32 products: a GPU's default f32 matmul is TF32 (10-bit
+    # mantissa); on CPU this changes nothing.
+    with jax.default_matmul_precision("highest"):
+        got = jax.jit(lambda x: layer(x))(x)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def _sample(proposals, proposal_valid, gt, classes, gt_valid, num_rois=8):
@@ -143,8 +146,10 @@ def _detect(class_logits, deltas, proposals, valid, **kwargs):
 def test_detect_is_class_aware_thresholded_and_padded():
     big = 6.0
     # Rois 0 and 1 overlap (IoU 0.82) and both say class 1; roi 2 overlaps
-    # them but says class 2; roi 3 is confident but invalid.
-    class_logits = [[[0, big, 0], [0, big - 1, 0], [0, 0, big],
+    # them but says class 2, a little less sure than roi 0 (equal logits
+    # would tie their scores, and the order of a tie follows the last bit
+    # of each platform's softmax); roi 3 is confident but invalid.
+    class_logits = [[[0, big, 0], [0, big - 1, 0], [0, 0, big - 0.5],
                      [0, big, 0]]]
     proposals = [[[0, 0, 20, 20], [1, 1, 21, 21], [0, 0, 20, 21],
                   [40, 40, 60, 60]]]

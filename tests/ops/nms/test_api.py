@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from ops import nms as nms_lib
+from ops.nms import pallas_gpu
 
 _BOXES = np.zeros((2, 5, 4), np.float32)
 _SCORES = np.zeros((2, 5), np.float32)
@@ -73,10 +74,19 @@ def test_auto_resolves_per_platform():
 def test_resolve_backend_names_what_auto_runs():
     assert nms_lib.resolve_backend("cpu") == "cpu"
     assert nms_lib.resolve_backend("auto", "tpu") == "pallas"
-    assert (nms_lib.resolve_backend("auto", "gpu") ==
-            nms_lib.AUTO_BACKEND["cuda"])
+    assert nms_lib.resolve_backend("auto", "cpu") == "pallas"
+    # jax.default_backend() says 'gpu' where AUTO_BACKEND says 'cuda'.
+    assert nms_lib.resolve_backend("auto", "gpu") == "pallas"
+    assert nms_lib.resolve_backend("auto", "cuda") == "pallas"
     assert (nms_lib.resolve_backend("auto") ==
-            nms_lib.AUTO_BACKEND[jax.default_backend()])
+            nms_lib.resolve_backend("auto", jax.default_backend()))
+
+
+def test_auto_on_cuda_without_triton_falls_back_to_while_loop(monkeypatch):
+    monkeypatch.setattr(pallas_gpu, "TRITON_AVAILABLE", False)
+    assert nms_lib.resolve_backend("auto", "gpu") == "while_loop"
+    assert nms_lib.resolve_backend("auto", "tpu") == "pallas"
+    assert nms_lib.resolve_backend("pallas", "gpu") == "pallas"
 
 
 def test_topk_baseline_keeps_best_scores_without_suppression():

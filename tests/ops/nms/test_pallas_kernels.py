@@ -8,6 +8,8 @@
 """
 
 import functools
+import logging
+import re
 
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,7 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 
 from ops import nms as nms_lib
-from ops.nms import common, pallas, pallas_tpu, reference
+from ops.nms import common, pallas, pallas_gpu, pallas_tpu, reference
 from tests.ops.nms.conftest import assert_matches_reference, random_boxes
 
 _TRITON_CALL = "__gpu$xla.gpu.triton"
@@ -108,9 +110,48 @@ def test_lowers_to_triton_for_cuda():
 
 
 def test_cpu_lowering_has_no_custom_kernel_call():
-    module = jax.jit(_pallas_nms).lower(
-        *_export_args(300)).as_text()
+    # Lowered for the CPU whatever the default device (interpret mode).
+    module = jax.export.export(jax.jit(_pallas_nms), platforms=["cpu"])(
+        *_export_args(300)).mlir_module()
     assert _TRITON_CALL not in module and "tpu_custom_call" not in module
+
+
+def test_without_pallas_triton_pallas_fails_on_cuda_and_auto_falls_back(
+        monkeypatch, caplog):
+    """A JAX with no Pallas Triton backend (pallas_gpu.TRITON_AVAILABLE):
+    'pallas' lowered for CUDA is one error naming the JAX version; 'auto'
+    runs while_loop there and says so once; CPU lowering is unaffected."""
+    monkeypatch.setattr(pallas_gpu, "TRITON_AVAILABLE", False)
+    nms_lib._log_triton_fallback.cache_clear()
+
+    def export(backend, platform):  # a new function: traced afresh
+        def fn(boxes, scores, classes):
+            return nms_lib.nms(boxes, scores, classes=classes,
+                               max_output_size=100, iou_threshold=0.5,
+                               backend=backend)
+        return jax.export.export(jax.jit(fn), platforms=[platform])(
+            *_export_args()).mlir_module()
+
+    with pytest.raises(ValueError, match=(
+            rf"the pallas NMS backend needs Pallas' Triton backend on CUDA "
+            rf"GPUs, which JAX {re.escape(jax.__version__)} does not have; "
+            rf"use --nms=while_loop")):
+        export("pallas", "cuda")
+    module = export("auto", "cuda")
+    assert _TRITON_CALL not in module and "stablehlo.while" in module
+    assert "nms_tiled" in export("pallas", "cpu")  # interpret mode as ever
+    # The fallback is logged once (on a GPU host already by the export
+    # above), where the default device is a GPU.
+    monkeypatch.setattr(nms_lib.jax, "default_backend", lambda: "gpu")
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            assert nms_lib.resolve_backend("auto") == "while_loop"
+    lines = [r.getMessage() for r in caplog.records
+             if "no Pallas Triton backend" in r.getMessage()]
+    assert lines == [f"nms backend 'auto' on CUDA: JAX {jax.__version__} has "
+                     "no Pallas Triton backend, so while_loop runs instead "
+                     "of pallas"]
+    nms_lib._log_triton_fallback.cache_clear()
 
 
 def _has_gpu() -> bool:
