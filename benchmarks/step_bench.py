@@ -126,7 +126,7 @@ def main(argv) -> None:
     del argv
     config = _CONFIG.value
     mesh = sharding.make_mesh()
-    pipeline.ensure_shapes_dataset(config)
+    pipeline.prepare(config)
     source = pipeline.train_batches(config)
     batches = [sharding.put_batch(next(source), mesh)
                for _ in range(_BATCHES.value)]
