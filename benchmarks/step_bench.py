@@ -20,6 +20,8 @@ The batches come from the config's input pipeline (tf.data), or from a
 file: `--save_batches FILE.npz` writes `--num_batches` batches of the real
 pipeline and exits; `--batches FILE.npz` times on them with no TensorFlow
 import (benchmarks/batch_file.py), e.g. on a GPU machine without it.
+`config.train.deterministic` is applied before JAX starts a backend and
+recorded in the JSON.
 """
 
 import copy
@@ -37,7 +39,7 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import batch_file, nms_bench  # noqa: E402
-from detector import cli, optimizer, sharding  # noqa: E402
+from detector import cli, determinism, optimizer, sharding  # noqa: E402
 from detector import config as config_lib  # noqa: E402
 from detector import train_state as state_lib  # noqa: E402
 from detector import train_step as step_lib  # noqa: E402
@@ -163,6 +165,7 @@ def save(config, path: str) -> None:
 def main(argv) -> None:
     del argv
     config = cli.config_value(_CONFIG)
+    determinism.apply(config.train.deterministic)  # before any backend
     with cli.one_line_errors():
         if _SAVE_BATCHES.value:
             return save(config, _SAVE_BATCHES.value)
@@ -190,6 +193,7 @@ def report(config, results: dict) -> None:
             config_flags.get_config_filename(flags.FLAGS["config"])),
          "batch_size": config.train.batch_size,
          "batches": _LOAD_BATCHES.value or "pipeline",
+         "deterministic": determinism.enabled(),
          "steps": _STEPS.value, "results": results}, indent=2))
     title = (f"Train step per NMS backend, {info['platform']} "
              f"({info['device_kind']}, {info['cpu_count']} cores), "
