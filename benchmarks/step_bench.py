@@ -143,7 +143,7 @@ def plot(results: dict, path: pathlib.Path, title: str) -> None:
 def pipeline_batches(config, count: int) -> list[dict]:
     """`count` batches of the config's input pipeline (imports TensorFlow)."""
     from detector.data import pipeline
-    pipeline.ensure_shapes_dataset(config)
+    pipeline.prepare(config)
     source = pipeline.train_batches(config)
     return [next(source) for _ in range(count)]
 

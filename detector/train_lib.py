@@ -107,7 +107,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     logging.info("Data parallel over %d %s devices in %d process(es); "
                  "batch %d per step", mesh.size, jax.default_backend(),
                  jax.process_count(), config.train.batch_size)
-    pipeline.ensure_shapes_dataset(config)
+    pipeline.prepare(config)
     tx, schedule = optimizer.make_optimizer(config.train)
     ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
                                    max_to_keep=config.train.keep_checkpoints)
