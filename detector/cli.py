@@ -36,17 +36,13 @@ def fail(message: str) -> None:
     sys.exit(f"error: {message}")
 
 
-def _last_line(error: BaseException) -> str:
+def _one_line(error: BaseException, *, last_only: bool = False) -> str:
+    """The message of `error` on one line: its lines joined, or only the
+    last one (`last_only`, for flag and config errors, whose last line says
+    what is wrong)."""
     lines = [line.strip() for line in str(error).splitlines() if
              line.strip()]
-    return lines[-1] if lines else type(error).__name__
-
-
-def _one_line(error: BaseException) -> str:
-    """The message of `error` on one line (its lines joined)."""
-    lines = [line.strip() for line in str(error).splitlines() if
-             line.strip()]
-    return " ".join(lines) or type(error).__name__
+    return " ".join(lines[-1:] if last_only else lines) or type(error).__name__
 
 
 def define_config(name: str, default: str | None,
@@ -74,7 +70,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        fail(_last_line(e))
+        fail(_one_line(e, last_only=True))
 
 
 def config_value(flag: flags.FlagHolder) -> ml_collections.ConfigDict:
@@ -84,7 +80,7 @@ def config_value(flag: flags.FlagHolder) -> ml_collections.ConfigDict:
         config.keys()  # a config that failed to load raises on first use
         return config
     except (OSError, ValueError, AttributeError, KeyError) as e:
-        fail(f"--{flag.name}: {_last_line(e)}")
+        fail(f"--{flag.name}: {_one_line(e, last_only=True)}")
 
 
 def os_error_message(error: OSError) -> str:

@@ -14,6 +14,7 @@ import pathlib
 
 import ml_collections
 
+from ops import host_audit
 from ops import nms as nms_lib
 
 NMS_BACKENDS = nms_lib.BACKENDS  # auto, cpu, while_loop, pallas
@@ -198,12 +199,18 @@ def set_nms_backend(config: ml_collections.ConfigDict, backend: str, *,
     `allow_baselines` also admits ops.nms.BASELINES ('topk', no suppression),
     which benchmarks use to measure what NMS costs.
     """
-    if backend not in NMS_BACKENDS and not (allow_baselines and
-                                            backend in nms_lib.BASELINES):
-        raise ValueError(f"--nms={backend!r} is not a known NMS backend; "
-                         f"choose one of {', '.join(NMS_BACKENDS)}")
+    nms_lib.check_backend(backend, name="--nms", baselines=allow_baselines)
     config.model.rpn.nms_backend = backend
     config.model.detection.nms_backend = backend
+
+
+def host_nms_advice(finding: host_audit.HostRoundTrip) -> str:
+    """What to do about a host round-trip the audit found: for an NMS op,
+    the flags that keep NMS on the device."""
+    if "nms" not in finding.op_name:
+        return ""
+    return ("the NMS backend 'cpu' runs on the host; use --nms=pallas or "
+            "--nms=while_loop")
 
 
 def _merge_json(target: ml_collections.ConfigDict, values: dict,

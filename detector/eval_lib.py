@@ -80,7 +80,8 @@ def compile_predict(config: ml_collections.ConfigDict,
         sharding=NamedSharding(mesh, P("data")))
     compiled, findings = host_audit.compile_audited(
         make_predict(graphdef, mesh), params, rest, images,
-        program="predict", strict=strict)
+        program="predict", strict=strict,
+        advice=config_lib.host_nms_advice)
     return CompiledPredict(compiled, findings)
 
 

@@ -13,7 +13,7 @@ whole train step and predict stay on the device.
 `model.dtype` may be 'auto': float32 on CPU, bfloat16 on GPU and TPU
 (resolve_dtype).
 
-Shapes (DESIGN.md letters where they exist): B batch, H, W image size,
+Shapes (the letters of docs/architecture.md where they exist): B batch, H, W image size,
 G max GT instances (data.max_instances), S GT mask crop size
 (data.gt_mask_size), L levels, P proposals per image, R sampled rois,
 Rm mask rois (the first Rm of R), C classes, M predicted mask size (28),
@@ -34,9 +34,6 @@ from ops import roi_align
 DTYPES = ("auto", "float32", "bfloat16")
 # 'auto' per jax.default_backend(); other platforms get float32.
 _AUTO_DTYPES = {"cpu": "float32", "gpu": "bfloat16", "tpu": "bfloat16"}
-# The NMS backends, plus measurement baselines (no suppression) that
-# benchmarks select through config.set_nms_backend(allow_baselines=True).
-NMS_NAMES = nms_lib.BACKENDS + tuple(nms_lib.BASELINES)
 
 
 def _check(condition: bool, key: str, value, reason: str) -> None:
@@ -86,10 +83,10 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
            f"the coarsest stride 2**model.max_level={stride}")
     _check(data.num_classes >= 1, "data.num_classes", data.num_classes,
            "must be >= 1")
+    # Baselines (no suppression) are admitted for the benchmarks.
     for key, backend in (("model.rpn.nms_backend", rpn_cfg.nms_backend),
                          ("model.detection.nms_backend", det.nms_backend)):
-        _check(backend in NMS_NAMES, key, backend,
-               f"unknown NMS backend; known: {', '.join(NMS_NAMES)}")
+        nms_lib.check_backend(backend, name=f"config.{key}")
     if model.norm == "group":
         groups = model.group_norm_groups
         for key, channels in (("backbone_width", model.backbone_width),
@@ -239,7 +236,7 @@ class MaskRCNN(nnx.Module):
 
     def losses(self, batch: dict[str, jax.Array],
                key: jax.Array) -> dict[str, jax.Array]:
-        """Training losses (float32 scalars) of a batch; see the contract.
+        """Training losses (float32 scalars) of a batch (module docstring).
 
         Args:
           batch: image f32[B, H, W, 3], boxes f32[B, G, 4], classes
@@ -268,7 +265,7 @@ class MaskRCNN(nnx.Module):
             targets.is_valid, beta=cfg.loss.box_beta))
         terms["mask"] = self._mask_loss(pyramid, targets, batch)
         weights = {name: cfg.loss[f"{name}_weight"]
-                   for name in losses.LOSS_NAMES[:-1]}
+                   for name in losses.TERM_NAMES}
         return losses.total_loss(terms, weights)
 
     # --------------------------------------------------------- predict
@@ -298,7 +295,7 @@ class MaskRCNN(nnx.Module):
                 nms_iou=det_cfg.nms_iou, backend=det_cfg.nms_backend)
 
     def predict(self, images: jax.Array) -> dict[str, jax.Array]:
-        """Detections of images f32[B, H, W, 3]; see the contract.
+        """Detections of images f32[B, H, W, 3] (module docstring).
 
         Returns:
           boxes f32[B, K, 4] (input pixels), scores f32[B, K], classes

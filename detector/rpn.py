@@ -8,7 +8,7 @@ PRNG key. Proposals decode the top-k anchors of every level, clip them,
 mask out tiny boxes, run `ops.nms` over [B, L] at once, merge the levels and
 keep the best post_nms_top_k; gradients never flow through them.
 
-Shapes (DESIGN.md letters where they exist): B batch, L levels, A anchors
+Shapes (the letters of docs/architecture.md where they exist): B batch, L levels, A anchors
 per cell, N_l = H_l W_l A anchors of level l, N = sum N_l, G GT boxes per
 image, S sampled anchors, N_pre pre-NMS boxes per level, P proposals per
 image (kept by NMS), F fpn channels.

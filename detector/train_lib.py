@@ -47,7 +47,7 @@ from jax.sharding import PartitionSpec as P
 
 from detector import checkpoint
 from detector import config as config_lib
-from detector import eval_lib, optimizer, sharding, train_metrics
+from detector import eval_lib, losses, optimizer, sharding, train_metrics
 from detector import train_state as state_lib
 from detector.data import pipeline
 from ops import host_audit
@@ -82,7 +82,7 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
             state.params, state.rest, batch, key)
         grads, terms, rest = lax.pmean((grads, terms, rest), "data")
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        metrics = {name: terms[name] for name in train_metrics.LOSS_NAMES}
+        metrics = {name: terms[name] for name in losses.LOSS_NAMES}
         metrics["learning_rate"] = schedule(state.step)
         metrics["grad_norm"] = optax.tree.norm(grads)
         params = optax.apply_updates(state.params, updates)
@@ -186,7 +186,8 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path,
     batch = sharding.put_batch(next(batches), mesh)
     step_fn, findings = host_audit.compile_audited(
         make_train_step(graphdef, tx, schedule, mesh), state, batch, key,
-        program="train_step", strict=strict)
+        program="train_step", strict=strict,
+        advice=config_lib.host_nms_advice)
     save_config(workdir, config)  # the restore and the audits passed
     run.log = train_metrics.MetricsLog(
         workdir, backend=config_lib.nms_backend_name(config),

@@ -1,7 +1,7 @@
 """Training metrics: clu writers, `metrics.jsonl`, step timing, NaN stop.
 
 Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
-`step`, the losses (rpn_cls, rpn_box, cls, box, mask, total),
+`step`, the losses (`losses.LOSS_NAMES`),
 `learning_rate`, `grad_norm`, `step_time_ms` (median over the logging window
 of device-synchronised step times), `step_time_p90_ms`, `images_per_sec`,
 `nms_backend` and `host_roundtrips_per_step` (host round-trip ops the audit
@@ -20,7 +20,8 @@ from absl import logging
 from clu import metric_writers
 from jax.typing import ArrayLike
 
-LOSS_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask", "total")
+from detector import losses
+
 # Train-step output checked every step and not logged: all weights finite.
 STATE_FINITE = "state_finite"
 
@@ -87,7 +88,7 @@ class MetricsLog:
         logging.info(
             "step %d: total %.4f (%s) | %.1f ms/step, %.1f img/s, nms=%s",
             step, line["total"], ", ".join(
-                f"{k} {line[k]:.4f}" for k in LOSS_NAMES[:-1]),
+                f"{k} {line[k]:.4f}" for k in losses.TERM_NAMES),
             median, line["images_per_sec"], self.backend)
         return line
 

@@ -81,6 +81,11 @@ def test_require_device_only_names_op_and_suggests_backend():
                        match=r"train_step is not device-only: host callback "
                        r"`pure_callback` at rpn/nms/pure_callback .*"
                        r"--nms=pallas"):
+        host_audit.require_device_only(
+                findings, "train_step",
+                lambda f: "use --nms=pallas" if "nms" in f.op_name else "")
+    with pytest.raises(host_audit.HostRoundTripError,
+                       match=r"at rpn/nms/pure_callback$"):
         host_audit.require_device_only(findings, "train_step")
     host_audit.require_device_only([], "train_step")  # no error
 
