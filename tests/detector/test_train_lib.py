@@ -12,7 +12,7 @@ from detector import checkpoint
 from detector import config as config_lib
 from detector import eval_lib, sharding, train_lib, train_metrics
 from ops import host_audit
-from tests.detector.conftest import tiny_config
+from tests.detector.helpers import tiny_config
 
 METRIC_KEYS = {"step", "rpn_cls", "rpn_box", "cls", "box", "mask", "total",
                "learning_rate", "grad_norm", "step_time_ms",

@@ -12,10 +12,11 @@ from pycocotools import cocoeval
 
 from detector.data import coco
 from detector.data import pipeline
+from tests.detector.data import helpers
 
 
 @pytest.fixture(name="folder")
-def folder_fixture(tmp_path, helpers):
+def folder_fixture(tmp_path):
     """A colour-coded folder with train (6 images) and val (3 images)."""
     helpers.write_colour_coded(str(tmp_path), "train", 6, 48, 60, seed=2)
     helpers.write_colour_coded(str(tmp_path), "val", 3, 48, 60, seed=3)
@@ -23,8 +24,8 @@ def folder_fixture(tmp_path, helpers):
 
 
 @pytest.fixture(name="config")
-def config_fixture(folder, make_config):
-    config = make_config(str(folder))
+def config_fixture(folder):
+    config = helpers.small_config(str(folder))
     config.data.train_split = "train"
     config.data.eval_split = "val"
     return config
@@ -78,7 +79,7 @@ def test_corrupt_image_names_the_file(config, folder):
         list(itertools.islice(pipeline.train_batches(config), 3))
 
 
-def test_image_size_differs_from_json(config, folder, helpers):
+def test_image_size_differs_from_json(config, folder):
     image = np.zeros((10, 12, 3), np.uint8)
     helpers.write_folder(str(folder), "tiny", [image], [])
     _edit_json(folder / "annotations" / "instances_tiny.json",
@@ -185,7 +186,7 @@ def test_slice_bounds():
     assert coco.parse_split("val2017[:500]") == ("val2017", None, "500")
 
 
-def test_polygon_and_uncompressed_rle_segmentations(tmp_path, helpers):
+def test_polygon_and_uncompressed_rle_segmentations(tmp_path):
     """Every COCO segmentation form decodes to the same mask."""
     mask = np.zeros((20, 30), bool)
     mask[4:12, 6:18] = True

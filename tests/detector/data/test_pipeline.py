@@ -8,6 +8,7 @@ import pytest
 
 from detector.data import pipeline
 from detector.data import shapes_source
+from tests.detector.data import helpers
 
 H, W, M, S = 64, 80, 4, 16
 TRAIN_DTYPES = {"image": (np.float32, (H, W, 3)), "boxes": (np.float32, (M, 4)),
@@ -18,16 +19,16 @@ TRAIN_DTYPES = {"image": (np.float32, (H, W, 3)), "boxes": (np.float32, (M, 4)),
 
 
 @pytest.fixture(name="shapes_config", scope="module")
-def shapes_config_fixture(shapes_root, make_config):
-    return make_config(shapes_root, source="shapes")
+def shapes_config_fixture(shapes_root):
+    return helpers.small_config(shapes_root, source="shapes")
 
 
 @pytest.fixture(name="colour_config", scope="module")
-def colour_config_fixture(tmp_path_factory, helpers, make_config):
+def colour_config_fixture(tmp_path_factory):
     """Colour-coded 100x120 images into a 64x80 canvas, strong jitter."""
     root = str(tmp_path_factory.mktemp("colour"))
     helpers.write_colour_coded(root, "train", 8, 100, 120, seed=1)
-    config = make_config(root)
+    config = helpers.small_config(root)
     config.data.train_split = "train"
     config.data.pixel_mean = (0.0, 0.0, 0.0)
     config.data.pixel_std = (1.0, 1.0, 1.0)
@@ -72,7 +73,7 @@ def _paste(mask: np.ndarray, box: np.ndarray) -> np.ndarray:
     return inside & (mask[rows, cols] > 0)
 
 
-def test_boxes_masks_and_pixels_stay_aligned(colour_config, helpers):
+def test_boxes_masks_and_pixels_stay_aligned(colour_config):
     """After flip, jitter and crop, box, mask and painted pixels agree."""
     cropped = 0
     orders = []  # per example: is class 1 (left third) right of class 3?
@@ -203,9 +204,8 @@ def test_max_instances_truncation_is_logged(shapes_config, caplog):
     assert "> data.max_instances=1; keeping the 1 largest" in caplog.text
 
 
-def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path,
-                                                            make_config):
-    config = make_config(str(tmp_path), source="shapes")
+def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path):
+    config = helpers.small_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 3, 2
     pipeline.prepare(config)
     train_json = tmp_path / "annotations" / "instances_train.json"
@@ -222,9 +222,8 @@ def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path,
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path, make_config,
-                                                      helpers):
-    config = make_config(str(tmp_path), source="shapes")
+def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path):
+    config = helpers.small_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
     path = helpers.write_folder(str(tmp_path), "val",
                                 [np.zeros((8, 8, 3), np.uint8)], [])
@@ -240,8 +239,8 @@ def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path, make_config,
         pipeline.train_batches(config)
 
 
-def test_ensure_shapes_dataset_other_processes_wait(tmp_path, make_config):
-    config = make_config(str(tmp_path), source="shapes")
+def test_ensure_shapes_dataset_other_processes_wait(tmp_path):
+    config = helpers.small_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
     with pytest.raises(TimeoutError, match=r"instances_train.json: process 0 "
                        r"did not write the shapes train split within 0.2 s$"):
