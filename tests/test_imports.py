@@ -1,111 +1,82 @@
-"""The import graph of detector/ and ops/, and what importing costs.
+"""What imports without TensorFlow, TFDS and pycocotools (GPU images often
+lack them): the model, the train step, the configs and the benchmarks. Only
+the modules that read data or evaluate may import them."""
 
-The graph runs one way (entry points -> train_lib -> eval_lib -> model ->
-ops); ops/ knows nothing of detector/. Every import statement counts,
-function-level ones included.
-"""
-
-import ast
 import pathlib
 import subprocess
 import sys
+import textwrap
+
+import numpy as np
+
+from benchmarks import batch_file
+from configs import shapes as shapes_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGES = ("detector", "ops")
+BLOCKED = ("tensorflow", "tensorflow_datasets", "pycocotools")
+# Importable with BLOCKED missing.
+WITHOUT_DATA_LIBRARIES = (
+    "detector.model", "detector.train_step", "detector.train_state",
+    "detector.optimizer", "detector.sharding", "detector.checkpoint",
+    "detector.determinism", "ops.nms", "ops.host_audit", "configs.shapes",
+    "configs.coco_r50_fpn", "benchmarks.batch_file", "benchmarks.nms_bench",
+    "benchmarks.step_bench")
+
+_BLOCKER = f"""
+import sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {BLOCKED!r}:
+            raise ImportError(f"{{name}} is blocked")
+sys.meta_path.insert(0, _Block())
+sys.path.insert(0, {str(ROOT)!r})
+"""
 
 
-def _module_name(path: pathlib.Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+def _run_blocked(code: str, *args: str) -> subprocess.CompletedProcess:
+    """Runs `code` with BLOCKED unimportable, from the repository root."""
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCKER + textwrap.dedent(code), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        check=False)
 
 
-def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
-    """First-party modules that `path` imports (a name inside a module counts
-    as an import of that module)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            names = [f"{node.module}.{alias.name}" for alias in node.names]
-            names = [n if n in modules else node.module for n in names]
-        else:
-            continue
-        found.update(n for n in names if n in modules)
-    return found
+def test_model_step_configs_and_benchmarks_import_without_tf_or_coco():
+    result = _run_blocked(f"""
+        import importlib
+        for name in {WITHOUT_DATA_LIBRARIES!r}:
+            importlib.import_module(name)
+        print("loaded:", sorted(m for m in sys.modules
+                                if m.split(".")[0] in {BLOCKED!r}))
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "loaded: []" in result.stdout
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the first-party modules it imports."""
-    paths = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
-    modules = {_module_name(p) for p in paths}
-    return {_module_name(p): _imports(p, modules) - {_module_name(p)}
-            for p in paths}
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One import cycle of `graph`, or None."""
-    state: dict[str, str] = {}  # module -> 'open' | 'done'
-    stack: list[str] = []
-
-    def visit(module: str) -> list[str] | None:
-        state[module] = "open"
-        stack.append(module)
-        for target in sorted(graph[module]):
-            if state.get(target) == "open":
-                return stack[stack.index(target):] + [target]
-            if target not in state and (cycle := visit(target)):
-                return cycle
-        stack.pop()
-        state[module] = "done"
-        return None
-
-    for module in sorted(graph):
-        if module not in state and (cycle := visit(module)):
-            return cycle
-    return None
-
-
-def test_import_graph_has_no_cycle():
-    graph = import_graph()
-    assert "detector.eval_lib" in graph["detector.train_lib"]
-    cycle = _cycle(graph)
-    assert cycle is None, " -> ".join(cycle)
-
-
-def test_cycle_finder_finds_a_planted_cycle():
-    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
-    assert _cycle(graph) == ["a", "b", "c", "a"]
-    assert _cycle({"a": {"b"}, "b": set()}) is None
-
-
-def test_ops_imports_nothing_from_detector():
-    graph = import_graph()
-    assert graph["ops.nms"]  # the graph does see ops' own imports
-    wrong = {module: sorted(t for t in targets if t.startswith("detector"))
-             for module, targets in graph.items() if module.startswith("ops")}
-    assert not any(wrong.values()), wrong
-
-
-def _python(code: str) -> str:
-    """Runs `code` in a fresh interpreter; returns its stdout."""
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return result.stdout
-
-
-def test_shapes_writer_imports_no_tensorflow():
-    """`python -m detector.data.shapes` runs without TensorFlow."""
-    assert _python("import sys, detector.data.shapes; "
-                   "print('tensorflow' in sys.modules)").split() == ["False"]
-
-
-def test_importing_the_pipeline_registers_no_exit_hook():
-    """The exit hook (and hiding GPUs from TF) wait for the first dataset."""
-    counts = _python(
-            "import atexit, jax, tensorflow, tensorflow_datasets, pycocotools"
-            ".coco\nbefore = atexit._ncallbacks()\n"
-            "import detector.data.pipeline\n"
-            "print(atexit._ncallbacks() - before)")
-    assert counts.split() == ["0"]
+def test_step_bench_reads_a_batch_file_without_tensorflow(tmp_path):
+    """--batches loads and checks the file with TF blocked; a file of other
+    shapes then stops it with one error line, before anything compiles."""
+    config = shapes_config.get_config("runlocal")
+    shapes = batch_file.expected_shapes(config)
+    batch = {key: np.zeros(shape, np.float32 if key in ("image", "boxes")
+                           else np.uint8 if key == "masks" else
+                           np.int32 if key == "classes" else bool)
+             for key, shape in shapes.items()}
+    batch["image"] = batch["image"][:, :64]  # not the config's image size
+    path = batch_file.save(tmp_path / "b.npz", [batch], config.data)
+    result = _run_blocked(
+        """
+        import runpy
+        sys.argv = sys.argv[1:]
+        runpy.run_path("benchmarks/step_bench.py", run_name="__main__")
+        """, "step_bench.py", "--config=configs/shapes.py:runlocal",
+        f"--batches={path}", f"--out={tmp_path}")
+    errors = [line for line in result.stderr.splitlines()
+              if line.startswith("error: ")]
+    assert result.returncode == 1 and "Traceback" not in result.stderr, (
+        result.stderr[-3000:])
+    assert errors == [(f"error: {path}: image has shape (2, 64, 128, 3), "
+                       "the config's pipeline makes (2, 128, 128, 3) "
+                       "(train.batch_size, data.image_size, "
+                       "data.max_instances, data.gt_mask_size); save the "
+                       "batches with the same config")]
