@@ -1,4 +1,4 @@
-"""Orbax checkpoints of nested-dict trees, with a clear config-mismatch error."""
+"""Orbax checkpoints of nested-dict trees; a config mismatch is one error."""
 
 import pathlib
 
@@ -10,7 +10,8 @@ import orbax.checkpoint as ocp
 def _flat_shapes(tree) -> dict[str, tuple]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
     return {"/".join(str(getattr(k, "key", getattr(k, "idx", k)))
-                     for k in path): tuple(getattr(leaf, "shape", np.shape(leaf)))
+                     for k in path):
+            tuple(getattr(leaf, "shape", np.shape(leaf)))
             for path, leaf in leaves}
 
 

@@ -99,7 +99,8 @@ def coco_metrics(coco_gt: coco_lib.COCO, results: list[dict], iou_type: str,
     evaluator.accumulate()
     print(f"COCO {iou_type}:")
     evaluator.summarize()
-    return {name: float(v) for name, v in zip(METRIC_NAMES, evaluator.stats)}
+    return {name: float(v)
+            for name, v in zip(METRIC_NAMES, evaluator.stats, strict=True)}
 
 
 def split_slug(split: str) -> str:

@@ -66,11 +66,11 @@ class FPN(nnx.Module):
     def __call__(self, features: dict[int, jax.Array]) -> list[jax.Array]:
         levels = list(range(self.min_level, self.top_level + 1))
         laterals = [conv(features[level])
-                    for conv, level in zip(self.lateral, levels)]
+                    for conv, level in zip(self.lateral, levels, strict=True)]
         merged = [laterals[-1]]
         for lateral in reversed(laterals[:-1]):
             merged.insert(0, lateral + _upsample2x(merged[0]))
-        outputs = [conv(x) for conv, x in zip(self.output, merged)]
+        outputs = [conv(x) for conv, x in zip(self.output, merged, strict=True)]
         for _ in range(self.top_level + 1, self.max_level + 1):
             outputs.append(outputs[-1][:, ::2, ::2, :])
         return outputs

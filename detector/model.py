@@ -13,9 +13,9 @@ whole train step and predict stay on the device.
 `model.dtype` may be 'auto': float32 on CPU, bfloat16 on GPU and TPU
 (resolve_dtype).
 
-Shapes (the letters of docs/architecture.md where they exist): B batch, H, W image size,
-G max GT instances (data.max_instances), S GT mask crop size
-(data.gt_mask_size), L levels, P proposals per image, R sampled rois,
+Shapes (the letters of docs/architecture.md where they exist): B batch,
+H, W image size, G max GT instances (data.max_instances), S GT mask crop
+size (data.gt_mask_size), L levels, P proposals per image, R sampled rois,
 Rm mask rois (the first Rm of R), C classes, M predicted mask size (28),
 K kept detections (detection.max_detections).
 """

@@ -12,11 +12,11 @@ Predict (NMS site 2): class-specific decode, candidates with
 score > score_threshold, the top pre_nms_top_k (roi, class) pairs, then
 class-aware `ops.nms` for the whole batch at once.
 
-Shapes (the letters of docs/architecture.md where they exist): B batch, P proposals per
-image, G GT boxes per image, R sampled rois, Rm mask rois (the first Rm of
-R), N flattened rois (B * R) inside the mask head layers, C classes,
-F channels, Q pool size, S GT mask crop size, M predicted mask size
-(2Q, 28), N_pre pre-NMS (roi, class) candidates, K kept detections.
+Shapes (the letters of docs/architecture.md where they exist): B batch,
+P proposals per image, G GT boxes per image, R sampled rois, Rm mask rois
+(the first Rm of R), N flattened rois (B * R) inside the mask head layers,
+C classes, F channels, Q pool size, S GT mask crop size, M predicted mask
+size (2Q, 28), N_pre pre-NMS (roi, class) candidates, K kept detections.
 """
 
 from typing import NamedTuple, Sequence

@@ -8,10 +8,10 @@ PRNG key. Proposals decode the top-k anchors of every level, clip them,
 mask out tiny boxes, run `ops.nms` over [B, L] at once, merge the levels and
 keep the best post_nms_top_k; gradients never flow through them.
 
-Shapes (the letters of docs/architecture.md where they exist): B batch, L levels, A anchors
-per cell, N_l = H_l W_l A anchors of level l, N = sum N_l, G GT boxes per
-image, S sampled anchors, N_pre pre-NMS boxes per level, P proposals per
-image (kept by NMS), F fpn channels.
+Shapes (the letters of docs/architecture.md where they exist): B batch,
+L levels, A anchors per cell, N_l = H_l W_l A anchors of level l,
+N = sum N_l, G GT boxes per image, S sampled anchors, N_pre pre-NMS boxes
+per level, P proposals per image (kept by NMS), F fpn channels.
 """
 
 from typing import NamedTuple, Sequence
@@ -143,7 +143,7 @@ def generate_proposals(logits: Sequence[jax.Array],
                           top_k=top_k, image_size=image_size,
                           min_size=min_size, weights=weights)
         for level_logits, level_deltas, level_anchors in zip(
-            logits, deltas, anchors)]
+            logits, deltas, anchors, strict=True)]
     boxes = jnp.stack([b for b, _ in per_level], axis=1)  # [B, L, N_pre, 4]
     scores = jnp.stack([s for _, s in per_level], axis=1)  # [B, L, N_pre]
     kept, _ = nms(boxes, scores, max_output_size=post_nms_top_k,

@@ -107,7 +107,7 @@ def audit_hlo_text(hlo_text: str) -> list[HostRoundTrip]:
 
 
 def audit_compiled(compiled: jax.stages.Compiled) -> list[HostRoundTrip]:
-    """Host round-trips in a compiled program (`jitted.lower(...).compile()`)."""
+    """Host round-trips in a compiled program (from `lower(...).compile()`)."""
     return audit_hlo_text(compiled.as_text())
 
 

@@ -35,10 +35,11 @@ def _error_line(result: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.parametrize("args,message", [
     (["--config.model.fpn_chanels=128"],
-     "error: --config.model.fpn_chanels=128: 'fpn_chanels' is not a config "
-     "field; did you mean 'fpn_channels'?"),
+     "error: --config.model.fpn_chanels=128: "
+     "'fpn_chanels' is not a config field; did you mean 'fpn_channels'?"),
     (["--config.train.num_steps=many"],
-     "error: flag --config.train.num_steps=many: invalid literal for int()"),
+     "error: flag --config.train.num_steps=many: "
+     "invalid literal for int()"),
     (["--bogus=1"], "error: Unknown command line flag 'bogus'"),
     (["--nms=gpu"], "error: flag --nms=gpu: value should be one of "
      "<auto|cpu|while_loop|pallas>"),
@@ -46,7 +47,8 @@ def _error_line(result: subprocess.CompletedProcess) -> str:
      "error: --config: [Errno 2] No such file or directory: "
      "'configs/missing.py'"),
     (["--config=configs/shapes.py:huge"],
-     "error: ValueError: configs/shapes.py: unknown variant 'huge'; known: "
+     "error: ValueError: configs/shapes.py: "
+     "unknown variant 'huge'; known: "
      "runlocal"),
 ])
 def test_train_bad_flags_and_config(args, message):

@@ -133,7 +133,7 @@ def _batched_call(backend: str, has_classes: bool, **params):
             x = x if batched else jnp.broadcast_to(x, (axis_size,) + x.shape)
             return x.reshape((-1,) + x.shape[2:])
         args = [fold(x, b) for x, b in zip((boxes, scores, classes),
-                                           in_batched)]
+                                           in_batched, strict=True)]
         indices, num_valid = call(*args)
         batch = boxes.shape[1] if in_batched[0] else boxes.shape[0]
         return ((indices.reshape(axis_size, batch, -1),

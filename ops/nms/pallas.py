@@ -34,7 +34,7 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 def _sorted_inputs(boxes, scores, classes, score_threshold):
-    """Sorts the candidates: (order, fields f32[B, 5, N], classes, candidate)."""
+    """Sorted candidates: (order, fields f32[B, 5, N], classes, candidate)."""
     order, is_candidate = common.candidate_order(boxes, scores,
                                                  score_threshold)
     fields = jnp.stack(

@@ -136,7 +136,10 @@ def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
         max_output_size=max_output_size, iou_threshold=iou_threshold,
         class_aware=class_aware,
         barrier=pltr.debug_barrier if platform == "gpu" else lambda: None)
-    image = lambda b: (b, 0)
+
+    def image(b):
+        return b, 0
+
     fields_spec = pl.BlockSpec((None, _NUM_FIELDS, n_pad), lambda b: (b, 0, 0))
     vector_spec = pl.BlockSpec((None, n_pad), image)
     keep, _, _ = pl.pallas_call(

@@ -47,7 +47,7 @@ def test_round_trip_keeps_targets_and_images_within_half_a_grey_level(
     assert len(loaded) == 3
     batch_file.check_shapes(loaded, config, path)
     half_level = 0.5 / np.asarray(config.data.pixel_std) + 1e-6
-    for want, got in zip(batches, loaded):
+    for want, got in zip(batches, loaded, strict=True):
         assert "image_id" not in got
         for key in ("boxes", "classes", "valid", "masks", "mask_valid"):
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)

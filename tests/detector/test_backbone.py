@@ -36,8 +36,8 @@ def test_stage_shapes(name, channels):
                          jax.ShapeDtypeStruct((2, 64, 96, 3), jnp.float32))
     assert {level: x.shape for level, x in out.items()} == {
         level: (2, 64 // 2**level, 96 // 2**level, c)
-        for level, c in zip(range(2, 6), channels)}
-    assert model.out_channels == dict(zip(range(2, 6), channels))
+        for level, c in zip(range(2, 6), channels, strict=True)}
+    assert model.out_channels == dict(zip(range(2, 6), channels, strict=True))
 
 
 def test_resnet50_parameter_count_matches_torchvision():

@@ -283,7 +283,7 @@ def _assert_identical_to_while_loop(results: dict) -> dict:
     reference = results.pop("while_loop")
     for backend, result in results.items():
         for ref, got in zip(jax.tree.leaves(reference),
-                            jax.tree.leaves(result)):
+                            jax.tree.leaves(result), strict=True):
             np.testing.assert_array_equal(got, ref, err_msg=backend)
     return reference
 

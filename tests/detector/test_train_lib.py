@@ -79,7 +79,8 @@ def resumed_and_straight(shapes_config, tmp_path_factory):
 
 def test_resume_continues_exactly_where_the_run_stopped(resumed_and_straight):
     resumed, straight = resumed_and_straight
-    for got, want in zip(_params_at(resumed, 4), _params_at(straight, 4)):
+    for got, want in zip(_params_at(resumed, 4), _params_at(straight, 4),
+                         strict=True):
         jax.tree.map(np.testing.assert_array_equal, got, want)
 
 

@@ -47,7 +47,8 @@ def test_clean_function_reports_nothing():
 
 def test_host_send_recv_and_infeed_lines_are_findings():
     hlo = "\n".join([
-        '  %send.1 = (f32[3]{0}, u32[], token[]) send(%x, %t), channel_id=1,'
+        '  %send.1 = (f32[3]{0}, u32[], token[]) send(%x, %t),'
+        ' channel_id=1,'
         ' is_host_transfer=true, metadata={op_name="jit(f)/roi/cb"}',
         '  %recv.2 = (f32[3]{0}, u32[], token[]) recv(%t), channel_id=2,'
         ' is_host_transfer=false',

@@ -92,8 +92,9 @@ def test_single_map_values_and_gradients_match_reference():
 def test_multilevel_reads_each_roi_from_its_level():
     rng = np.random.default_rng(1)
     image, channels, min_level = 64, 2, 2
-    levels = [rng.normal(size=(2, image // 2**l, image // 2**l, channels))
-              .astype(np.float32) for l in range(min_level, 5)]
+    levels = [rng.normal(size=(2, image // 2**level, image // 2**level,
+                               channels)).astype(np.float32)
+              for level in range(min_level, 5)]
     boxes = _random_boxes(rng, 12, float(image)).reshape(2, 6, 4)
     boxes[0, 0] = [0.0, 0.0, 64.0, 64.0]  # large: clipped to the top level
     boxes[0, 1] = [10.0, 10.0, 12.0, 12.0]  # tiny: clipped to min_level

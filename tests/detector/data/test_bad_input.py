@@ -124,7 +124,8 @@ def test_bad_annotations_are_skipped_and_logged(config, folder, caplog):
         batches = list(itertools.islice(pipeline.train_batches(config), 3))
     seen = set()
     for batch in batches:
-        for image_id, valid in zip(batch["image_id"], batch["valid"]):
+        for image_id, valid in zip(batch["image_id"], batch["valid"],
+                                   strict=True):
             assert valid.sum() == min(kept[image_id], 2), image_id
             seen.add(int(image_id))
     assert seen == set(kept)

@@ -1,6 +1,7 @@
 """Tests of the tf.data pipelines on small COCO-format folders."""
 
 import itertools
+import pathlib
 import time
 
 import numpy as np
@@ -85,7 +86,7 @@ def test_boxes_masks_and_pixels_stay_aligned(colour_config):
             centres = {int(c): b[0] + b[2]
                        for c, b, v in zip(batch["classes"][i],
                                           batch["boxes"][i],
-                                          batch["valid"][i]) if v}
+                                          batch["valid"][i], strict=True) if v}
             if 1 in centres and 3 in centres:
                 orders.append(centres[1] > centres[3])
             for k in np.flatnonzero(batch["valid"][i]):
@@ -118,7 +119,7 @@ def test_boxes_masks_and_pixels_stay_aligned(colour_config):
 def test_resume_gives_the_same_batches(shapes_config):
     full = _take(pipeline.train_batches(shapes_config), 5)
     resumed = _take(pipeline.train_batches(shapes_config, start_step=3), 2)
-    for a, b in zip(full[3:], resumed):
+    for a, b in zip(full[3:], resumed, strict=True):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     # Steps 0..4 span an epoch boundary (12 images, 4 per step).
@@ -188,7 +189,8 @@ def test_cache_gives_identical_batches(shapes_config):
     cached.data.cache = True
     plain = _take(pipeline.train_batches(shapes_config), 4)
     iterator = pipeline.train_batches(cached)
-    for a, b in zip(plain, _take(iterator, 4)):  # 4 steps > one epoch
+    # 4 steps > one epoch
+    for a, b in zip(plain, _take(iterator, 4), strict=True):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
@@ -227,12 +229,12 @@ def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path):
     config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
     path = helpers.write_folder(str(tmp_path), "val",
                                 [np.zeros((8, 8, 3), np.uint8)], [])
-    before = open(path).read()
+    before = pathlib.Path(path).read_text()
     with pytest.raises(ValueError, match=rf"^{path}: exists and its 'info' "
                        "does not name it a 'flax-maskrcnn synthetic shapes' "
                        "file; refusing to overwrite it"):
         pipeline.prepare(config)
-    assert open(path).read() == before
+    assert pathlib.Path(path).read_text() == before
     # Nothing was written, the other split included.
     assert not (tmp_path / "annotations" / "instances_train.json").exists()
     with pytest.raises(ValueError, match=r"instances_val.json: exists"):

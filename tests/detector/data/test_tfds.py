@@ -248,8 +248,8 @@ class CocoWithoutLabels(tfds.core.GeneratorBasedBuilder):
 def test_features_without_labels_name_the_builder_and_key(tmp_path):
     config = _config(str(tmp_path))
     config.data.tfds_name = "coco_without_labels"
-    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()):
-        with pytest.raises(ValueError, match=r"^tfds coco_without_labels: "
-                           r"features lack 'objects/label' \(the source "
-                           r"reads image, image/id, objects/bbox"):
-            pipeline.eval_split(config)
+    with (tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()),
+          pytest.raises(ValueError, match=r"^tfds coco_without_labels: "
+                        r"features lack 'objects/label' \(the source "
+                        r"reads image, image/id, objects/bbox")):
+        pipeline.eval_split(config)

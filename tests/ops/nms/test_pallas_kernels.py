@@ -37,8 +37,9 @@ def _mosaic_nms(boxes, scores, classes=None, *, max_output_size,
     keep = pallas_tpu.keep_mask(
         *(pallas._pad_last(x, n_pad) for x in (fields, sorted_classes,
                                                 candidate)),
-        blocks=blocks, max_output_size=max_output_size, iou_threshold=iou_threshold,
-        class_aware=class_aware, interpret=pltpu.InterpretParams())
+        blocks=blocks, max_output_size=max_output_size,
+        iou_threshold=iou_threshold, class_aware=class_aware,
+        interpret=pltpu.InterpretParams())
     return common.indices_from_keep_mask(keep[:, :n] > 0, order,
                                          max_output_size)
 
@@ -138,5 +139,5 @@ def test_triton_kernel_on_gpu(n):
             assert_matches_reference(
                 boxes, scores, backend="pallas", classes=cls,
                 max_output_size=min(n, 1000), iou_threshold=iou_threshold,
-                call=lambda b, s, classes, backend, **_: call(
-                    args[0], args[1], classes=args[2]))
+                call=lambda b, s, classes, backend, call=call, args=args,
+                **_: call(args[0], args[1], classes=args[2]))
