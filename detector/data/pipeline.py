@@ -156,12 +156,8 @@ def _open_folder(config: ml_collections.ConfigDict, split: str,
         raise ValueError(f"data.root is empty; data.source={data.source!r} "
                          "reads a COCO-format folder")
     ensure_shapes_dataset(config)
-    folder = coco.CocoFolder(data.root, split, data.num_classes, max_images,
-                             cache=data.cache)
-    if not folder.images:
-        raise ValueError(f"{folder.annotation_file}: split {split!r} selects "
-                         "no images")
-    return folder
+    return coco.CocoFolder(data.root, split, data.num_classes, max_images,
+                           cache=data.cache)
 
 
 def _options() -> tf.data.Options:
@@ -174,9 +170,9 @@ def _options() -> tf.data.Options:
 class _NumpyBatches:
     """Iterates a dataset as numpy; loader errors surface as raised.
 
-    TensorFlow wraps Python errors raised inside tf.data in its own; the
-    folder loader keeps the original (one line, naming the file) and it is
-    raised here instead. Iterators still open at interpreter exit are closed
+    A folder loader that fails keeps its error (one line, naming the file)
+    and hands tf.data a blank stand-in, so TensorFlow neither wraps nor
+    logs it; the error is raised here with the next batch. Iterators still open at interpreter exit are closed
     first: a tf.data iterator whose threads call back into Python would
     otherwise hang the exit.
     """
@@ -196,7 +192,10 @@ class _NumpyBatches:
         if self._iterator is None:
             raise StopIteration
         try:
-            return next(self._iterator)
+            batch = next(self._iterator)
+            failure = self._loader_error()
+            if failure is None:
+                return batch
         except StopIteration:
             self.close()
             raise
@@ -207,12 +206,17 @@ class _NumpyBatches:
         self.close()
         raise failure
 
+    def _loader_error(self) -> Exception | None:
+        """The folder loader's first error (taken), or None."""
+        if self._folder is None or self._folder.error is None:
+            return None
+        failure, self._folder.error = self._folder.error, None
+        return failure
+
     def _failure(self, error: tf.errors.OpError) -> Exception:
         """The loader's own error, or TensorFlow's in one line as ValueError."""
-        if self._folder is not None and self._folder.error is not None:
-            failure, self._folder.error = self._folder.error, None
-            return failure
-        return ValueError(tfds_coco.error_line(error, "input pipeline"))
+        return self._loader_error() or ValueError(
+            tfds_coco.error_line(error, "input pipeline"))
 
     def close(self) -> None:
         """Releases the tf.data iterator and its threads."""
