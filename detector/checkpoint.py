@@ -25,8 +25,10 @@ from absl import logging
 from jax import lax
 from jax.experimental import multihost_utils
 
-# The key of the per-array checksums in a step's orbax custom metadata.
-CHECKSUMS_KEY = "content_checksums"
+# The key of the per-array checksums in a step's orbax custom metadata; it
+# names the checksum's version, so that a checkpoint written with another
+# checksum reads as one without checksums, not as a damaged one.
+CHECKSUMS_KEY = "content_checksums_v1"
 DAMAGED_SUFFIX = ".damaged"
 
 
@@ -105,11 +107,13 @@ def content_checksums(tree) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _quiet_orbax() -> Iterator[None]:
+def _quiet_orbax(collect: bool = False) -> Iterator[None]:
     """Silences orbax's and asyncio's own logging of a failed read.
 
     A damaged checkpoint is reported in one line by the caller; orbax would
-    otherwise log warnings and asyncio the tracebacks of its failed tasks.
+    otherwise log warnings and asyncio the tracebacks of its failed tasks
+    (`collect`: collect garbage before leaving, so that failed tasks, which
+    report when collected, do it while silenced).
     """
     loggers = [py_logging.getLogger(name) for name in ("absl", "asyncio")]
     levels = [logger.level for logger in loggers]
@@ -118,7 +122,8 @@ def _quiet_orbax() -> Iterator[None]:
     try:
         yield
     finally:
-        gc.collect()  # failed tasks report when collected: do it here
+        if collect:
+            gc.collect()
         for logger, level in zip(loggers, levels):
             logger.setLevel(level)
 
@@ -249,7 +254,7 @@ class Checkpointer:
             raise DamagedCheckpointError(missing)
         self._check_shapes(abstract_tree, step)
         try:
-            with _quiet_orbax(), jax.transfer_guard("allow"):
+            with _quiet_orbax(collect=True), jax.transfer_guard("allow"):
                 tree = self._manager.restore(
                     step, args=ocp.args.StandardRestore(abstract_tree))
         except Exception as e:  # noqa: BLE001 (any failure: unreadable)
