@@ -218,6 +218,56 @@ def host_nms_advice(finding: host_audit.HostRoundTrip) -> str:
             "--nms=while_loop")
 
 
+# Integer fields that must be at least this value: (key, minimum, meaning).
+_MINIMUMS = (
+    ("train.batch_size", 1, "images per step"),
+    ("train.num_steps", 1, "steps to train"),
+    ("train.log_every", 1, "steps between metrics lines"),
+    ("train.checkpoint_every", 1, "steps between checkpoints"),
+    ("train.keep_checkpoints", 1, "checkpoints kept"),
+    ("train.eval_every", 0, "steps between evaluations, 0: only at the end"),
+    ("eval.batch_size", 1, "images per predict call"),
+    ("eval.max_images", 0, "images evaluated, 0: the whole split"),
+    ("eval.num_visualized", 0, "batches drawn"),
+    ("data.max_instances", 1, "instances per image"),
+)
+
+
+def _get(config: ml_collections.ConfigDict, key: str):
+    for part in key.split("."):
+        config = config[part]
+    return config
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Checks the run's counts and sizes before anything is written.
+
+    Raises:
+      ValueError: one line naming the first bad key, its value and the
+        reason (a zero or negative count, a malformed data.image_size).
+    """
+    for key, minimum, meaning in _MINIMUMS:
+        value = _get(config, key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"config.{key}={value!r}: must be an integer "
+                             f"({meaning})")
+        if value < minimum:
+            raise ValueError(f"config.{key}={value}: must be >= {minimum} "
+                             f"({meaning})")
+    check_image_size(config.data.image_size)
+
+
+def check_image_size(size) -> None:
+    """Raises ValueError unless `size` is (height, width), both positive."""
+    if not isinstance(size, tuple | list) or len(size) != 2:
+        raise ValueError(f"config.data.image_size={size!r}: must be "
+                         "(height, width), two integers")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
+               for s in size):
+        raise ValueError(f"config.data.image_size={tuple(size)!r}: height and "
+                         "width must be positive integers")
+
+
 def _merge_json(target: ml_collections.ConfigDict, values: dict,
                 prefix: str) -> None:
     for key, value in values.items():

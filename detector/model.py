@@ -27,7 +27,9 @@ import numpy as np
 from flax import nnx
 
 from detector import anchors as anchors_lib
-from detector import backbone, fpn, losses, roi_heads, rpn
+from detector import backbone
+from detector import config as config_lib
+from detector import fpn, losses, roi_heads, rpn
 from ops import nms as nms_lib
 from ops import roi_align
 
@@ -77,8 +79,9 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     _check(model.max_level >= model.min_level, "model.max_level",
            model.max_level, "must be >= model.min_level")
     stride = 2**model.max_level
+    config_lib.check_image_size(data.image_size)
     size = tuple(data.image_size)
-    _check(len(size) == 2 and all(s > 0 and s % stride == 0 for s in size),
+    _check(all(s % stride == 0 for s in size),
            "data.image_size", size, f"(height, width) must be divisible by "
            f"the coarsest stride 2**model.max_level={stride}")
     _check(data.num_classes >= 1, "data.num_classes", data.num_classes,

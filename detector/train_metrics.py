@@ -14,6 +14,7 @@ A non-finite total loss, gradient norm or updated weight stops the run
 
 import json
 import math
+import os
 import pathlib
 
 import jax
@@ -25,12 +26,44 @@ from jax.typing import ArrayLike
 from detector import losses
 
 
+def drop_lines_after(path: pathlib.Path, step: int) -> None:
+    """Rewrites metrics file `path` without the lines of steps > `step`.
+
+    A resumed run repeats the steps after its checkpoint; their earlier
+    lines go, so each step is logged once. The file is replaced atomically
+    (a temporary file renamed over it); a line that is not JSON (cut short
+    by a kill) is dropped too.
+    """
+    if not path.exists():
+        return
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            keep = json.loads(line)["step"] <= step
+        except (ValueError, KeyError, TypeError):
+            keep = False
+        if keep:
+            kept.append(line + "\n")
+        else:
+            dropped += 1
+    if not dropped:
+        return
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text("".join(kept))
+    os.replace(temp, path)
+    logging.info("Resuming after step %d: dropped %d line(s) of later steps "
+                 "from %s", step, dropped, path)
+
+
 class MetricsLog:
     """Collects step times and writes metrics lines and summaries."""
 
     def __init__(self, workdir: pathlib.Path, *, backend: str,
                  host_roundtrips: int, images_per_step: int,
-                 deterministic: bool = False):
+                 deterministic: bool = False, resume_step: int = 0):
+        """`resume_step`: the step the run starts after (its checkpoint);
+        lines of later steps, written before the run stopped, are dropped.
+        """
         self.backend = backend
         self.deterministic = deterministic
         self.host_roundtrips = host_roundtrips
@@ -40,6 +73,8 @@ class MetricsLog:
         self._is_main = jax.process_index() == 0
         self.writer = metric_writers.create_default_writer(
             str(workdir), just_logging=not self._is_main)
+        if self._is_main:
+            drop_lines_after(workdir / "metrics.jsonl", resume_step)
         self._jsonl = (open(workdir / "metrics.jsonl", "a")  # noqa: SIM115
                        if self._is_main else None)
 
@@ -49,15 +84,20 @@ class MetricsLog:
     @staticmethod
     def check_finite(step: int, loss: ArrayLike,
                      grad_norm: ArrayLike | None = None,
-                     state_finite: ArrayLike = True) -> None:
+                     state_finite: ArrayLike = True, *,
+                     last_checkpoint: int | None = None) -> None:
         """Stops the run on a NaN/Inf loss, gradient norm or weight.
 
         Called before the step's state is checkpointed: a non-finite gradient
         or update turns the weights into NaN/Inf while the loss of that step
-        still looks finite.
+        still looks finite. `last_checkpoint` is the newest saved step (None:
+        nothing saved yet), which the message names.
         """
         loss = float(loss)
-        stop = "stopping (the last checkpoint before it is intact)"
+        stop = ("stopping; no checkpoint was saved before it"
+                if last_checkpoint is None else
+                f"stopping; checkpoint {last_checkpoint}, saved before it, "
+                "is intact")
         if not math.isfinite(loss):
             raise FloatingPointError(
                 f"total loss is {loss} at step {step}; {stop}")

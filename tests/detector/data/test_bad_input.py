@@ -67,7 +67,7 @@ def test_missing_image_folder_and_file(config, folder):
         pipeline.train_batches(config)
 
 
-def test_corrupt_image_names_the_file(config, folder):
+def test_corrupt_image_names_the_file(config, folder, capfd):
     (folder / "val" / "0002.png").write_bytes(b"\x89PNG not really")
     split = pipeline.eval_split(config)
     with pytest.raises(ValueError,
@@ -77,6 +77,8 @@ def test_corrupt_image_names_the_file(config, folder):
     with pytest.raises(ValueError,
                        match=r"train/0003.png: cannot decode image"):
         list(itertools.islice(pipeline.train_batches(config), 3))
+    # Our error is the only report: TensorFlow logged no traceback of it.
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_image_size_differs_from_json(config, folder):
@@ -168,6 +170,14 @@ def test_config_problems(config):
         pipeline.eval_split(config, "val[:5")
     with pytest.raises(ValueError, match="selects no images"):
         pipeline.eval_split(config, "val[5:]")
+
+
+def test_empty_slice_is_one_error_without_a_mask_warning(config, caplog):
+    with caplog.at_level("WARNING"), pytest.raises(
+            ValueError, match=r"instances_val.json: split 'val\[5:2\]' "
+            r"selects no images \(of 3\)$"):
+        pipeline.eval_split(config, "val[5:2]")
+    assert not caplog.records  # no "no instance segmentations" warning
     with pytest.raises(ValueError, match="train.batch_size=4 must be a "
                        "positive multiple of the process count 3"):
         pipeline.train_batches(config, process_index=0, process_count=3)
