@@ -156,7 +156,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                  "batch %d per step", mesh.size, jax.default_backend(),
                  jax.process_count(), config.train.batch_size)
     pipeline.ensure_shapes_dataset(config)
-    tx, schedule = optimizer.make_optimizer(config.train)
+    tx, schedule = optimizer.make_optimizer(config)
     ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
                                    max_to_keep=config.train.keep_checkpoints)
     try:

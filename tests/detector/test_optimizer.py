@@ -15,6 +15,12 @@ def _train(**overrides):
     return train
 
 
+def _config(**train_overrides):
+    config = config_lib.base_config()
+    config.train.update(train_overrides)
+    return config
+
+
 def test_step_schedule_warms_up_then_drops_at_boundaries():
     train = _train(learning_rate=0.1, warmup_steps=10, warmup_init_factor=0.5,
                    schedule="step", step_boundaries=(5, 30, 50),
@@ -41,15 +47,15 @@ def test_cosine_schedule_reaches_zero_at_the_end():
 ])
 def test_unknown_names_fail_with_the_key(key, value, message):
     with pytest.raises(ValueError, match=message):
-        optimizer.make_optimizer(_train(**{key: value}))
+        optimizer.make_optimizer(_config(**{key: value}))
 
 
 @pytest.mark.parametrize("name", ["sgd", "adamw"])
 def test_weight_decay_skips_biases_and_clipping_bounds_updates(name):
-    train = _train(optimizer=name, learning_rate=1.0, warmup_steps=0,
-                   weight_decay=0.5, grad_clip_norm=1.0, momentum=0.0,
-                   schedule="step", step_boundaries=())
-    tx, _ = optimizer.make_optimizer(train)
+    config = _config(optimizer=name, learning_rate=1.0, warmup_steps=0,
+                     weight_decay=0.5, grad_clip_norm=1.0, momentum=0.0,
+                     schedule="step", step_boundaries=())
+    tx, _ = optimizer.make_optimizer(config)
     params = {"kernel": jnp.ones((2, 2)), "bias": jnp.ones((2,))}
     zero_grads = {"kernel": jnp.zeros((2, 2)), "bias": jnp.zeros((2,))}
     updates, _ = tx.update(zero_grads, tx.init(params), params)
