@@ -160,7 +160,7 @@ class ResNet(nnx.Module):
                              f"{', '.join(RESNETS)}")
         depths, bottleneck = RESNETS[name]
         frozen_norm = "frozen_batch" if norm == "batch" else norm
-        layer_kwargs = dict(groups=groups, dtype=dtype, rngs=rngs)
+        layer_kwargs = {"groups": groups, "dtype": dtype, "rngs": rngs}
         self.stem = ConvNorm(3, width, 7, stride=2, **layer_kwargs,
                              norm=frozen_norm if freeze_at >= 1 else norm)
         self.dtype = dtype

@@ -14,9 +14,8 @@ import pytest
 from flax import nnx
 from safetensors.numpy import save_file
 
-from detector import backbone
+from detector import backbone, warm_start
 from detector import config as config_lib
-from detector import warm_start
 
 # torchvision.models.resnet: blocks per stage, bottleneck (expansion 4).
 _TORCHVISION = {"resnet18": ((2, 2, 2, 2), False),
@@ -170,10 +169,13 @@ def _numpy_frozen_bn(x, state, key):
     return x * scale[None, :, None, None] + shift[None, :, None, None]
 
 
+def _relu(x):
+    return np.maximum(x, 0.0)
+
+
 def _numpy_stem_and_first_block(x, state):
-    relu = lambda v: np.maximum(v, 0.0)  # noqa: E731
-    x = relu(_numpy_frozen_bn(_numpy_conv(x, state["conv1.weight"], 2, 3),
-                              state, "bn1"))
+    x = _relu(_numpy_frozen_bn(_numpy_conv(x, state["conv1.weight"], 2, 3),
+                               state, "bn1"))
     padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)),
                     constant_values=-np.inf)
     h, w = (x.shape[2] + 2 - 3) // 2 + 1, (x.shape[3] + 2 - 3) // 2 + 1
@@ -184,11 +186,11 @@ def _numpy_stem_and_first_block(x, state):
         y = _numpy_frozen_bn(_numpy_conv(
             y, state[f"layer1.0.conv{j}.weight"], 1, pad), state,
             f"layer1.0.bn{j}")
-        y = relu(y) if j < 3 else y
+        y = _relu(y) if j < 3 else y
     shortcut = _numpy_frozen_bn(_numpy_conv(
         x, state["layer1.0.downsample.0.weight"], 1, 0), state,
         "layer1.0.downsample.1")
-    return relu(y + shortcut)
+    return _relu(y + shortcut)
 
 
 def test_stem_and_first_bottleneck_match_numpy(tmp_path):
