@@ -5,6 +5,7 @@
       --config.model.backbone_init=/path/to/resnet50.safetensors
   python train.py --config=configs/coco_r50_fpn.py:gn_scratch  # GN, scratch
   python train.py --config=configs/coco_r50_fpn.py:runlocal    # smoke run
+  python benchmarks/step_bench.py --config=configs/coco_r50_fpn.py:shapes
 
 The default starts from an ImageNet ResNet-50 (a torchvision-named
 .safetensors file; README "Train on COCO" shows how to make one) with
@@ -32,10 +33,15 @@ Checked against the published configs:
   BatchNorm and uses LR 0.12 (0.0019 per image, above detectron2's
   0.00125), 500 warmup steps and L2 4e-5.
 
-`:gn_scratch` keeps the GroupNorm-from-scratch setup (no pretrained file,
-nothing frozen, TF Model Garden's schedule: batch 64, LR 0.12, 22.5k
-steps); `:runlocal` shrinks a config to a smoke run. Variants combine with
-commas: `:gn_scratch,runlocal`.
+Variants (applied left to right; they combine: `:gn_scratch,shapes`):
+- `gn_scratch` keeps the GroupNorm-from-scratch setup (no pretrained file,
+  nothing frozen, TF Model Garden's schedule: batch 64, LR 0.12, 22.5k
+  steps);
+- `runlocal` shrinks everything to a smoke run;
+- `shapes` keeps the full model at 1024 x 1024 (batch 8) but reads the
+  synthetic shapes dataset (3 classes, written under data/shapes on first
+  use) and needs no pretrained file, so the real model size can be trained
+  and timed without COCO.
 
 `data.root` is a COCO download (annotations/instances_train2017.json,
 train2017/, val2017/). To read tfds coco/2017 instead (boxes only: it has
@@ -135,7 +141,26 @@ def _runlocal(config: ml_collections.ConfigDict) -> None:
     config.eval.batch_size = 2
 
 
+def _shapes(config: ml_collections.ConfigDict) -> None:
+    """The full model and input size on the shapes dataset, batch 8.
+
+    The shapes set is the one configs/shapes.py writes (same root, counts
+    and seed), its 128 x 128 images resized up to 1024 x 1024. The backbone
+    starts from random weights (no file needed).
+    """
+    data = config.data
+    data.source = "shapes"
+    data.root = "data/shapes"
+    data.train_split = "train"
+    data.eval_split = "val"
+    data.num_classes = 3
+    config.model.backbone_init = ""
+    config.train.batch_size = 8
+    config.eval.batch_size = 8
+
+
 VARIANTS: dict[str, Callable[[ml_collections.ConfigDict], None]] = {
     "gn_scratch": _gn_scratch,
     "runlocal": _runlocal,
+    "shapes": _shapes,
 }
