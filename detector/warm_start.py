@@ -70,6 +70,10 @@ def _step_location(location: str) -> tuple[pathlib.Path, int | None]:
     path = pathlib.Path(location).expanduser()
     if not path.exists():
         raise FileNotFoundError(f"{where}: no such file or folder")
+    if not path.is_dir():
+        raise ValueError(f"{where}: not a folder (give a workdir written by "
+                         "train.py, its checkpoints/ folder or one step "
+                         "folder)")
     if (path / "checkpoints").is_dir():  # a workdir
         return path / "checkpoints", None
     if (path / _ITEM).is_dir() and path.name.isdigit():  # one step

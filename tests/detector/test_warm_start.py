@@ -10,7 +10,6 @@ import logging
 import re
 import shutil
 
-import jax
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -195,6 +194,11 @@ def test_a_folder_without_checkpoints_is_one_line(tmp_path):
                        r"no checkpoint \(give a workdir written by train\.py"):
         warm_start.from_checkpoint(str(tmp_path / "empty"), {},
                                    num_classes=2)
+    (tmp_path / "model.safetensors").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"model\.safetensors': not a "
+                       r"folder \(give a workdir"):
+        warm_start.from_checkpoint(str(tmp_path / "model.safetensors"), {},
+                                   num_classes=2)
 
 
 def test_a_checkpoint_of_another_model_matches_nothing(runs):
@@ -204,4 +208,3 @@ def test_a_checkpoint_of_another_model_matches_nothing(runs):
         warm_start.from_checkpoint(str(source / "checkpoints" / "3"),
                                    {"backbone/x/kernel": (3, 3)},
                                    num_classes=2)
-    jax.clear_caches()
