@@ -47,7 +47,7 @@ _OUT = flags.DEFINE_string("out", "benchmarks/out/checkpoint_bench.json",
 
 def state_tree(config) -> dict:
     """The checkpointed tree of `config`'s train state, random values."""
-    tx, _ = optimizer.make_optimizer(config.train)
+    tx, _ = optimizer.make_optimizer(config)
 
     def build():
         model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(0))

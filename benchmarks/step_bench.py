@@ -66,7 +66,7 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
     """Compiles and times the train step with one NMS backend."""
     config = copy.deepcopy(config)
     config_lib.set_nms_backend(config, backend, allow_baselines=True)
-    tx, schedule = optimizer.make_optimizer(config.train)
+    tx, schedule = optimizer.make_optimizer(config)
     graphdef, params, rest = state_lib.create_model(config, config.seed)
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     key = sharding.replicate(jax.random.key(config.seed), mesh)

@@ -73,13 +73,25 @@ def _data_config() -> ml_collections.ConfigDict:
 def _model_config() -> ml_collections.ConfigDict:
     """config.model: backbone, FPN and anchors; one sub-dict per head."""
     model = ml_collections.ConfigDict()
-    # 'resnet18' | 'resnet50' | 'tiny' (a CPU-sized ResNet, one basic block
-    # per stage).
+    # 'resnet18' | 'resnet50' | 'resnet101' | 'tiny' (a CPU-sized ResNet,
+    # one basic block per stage); see backbone.BACKBONES.
     model.backbone = "resnet50"
     # Channels of the stem; the four stages use 1x, 2x, 4x, 8x this (x4 more
     # at the output of bottleneck stages).
     model.backbone_width = 64
     model.norm = "group"  # 'group' | 'batch' | 'frozen_batch'
+    # Pretrained backbone weights read before step 1 of a fresh run: a
+    # .safetensors or .npz file with torchvision ResNet names (timm's
+    # ResNets use the same), or a .pth when torch is installed. '': random.
+    model.backbone_init = ""
+    # Start from another run's orbax checkpoint (its workdir, checkpoints/
+    # folder or one step folder): every array whose path and shape match is
+    # copied; class-dependent heads are reinitialised when num_classes
+    # differs; the step and optimizer state start fresh. '': none.
+    model.init_checkpoint = ""
+    # Frozen (never updated) backbone parts, as detectron2's FREEZE_AT:
+    # 0 none, 1 the stem, 2 the stem and stage 1 (C2), ... 5 all.
+    model.freeze_at = 0
     model.group_norm_groups = 32
     model.fpn_channels = 256
     model.min_level = 2
@@ -174,6 +186,9 @@ def _train_config() -> ml_collections.ConfigDict:
     train.warmup_steps = 500
     train.warmup_init_factor = 0.0067
     train.step_boundaries = (15000, 20000)
+    # The same boundaries as fractions of num_steps, e.g. (2/3, 8/9); used
+    # instead of step_boundaries (which must then be empty) when set.
+    train.step_fractions = ()
     train.step_factor = 0.1
     train.grad_clip_norm = 0.0  # 0 turns clipping off
     train.log_every = 100

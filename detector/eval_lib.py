@@ -255,7 +255,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict,
             raise FileNotFoundError(f"{ckpt_dir}: no checkpoint to evaluate "
                                     "(train first, or check --workdir)")
         mesh = sharding.make_mesh()
-        tx, _ = optimizer.make_optimizer(config.train)
+        tx, _ = optimizer.make_optimizer(config)
         graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
     finally:
         ckpt.close()

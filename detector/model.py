@@ -67,15 +67,20 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad model config."""
     model, data = config.model, config.data
     roi, rpn_cfg, det = model.roi, model.rpn, model.detection
-    _check(model.backbone in backbone.BACKBONES, "model.backbone",
-           model.backbone, f"unknown backbone; known: "
-           f"{', '.join(backbone.BACKBONES)}")
+    levels = backbone.entry(model.backbone)
     _check(model.norm in backbone.NORMS, "model.norm", model.norm,
            f"unknown norm; known: {', '.join(backbone.NORMS)}")
     resolve_dtype(model.dtype)
-    _check(2 <= model.min_level <= fpn.BACKBONE_MAX_LEVEL,
+    _check(levels.min_level <= model.min_level <= levels.max_level,
            "model.min_level", model.min_level,
-           f"must be in [2, {fpn.BACKBONE_MAX_LEVEL}] (ResNet C2..C5)")
+           f"must be in [{levels.min_level}, {levels.max_level}] (the "
+           f"feature levels model.backbone={model.backbone!r} provides)")
+    _check(0 <= model.freeze_at <= backbone.MAX_FREEZE_AT, "model.freeze_at",
+           model.freeze_at, f"must be in [0, {backbone.MAX_FREEZE_AT}] "
+           "(0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...)")
+    _check(not (model.backbone_init and model.init_checkpoint),
+           "model.init_checkpoint", model.init_checkpoint,
+           "set at most one of model.backbone_init and model.init_checkpoint")
     _check(model.max_level >= model.min_level, "model.max_level",
            model.max_level, "must be >= model.min_level")
     stride = 2**model.max_level
@@ -111,8 +116,12 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
            "must be a non-empty tuple of positive ratios")
 
 
+# Params whose shapes follow data.num_classes (path prefixes).
+CLASS_DEPENDENT = ("box_head/classes", "box_head/deltas", "mask_head/logits")
+
+
 class MaskRCNN(nnx.Module):
-    """Mask R-CNN with a ResNet-FPN backbone; see the module docstring."""
+    """Mask R-CNN with a backbone-FPN; see the module docstring."""
 
     def __init__(self, config: ml_collections.ConfigDict, *,
                  rngs: nnx.Rngs):
@@ -124,11 +133,9 @@ class MaskRCNN(nnx.Module):
         dtype = resolve_dtype(model.dtype)
         norm_kwargs = dict(norm=model.norm, groups=model.group_norm_groups,
                            dtype=dtype, rngs=rngs)
-        self.backbone = backbone.ResNet(
-            model.backbone, width=model.backbone_width,
-            top_level=min(model.max_level, fpn.BACKBONE_MAX_LEVEL),
-            **norm_kwargs)
-        self.fpn = fpn.FPN(self.backbone.out_channels,
+        self.backbone, channels = backbone.build(model, dtype=dtype,
+                                                 rngs=rngs)
+        self.fpn = fpn.FPN(channels,
                            channels=model.fpn_channels,
                            min_level=model.min_level,
                            max_level=model.max_level, **norm_kwargs)
@@ -159,10 +166,10 @@ class MaskRCNN(nnx.Module):
 
     def _roi_pyramid(self, features: list[jax.Array]
                      ) -> roi_align.FlatPyramid:
-        """The levels rois pool from: min_level..min(max_level, 5)."""
-        top = min(self.cfg.max_level, fpn.BACKBONE_MAX_LEVEL)
+        """The levels rois pool from: min_level..the backbone's top level."""
         return roi_align.flatten_pyramid(
-            features[:top - self.cfg.min_level + 1], self.cfg.min_level)
+            features[:self.fpn.top_level - self.cfg.min_level + 1],
+            self.cfg.min_level)
 
     def _pool(self, pyramid: roi_align.FlatPyramid, boxes: jax.Array,
               output_size: int) -> jax.Array:

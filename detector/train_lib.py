@@ -117,7 +117,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                  jax.process_count(), config.train.batch_size)
     try:
         pipeline.prepare(config)
-        tx, schedule = optimizer.make_optimizer(config.train)
+        tx, schedule = optimizer.make_optimizer(config)
         ckpt = checkpoint.Checkpointer(
             workdir / "checkpoints", max_to_keep=config.train.keep_checkpoints)
         try:

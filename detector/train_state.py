@@ -18,7 +18,7 @@ from flax import nnx, serialization
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from detector import checkpoint, sharding
+from detector import checkpoint, sharding, warm_start
 from detector import model as model_lib
 
 
@@ -102,13 +102,16 @@ def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
                     ckpt: checkpoint.Checkpointer,
                     tx: optax.GradientTransformation
                     ) -> tuple[nnx.GraphDef, TrainState]:
-    """(graphdef, state): the newest intact checkpoint, else a fresh model.
+    """(graphdef, state): the newest intact checkpoint, else a fresh model
+    (warm-started from model.backbone_init or model.init_checkpoint).
 
     Raises:
       ValueError: the checkpoints were written by a different config, or
         every one is damaged.
     """
     graphdef, params, rest = create_model(config, config.seed)
+    if ckpt.latest_step() is None:  # a resumed run keeps its own weights
+        params, rest = warm_start.apply(config, params, rest)
     state = sharding.replicate(init_state(params, rest, tx), mesh)
     replicated = NamedSharding(mesh, P())
     abstract = jax.tree.map(

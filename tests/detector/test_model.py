@@ -415,6 +415,7 @@ def test_unknown_dtype_fails_with_one_line_naming_model_dtype():
 
 @pytest.mark.parametrize("backbone, norm", [("resnet18", "batch"),
                                             ("resnet50", "frozen_batch"),
+                                            ("resnet101", "frozen_batch"),
                                             ("tiny", "group")])
 def test_every_backbone_and_norm_traces(config, backbone, norm):
     variant = copy.deepcopy(config)
@@ -442,6 +443,10 @@ def test_every_backbone_and_norm_traces(config, backbone, norm):
     ("model.rpn.nms_backend", "fast", "model.rpn.nms_backend"),
     ("model.fpn_channels", 18, "model.fpn_channels"),
     ("model.dtype", "float16", "model.dtype"),
+    ("model.min_level", 1, "levels model.backbone='tiny' provides"),
+    ("model.freeze_at", 6, "model.freeze_at"),
+    ("model.init_checkpoint", "runs/a",
+     "set at most one of model.backbone_init and model.init_checkpoint"),
 ])
 def test_bad_config_fails_at_construction_with_one_line(config, key, value,
                                                          words):
@@ -451,6 +456,7 @@ def test_bad_config_fails_at_construction_with_one_line(config, key, value,
     for parent in parents:
         node = node[parent]
     node[leaf] = value
+    bad.model.backbone_init = "r50.safetensors"  # alone: no error
     with pytest.raises(ValueError) as error:
         MaskRCNN(bad, rngs=nnx.Rngs(0))
     message = str(error.value)

@@ -265,7 +265,7 @@ def _copy_run(source, tmp_path):
 def _restore(config, run):
     """(restored step, checkpoint log messages) of restore_or_init."""
     ckpt = checkpoint.Checkpointer(run / "checkpoints", max_to_keep=3)
-    tx, _ = optimizer.make_optimizer(config.train)
+    tx, _ = optimizer.make_optimizer(config)
     try:
         _, state = state_lib.restore_or_init(config, sharding.make_mesh(),
                                              ckpt, tx)
