@@ -11,6 +11,11 @@ both NMS calls replaced by a plain top-k of the same shapes ('topk'), so the
 cost of NMS is measured, not guessed. Prints a table and writes
 step_bench.json (per backend its timings and `nms_share`; the config path
 relative to the repository root) and step_bench.png under --out.
+
+`--parts` instead breaks the step of one backend (`--parts_backend`) into
+stages, each its own compiled program, with model FLOPs and utilisation
+(benchmarks/step_parts.py), and writes step_parts.json. `--trace DIR`
+writes a jax.profiler trace of a few train steps (TensorBoard or Perfetto).
 """
 
 import copy
@@ -27,7 +32,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from benchmarks import nms_bench  # noqa: E402
+from benchmarks import nms_bench, step_parts  # noqa: E402
 from detector import config as config_lib  # noqa: E402
 from detector import optimizer, sharding, train_lib  # noqa: E402
 from detector import train_state as state_lib  # noqa: E402
@@ -42,6 +47,11 @@ _BATCHES = flags.DEFINE_integer("batches", 8, "Distinct batches to cycle.")
 _BACKENDS = flags.DEFINE_list("backends", "cpu,while_loop,pallas,topk",
                               "Backends to time ('topk' is the baseline).")
 _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
+_PARTS = flags.DEFINE_bool("parts", False, "Time the step stage by stage.")
+_PARTS_BACKEND = flags.DEFINE_string("parts_backend", "pallas",
+                                     "NMS backend of the --parts breakdown.")
+_TRACE = flags.DEFINE_string("trace", None,
+                             "Write a jax.profiler trace of 3 steps here.")
 
 
 def time_backend(config, backend: str, batches, mesh) -> dict:
@@ -122,6 +132,24 @@ def plot(results: dict, path: pathlib.Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def run_parts(config, batch, mesh) -> None:
+    """--parts: the stage breakdown table and step_parts.json."""
+    results = step_parts.run_parts(config, batch, mesh, reps=_STEPS.value,
+                                   warmup=_WARMUP.value,
+                                   backend=_PARTS_BACKEND.value)
+    out = pathlib.Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    info = nms_bench.machine()
+    (out / "step_parts.json").write_text(json.dumps(
+        {"machine": info, "config": relative_config_path(
+            config_flags.get_config_filename(flags.FLAGS["config"])),
+         **results}, indent=2))
+    print(f"\nTrain step by stage, {info['device_kind']} "
+          f"({info['cpu_count']} cores), batch {config.train.batch_size}, "
+          f"median of {_STEPS.value}\n")
+    print(step_parts.table(results))
+
+
 def main(argv) -> None:
     del argv
     config = _CONFIG.value
@@ -130,6 +158,10 @@ def main(argv) -> None:
     source = pipeline.train_batches(config)
     batches = [sharding.put_batch(next(source), mesh)
                for _ in range(_BATCHES.value)]
+    if _TRACE.value:
+        step_parts.trace_steps(config, batches[0], mesh, _TRACE.value)
+    if _PARTS.value:
+        return run_parts(config, batches[0], mesh)
     results = {}
     for backend in _BACKENDS.value:
         results[backend] = time_backend(config, backend, batches, mesh)
