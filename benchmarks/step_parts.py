@@ -43,7 +43,8 @@ from benchmarks import flops as flops_lib
 from detector import config as config_lib
 from detector import losses
 from detector import model as model_lib
-from detector import optimizer, sharding, train_lib
+from detector import optimizer, sharding
+from detector import train_step as step_lib
 from detector import train_state as state_lib
 from ops import roi_align
 
@@ -252,7 +253,7 @@ def run_parts(config: ml_collections.ConfigDict, batch: dict,
         (params, batch["image"]), reps, warmup)
     # Last: the step donates its state, which may share the params' buffers.
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
-    step_fn = train_lib.make_train_step(graphdef, tx, schedule, mesh)
+    step_fn = step_lib.make_train_step(graphdef, tx, schedule, mesh)
     step = _measure(step_fn, (state, batch, sharding.replicate(key, mesh)),
                     reps, warmup, donate=True)
     device = jax.devices()[0]
@@ -314,11 +315,11 @@ def trace_steps(config: ml_collections.ConfigDict, batch: dict,
     graphdef, params, rest = state_lib.create_model(config, config.seed)
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
-    step_fn = train_lib.make_train_step(graphdef, tx, schedule, mesh)
+    step_fn = step_lib.make_train_step(graphdef, tx, schedule, mesh)
     for _ in range(2):
         state, metrics = step_fn(state, batch, key)
     jax.block_until_ready(metrics)
-    with jax.profiler.trace(directory):
+    with jax.profiler.trace(directory, create_perfetto_trace=True):
         for i in range(steps):
             with jax.profiler.StepTraceAnnotation("train_step", step_num=i):
                 state, metrics = step_fn(state, batch, key)

@@ -23,9 +23,7 @@ from absl import logging
 from clu import metric_writers
 from jax.typing import ArrayLike
 
-LOSS_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask", "total")
-# Train-step output checked every step and not logged: all weights finite.
-STATE_FINITE = "state_finite"
+from detector.losses import LOSS_NAMES
 
 
 class MetricsLog:

@@ -8,6 +8,11 @@ import sys
 
 import pytest
 
+# train.py and eval.py read data with tf.data, evaluate with pycocotools and
+# log with clu: skipped where they are not installed.
+for _module in ("tensorflow", "pycocotools", "clu"):
+    pytest.importorskip(_module)
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
