@@ -152,7 +152,8 @@ def run_parts(config, batch, mesh) -> None:
     """--parts: the stage breakdown table and step_parts.json."""
     results = step_parts.run_parts(config, batch, mesh, reps=_STEPS.value,
                                    warmup=_WARMUP.value,
-                                   backend=_PARTS_BACKEND.value)
+                                   backend=_PARTS_BACKEND.value,
+                                   trace_dir=_TRACE.value)
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     info = nms_bench.machine()
@@ -199,10 +200,10 @@ def main(argv) -> None:
                    pipeline_batches(config, _NUM_BATCHES.value))
     mesh = sharding.make_mesh()
     batches = [sharding.put_batch(b, mesh) for b in batches]
+    if _PARTS.value:  # traces the step it times
+        return run_parts(config, batches[0], mesh)
     if _TRACE.value:
         step_parts.trace_steps(config, batches[0], mesh, _TRACE.value)
-    if _PARTS.value:
-        return run_parts(config, batches[0], mesh)
     results = {}
     for backend in _BACKENDS.value:
         results[backend] = time_backend(config, backend, batches, mesh)

@@ -158,8 +158,12 @@ def _time(fn: Callable, args: tuple, reps: int, warmup: int) -> list[float]:
 
 
 def _measure(fn: Callable, args: tuple, reps: int, warmup: int,
-             donate: bool = False) -> dict:
-    """Compiles fn(*args); median ms, model FLOPs and XLA's FLOPs."""
+             donate: bool = False, trace_dir: str | None = None) -> dict:
+    """Compiles fn(*args); median ms, model FLOPs and XLA's FLOPs.
+
+    With `donate` (the train step) the first argument is threaded through
+    the calls; `trace_dir` then also traces 3 more calls there.
+    """
     jitted = jax.jit(fn, donate_argnums=0 if donate else ())
     compiled = jitted.lower(*args).compile()
     counted = flops_lib.count_flops(fn, *args)
@@ -172,6 +176,13 @@ def _measure(fn: Callable, args: tuple, reps: int, warmup: int,
             jax.block_until_ready(metrics)
             if i >= warmup:
                 times.append((time.perf_counter() - started) * 1e3)
+        if trace_dir:
+            with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
+                for i in range(3):
+                    with jax.profiler.StepTraceAnnotation("train_step",
+                                                          step_num=i):
+                        state, metrics = compiled(state, *args[1:])
+                        jax.block_until_ready(metrics)
     else:
         times = _time(compiled, args, reps, warmup)
     return {"median_ms": float(np.median(times)),
@@ -214,8 +225,10 @@ def _graphdef(config: ml_collections.ConfigDict) -> nnx.GraphDef:
 
 def run_parts(config: ml_collections.ConfigDict, batch: dict,
               mesh: jax.sharding.Mesh, *, reps: int, warmup: int,
-              backend: str) -> dict:
+              backend: str, trace_dir: str | None = None) -> dict:
     """Times every stage, the whole step and predict for one NMS backend.
+
+    `trace_dir`: also write a jax.profiler trace of 3 whole steps there.
 
     Returns {'stages': {name: timing}, 'step': timing, 'predict': timing,
     'nms_ms': proposals minus its topk version, 'dtype', 'device_kind'}.
@@ -255,7 +268,7 @@ def run_parts(config: ml_collections.ConfigDict, batch: dict,
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     step_fn = step_lib.make_train_step(graphdef, tx, schedule, mesh)
     step = _measure(step_fn, (state, batch, sharding.replicate(key, mesh)),
-                    reps, warmup, donate=True)
+                    reps, warmup, donate=True, trace_dir=trace_dir)
     device = jax.devices()[0]
     return {"stages": results, "step": step, "predict": predict,
             "variants": variants,
