@@ -20,6 +20,8 @@ The batches come from the config's input pipeline (tf.data), or from a
 file: `--save_batches FILE.npz` writes `--num_batches` batches of the real
 pipeline and exits; `--batches FILE.npz` times on them with no TensorFlow
 import (benchmarks/batch_file.py), e.g. on a GPU machine without it.
+`config.train.deterministic` is applied before JAX starts a backend and
+recorded in the JSON.
 
 `--parts` instead breaks the step of one backend (`--parts_backend`) into
 stages, each its own compiled program, with model FLOPs and utilisation
@@ -42,7 +44,7 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import batch_file, nms_bench, step_parts  # noqa: E402
-from detector import cli, optimizer, sharding  # noqa: E402
+from detector import cli, determinism, optimizer, sharding  # noqa: E402
 from detector import config as config_lib  # noqa: E402
 from detector import train_state as state_lib  # noqa: E402
 from detector import train_step as step_lib  # noqa: E402
@@ -170,7 +172,7 @@ def run_parts(config, batch, mesh) -> None:
 def pipeline_batches(config, count: int) -> list[dict]:
     """`count` batches of the config's input pipeline (imports TensorFlow)."""
     from detector.data import pipeline
-    pipeline.ensure_shapes_dataset(config)
+    pipeline.prepare(config)
     source = pipeline.train_batches(config)
     return [next(source) for _ in range(count)]
 
@@ -192,6 +194,7 @@ def save(config, path: str) -> None:
 def main(argv) -> None:
     del argv
     config = cli.config_value(_CONFIG)
+    determinism.apply(config.train.deterministic)  # before any backend
     with cli.one_line_errors():
         if _SAVE_BATCHES.value:
             return save(config, _SAVE_BATCHES.value)
@@ -223,6 +226,7 @@ def report(config, results: dict) -> None:
             config_flags.get_config_filename(flags.FLAGS["config"])),
          "batch_size": config.train.batch_size,
          "batches": _LOAD_BATCHES.value or "pipeline",
+         "deterministic": determinism.enabled(),
          "steps": _STEPS.value, "results": results}, indent=2))
     title = (f"Train step per NMS backend, {info['platform']} "
              f"({info['device_kind']}, {info['cpu_count']} cores), "

@@ -7,6 +7,8 @@
 - Multi-host start-up: `--multihost=auto|on|off` (defined by each entry
   point with MULTIHOST_MODES and MULTIHOST_HELP) decides whether to call
   `jax.distributed.initialize()` before anything touches a device.
+- `start_jax(config, multihost)` does what must come before JAX starts a
+  backend: the XLA flags of `config.train.deterministic`, then multi-host.
 """
 
 import contextlib
@@ -19,6 +21,8 @@ import jax
 import ml_collections
 from absl import flags
 from ml_collections import config_flags
+
+from detector import determinism
 
 MULTIHOST_MODES = ("auto", "on", "off")
 MULTIHOST_HELP = (
@@ -151,3 +155,10 @@ def start_multihost(mode: str,
         fail(f"--multihost={mode}: jax.distributed.initialize() failed: "
              f"{_one_line(e)}")
     return True
+
+
+def start_jax(config: ml_collections.ConfigDict, multihost: str) -> None:
+    """What must precede JAX's first backend: deterministic XLA flags
+    (config.train.deterministic), then the multi-host start-up."""
+    determinism.apply(config.train.deterministic)
+    start_multihost(multihost)

@@ -40,7 +40,7 @@ from clu import periodic_actions
 from flax import nnx
 from jax.sharding import Mesh
 
-from detector import checkpoint
+from detector import checkpoint, determinism
 from detector import config as config_lib
 from detector import eval_lib, optimizer, sharding, train_metrics
 from detector import train_state as state_lib
@@ -107,7 +107,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     logging.info("Data parallel over %d %s devices in %d process(es); "
                  "batch %d per step", mesh.size, jax.default_backend(),
                  jax.process_count(), config.train.batch_size)
-    pipeline.ensure_shapes_dataset(config)
+    pipeline.prepare(config)
     tx, schedule = optimizer.make_optimizer(config.train)
     ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
                                    max_to_keep=config.train.keep_checkpoints)
@@ -142,7 +142,8 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path,
     save_config(workdir, config)  # the restore and the audits passed
     run.log = train_metrics.MetricsLog(
         workdir, backend=config_lib.nms_backend_name(config),
-        host_roundtrips=len(findings), images_per_step=config.train.batch_size)
+        host_roundtrips=len(findings), images_per_step=config.train.batch_size,
+        deterministic=determinism.enabled())
     try:
         state = _loop(run, step_fn, state, batch, batches, key, start_step)
         ckpt.wait()

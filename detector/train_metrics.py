@@ -6,9 +6,10 @@ Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
 of device-synchronised step times), `step_time_p90_ms`, `data_wait_ms`
 (mean per step over the window of the time the loop waited for the next
 batch, host to device included: near the step time means input-bound),
-`images_per_sec`,
-`nms_backend` and `host_roundtrips_per_step` (host round-trip ops the audit
-found in the compiled step). Evaluations append a line with `"eval": true`.
+`images_per_sec`, `nms_backend`, `host_roundtrips_per_step` (host
+round-trip ops the audit found in the compiled step) and `deterministic`
+(whether XLA ran with deterministic GPU ops, detector/determinism.py).
+Evaluations append a line with `"eval": true`.
 A non-finite total loss, gradient norm or updated weight stops the run
 (FloatingPointError).
 """
@@ -30,8 +31,10 @@ class MetricsLog:
     """Collects step times and writes metrics lines and summaries."""
 
     def __init__(self, workdir: pathlib.Path, *, backend: str,
-                 host_roundtrips: int, images_per_step: int):
+                 host_roundtrips: int, images_per_step: int,
+                 deterministic: bool = False):
         self.backend = backend
+        self.deterministic = deterministic
         self.host_roundtrips = host_roundtrips
         self.images_per_step = images_per_step
         self._step_times: list[float] = []
@@ -87,7 +90,8 @@ class MetricsLog:
                     data_wait_ms=float(np.mean(waits)),
                     images_per_sec=self.images_per_step / (median / 1e3),
                     nms_backend=self.backend,
-                    host_roundtrips_per_step=self.host_roundtrips)
+                    host_roundtrips_per_step=self.host_roundtrips,
+                    deterministic=self.deterministic)
         scalars = {k: v for k, v in line.items()
                    if isinstance(v, float | int) and k != "step"}
         self.writer.write_scalars(step, scalars)
