@@ -108,6 +108,7 @@ def _configure(config) -> None:
 
 def measure(config, batches: int, warmup: int) -> dict:
     """Wall and CPU time of `batches` train batches after `warmup`."""
+    pipeline.prepare(config)  # writes the shapes set when missing
     source = pipeline.train_batches(config)
     for _ in range(warmup):
         next(source)

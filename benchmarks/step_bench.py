@@ -27,6 +27,8 @@ recorded in the JSON.
 stages, each its own compiled program, with model FLOPs and utilisation
 (benchmarks/step_parts.py), and writes step_parts.json. `--trace DIR`
 writes a jax.profiler trace of a few train steps (TensorBoard or Perfetto).
+`--flops_only` prints the model GFLOP of each stage, the step and predict,
+counted from shapes alone (nothing is initialised or run).
 """
 
 import copy
@@ -68,6 +70,9 @@ _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
 _PARTS = flags.DEFINE_bool("parts", False, "Time the step stage by stage.")
 _PARTS_BACKEND = flags.DEFINE_string("parts_backend", "pallas",
                                      "NMS backend of the --parts breakdown.")
+_FLOPS_ONLY = flags.DEFINE_bool(
+    "flops_only", False, "Print the model GFLOP of each stage (from shapes, "
+    "nothing runs) and exit.")
 _TRACE = flags.DEFINE_string("trace", None,
                              "Write a jax.profiler trace of 3 steps here.")
 
@@ -195,6 +200,11 @@ def main(argv) -> None:
     del argv
     config = cli.config_value(_CONFIG)
     determinism.apply(config.train.deterministic)  # before any backend
+    if _FLOPS_ONLY.value:
+        for name, gflop in step_parts.count_parts(
+                config, sharding.make_mesh()).items():
+            print(f"{name}: {gflop:.1f} GFLOP")
+        return
     with cli.one_line_errors():
         if _SAVE_BATCHES.value:
             return save(config, _SAVE_BATCHES.value)

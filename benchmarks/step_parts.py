@@ -39,6 +39,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from benchmarks import batch_file
 from benchmarks import flops as flops_lib
 from detector import config as config_lib
 from detector import losses
@@ -214,13 +215,16 @@ def _variants(config: ml_collections.ConfigDict):
     yield "proposals, approx_max_k (recall 0.95)", "proposals", override
 
 
+def _build(config: ml_collections.ConfigDict) -> model_lib.MaskRCNN:
+    model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(config.seed))
+    model.train()
+    return model
+
+
 def _graphdef(config: ml_collections.ConfigDict) -> nnx.GraphDef:
     """The train-mode graphdef of `config`'s model, without initialising."""
-    def build():
-        model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(config.seed))
-        model.train()
-        return model
-    return nnx.split(nnx.eval_shape(build), nnx.Param, ...)[0]
+    return nnx.split(nnx.eval_shape(lambda: _build(config)), nnx.Param,
+                     ...)[0]
 
 
 def run_parts(config: ml_collections.ConfigDict, batch: dict,
@@ -277,6 +281,42 @@ def run_parts(config: ml_collections.ConfigDict, batch: dict,
             "backend": backend, "batch_size": int(batch["image"].shape[0]),
             "dtype": model_lib.resolve_dtype(config.model.dtype).name,
             "device_kind": device.device_kind}
+
+
+_BATCH_DTYPES = {"image": jnp.float32, "boxes": jnp.float32,
+                 "classes": jnp.int32, "valid": jnp.bool_,
+                 "masks": jnp.uint8, "mask_valid": jnp.bool_}
+
+
+def count_parts(config: ml_collections.ConfigDict,
+                mesh: jax.sharding.Mesh) -> dict[str, float]:
+    """Model GFLOP of each stage, the train step and predict, from shapes.
+
+    Everything is traced abstractly (nothing is initialised, compiled or
+    run), so this works for any config on any machine.
+    """
+    tx, schedule = optimizer.make_optimizer(config.train)
+    graphdef, params, rest = nnx.split(
+        nnx.eval_shape(lambda: _build(config)), nnx.Param, ...)
+    batch = {k: jax.ShapeDtypeStruct(shape, _BATCH_DTYPES[k]) for k, shape
+             in batch_file.expected_shapes(config).items()}
+    key = jax.eval_shape(lambda: jax.random.key(0))
+    stages = _Stages(graphdef, rest)
+    inputs = jax.eval_shape(stages.forward, params, batch, key)
+    gflop = {}
+    for name in STAGES[:-1]:
+        gflop[name] = flops_lib.count_flops(
+            getattr(stages, name), params, inputs, batch)["total"] / 1e9
+    state = jax.eval_shape(
+        lambda p, r: state_lib.init_state(p, r, tx), params, rest)
+    gflop["train step"] = flops_lib.count_flops(
+        step_lib.make_train_step(graphdef, tx, schedule, mesh), state, batch,
+        key)["total"] / 1e9
+    eval_graphdef = state_lib.eval_graphdef(graphdef, params, rest)
+    gflop["predict"] = flops_lib.count_flops(
+        lambda p, images: nnx.merge(eval_graphdef, p, rest).predict(images),
+        params, batch["image"])["total"] / 1e9
+    return gflop
 
 
 def _rate(timing: dict, peak: float | None) -> str:

@@ -207,9 +207,12 @@ def _matmul_pool(features, offsets, widths, taps, *, size: int, ratio: int):
 # How the taps are pooled: both read the same taps, with the same weights,
 # and differ only in how the weighted sums are laid out for the hardware.
 IMPLEMENTATIONS = {"gather": _gather_pool, "matmul": _matmul_pool}
-# 'auto' per jax.default_backend() (see benchmarks/README.md for the
-# measurements); platforms not listed use 'gather'.
-AUTO_IMPLEMENTATION = {"cpu": "gather", "gpu": "gather", "tpu": "matmul"}
+# 'auto' per jax.default_backend(). On a 2-core x86 CPU 'gather' pooled
+# the rois of configs/shapes.py:runlocal (forward and backward) in 8.7 ms
+# and 'matmul' in 78 ms (`benchmarks/step_bench.py --parts`, README). GPU
+# and TPU keep 'gather' until the same rows are measured there; platforms
+# not listed use 'gather'.
+AUTO_IMPLEMENTATION = {"cpu": "gather", "gpu": "gather", "tpu": "gather"}
 
 
 def resolve_implementation(name: str) -> str:
