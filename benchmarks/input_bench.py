@@ -84,7 +84,7 @@ def write_jpeg_folder(root: str, count: int, seed: int = 0) -> str:
         for category, mask in instances:
             mask = mask[:height]
             if mask.any():
-                annotations.append(shapes._annotation(  # noqa: SLF001
+                annotations.append(shapes._annotation(
                     mask, category, len(annotations) + 1, image_id))
     with open(path, "w") as f:
         json.dump({"info": info, "licenses": [], "images": images,

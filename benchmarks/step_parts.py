@@ -42,11 +42,10 @@ from flax import nnx
 from benchmarks import batch_file
 from benchmarks import flops as flops_lib
 from detector import config as config_lib
-from detector import losses
+from detector import losses, optimizer, sharding
 from detector import model as model_lib
-from detector import optimizer, sharding
-from detector import train_step as step_lib
 from detector import train_state as state_lib
+from detector import train_step as step_lib
 from ops import roi_align
 
 STAGES = ("backbone_fpn", "rpn", "proposals", "roi_sampling", "roi_align",
@@ -186,11 +185,11 @@ def _measure(fn: Callable, args: tuple, reps: int, warmup: int,
                         jax.block_until_ready(metrics)
     else:
         times = _time(compiled, args, reps, warmup)
+    xla = flops_lib.xla_flops(compiled)
     return {"median_ms": float(np.median(times)),
             "p90_ms": float(np.percentile(times, 90)),
             "model_gflop": counted["total"] / 1e9,
-            "xla_gflop": (lambda f: None if f is None else f / 1e9)(
-                flops_lib.xla_flops(compiled))}
+            "xla_gflop": None if xla is None else xla / 1e9}
 
 
 def _with_backend(config: ml_collections.ConfigDict,
@@ -329,8 +328,8 @@ def table(results: dict) -> str:
     """Markdown: each stage's ms, share of the step, GFLOP and TFLOP/s."""
     step_ms = results["step"]["median_ms"]
     peak = flops_lib.peak_tflops(results["device_kind"], results["dtype"])
-    lines = ["| stage | median ms | % of step | model GFLOP | XLA GFLOP | "
-             "TFLOP/s (% of peak) |", "|---|---|---|---|---|---|"]
+    lines = [("| stage | median ms | % of step | model GFLOP | XLA GFLOP | "
+              "TFLOP/s (% of peak) |"), "|---|---|---|---|---|---|"]
 
     def row(name, t):
         xla = "-" if t["xla_gflop"] is None else f"{t['xla_gflop']:.1f}"

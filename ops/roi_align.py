@@ -24,7 +24,8 @@ Q output (pool) size, s sampling ratio, L pyramid levels, T = 2 s Q taps
 per axis (matmul).
 """
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
