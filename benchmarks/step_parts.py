@@ -177,12 +177,7 @@ def _measure(fn: Callable, args: tuple, reps: int, warmup: int,
             if i >= warmup:
                 times.append((time.perf_counter() - started) * 1e3)
         if trace_dir:
-            with jax.profiler.trace(trace_dir, create_perfetto_trace=True):
-                for i in range(3):
-                    with jax.profiler.StepTraceAnnotation("train_step",
-                                                          step_num=i):
-                        state, metrics = compiled(state, *args[1:])
-                        jax.block_until_ready(metrics)
+            _trace(compiled, state, args[1:], trace_dir)
     else:
         times = _time(compiled, args, reps, warmup)
     xla = flops_lib.xla_flops(compiled)
@@ -371,8 +366,15 @@ def trace_steps(config: ml_collections.ConfigDict, batch: dict,
     for _ in range(2):
         state, metrics = step_fn(state, batch, key)
     jax.block_until_ready(metrics)
+    _trace(step_fn, state, (batch, key), directory, steps)
+
+
+def _trace(step_fn: Callable, state, args: tuple, directory: str,
+           steps: int = 3) -> None:
+    """Traces `steps` train-step calls into `directory` (TensorBoard and
+    Perfetto files)."""
     with jax.profiler.trace(directory, create_perfetto_trace=True):
         for i in range(steps):
             with jax.profiler.StepTraceAnnotation("train_step", step_num=i):
-                state, metrics = step_fn(state, batch, key)
+                state, metrics = step_fn(state, *args)
                 jax.block_until_ready(metrics)
