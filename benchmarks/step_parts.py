@@ -371,8 +371,7 @@ def trace_steps(config: ml_collections.ConfigDict, batch: dict,
 
 def _trace(step_fn: Callable, state, args: tuple, directory: str,
            steps: int = 3) -> None:
-    """Traces `steps` train-step calls into `directory` (TensorBoard and
-    Perfetto files)."""
+    """Traces `steps` step calls into `directory` (TensorBoard, Perfetto)."""
     with jax.profiler.trace(directory, create_perfetto_trace=True):
         for i in range(steps):
             with jax.profiler.StepTraceAnnotation("train_step", step_num=i):
