@@ -123,6 +123,9 @@ def _rpn_config() -> ml_collections.ConfigDict:
     rpn.positive_fraction = 0.5
     rpn.box_weights = (1.0, 1.0, 1.0, 1.0)
     rpn.nms_backend = "auto"
+    # Per-level pre-NMS top-k: 0 exact; in (0, 1) lax.approx_max_k with this
+    # recall target (opt-in: the proposals may change).
+    rpn.approx_top_k_recall = 0.0
     return rpn
 
 
@@ -139,6 +142,9 @@ def _roi_config() -> ml_collections.ConfigDict:
     roi.canonical_size = 224.0
     roi.canonical_level = 4
     roi.sampling_ratio = 2
+    # ROIAlign pooling: 'auto' (per platform), 'gather' or 'matmul'; see
+    # ops/roi_align.py.
+    roi.align_implementation = "auto"
     roi.box_head_dim = 1024
     roi.mask_pool_size = 14
     roi.mask_head_dim = 256

@@ -104,10 +104,18 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                    f"must be divisible by model.group_norm_groups={groups}")
     _check(roi.mask_size == 2 * roi.mask_pool_size, "model.roi.mask_size",
            roi.mask_size, "must be 2 * model.roi.mask_pool_size")
+    _check(roi.align_implementation == "auto" or
+           roi.align_implementation in roi_align.IMPLEMENTATIONS,
+           "model.roi.align_implementation", roi.align_implementation,
+           f"unknown implementation; known: auto, "
+           f"{', '.join(roi_align.IMPLEMENTATIONS)}")
     _check(roi.sampling_ratio >= 1, "model.roi.sampling_ratio",
            roi.sampling_ratio, "must be >= 1")
     _check(int(roi.num_rois * roi.fg_fraction) >= 1, "model.roi.fg_fraction",
            roi.fg_fraction, "must leave room for >= 1 foreground roi")
+    _check(0.0 <= rpn_cfg.approx_top_k_recall < 1.0,
+           "model.rpn.approx_top_k_recall", rpn_cfg.approx_top_k_recall,
+           "must be 0 (exact top-k) or a recall target in (0, 1)")
     _check(0.0 < rpn_cfg.positive_fraction <= 1.0,
            "model.rpn.positive_fraction", rpn_cfg.positive_fraction,
            "must be in (0, 1]")
@@ -178,7 +186,8 @@ class MaskRCNN(nnx.Module):
             pyramid, boxes, output_size=output_size,
             sampling_ratio=roi.sampling_ratio,
             canonical_size=roi.canonical_size,
-            canonical_level=roi.canonical_level)
+            canonical_level=roi.canonical_level,
+            implementation=roi.align_implementation)
 
     def _proposals(self, logits, deltas, *, training: bool):
         rpn_cfg = self.cfg.rpn
@@ -191,7 +200,8 @@ class MaskRCNN(nnx.Module):
                                 rpn_cfg.post_nms_top_k_test),
                 nms_iou=rpn_cfg.nms_iou, min_size=rpn_cfg.min_box_size,
                 image_size=self.image_size, weights=rpn_cfg.box_weights,
-                backend=rpn_cfg.nms_backend)
+                backend=rpn_cfg.nms_backend,
+                approx_recall=rpn_cfg.approx_top_k_recall or None)
 
     def num_mask_rois(self) -> int:
         """Rm: the first sampled rois (foreground first) the mask head sees."""
@@ -227,6 +237,14 @@ class MaskRCNN(nnx.Module):
                 weights=roi.box_weights)
 
     def _mask_loss(self, pyramid, targets: roi_heads.RoiTargets, batch):
+        rois = targets.rois[:, :self.num_mask_rois()]
+        return self._mask_loss_of_pooled(
+            self._pool(pyramid, rois, self.cfg.roi.mask_pool_size), targets,
+            batch)
+
+    def _mask_loss_of_pooled(self, pooled, targets: roi_heads.RoiTargets,
+                             batch):
+        """Mask targets, head and loss of the first Rm rois, pooled [B, Rm]."""
         count = self.num_mask_rois()
         rois = targets.rois[:, :count]
         matched = targets.matched[:, :count]
@@ -234,8 +252,7 @@ class MaskRCNN(nnx.Module):
         has_mask = jnp.take_along_axis(batch["mask_valid"].astype(bool),
                                        matched, axis=1)
         is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
-        mask_logits = self.mask_head(
-            self._pool(pyramid, rois, self.cfg.roi.mask_pool_size))
+        mask_logits = self.mask_head(pooled)
         mask_targets = roi_heads.mask_targets(
             rois, matched, batch["boxes"], batch["masks"],
             mask_size=self.cfg.roi.mask_size,

@@ -275,10 +275,11 @@ def class_mask_logits(mask_logits: jax.Array, classes: jax.Array
 
 def pool_rois(pyramid: roi_align.FlatPyramid, boxes: jax.Array, *,
               output_size: int, sampling_ratio: int, canonical_size: float,
-              canonical_level: int) -> jax.Array:
+              canonical_level: int, implementation: str = "auto"
+              ) -> jax.Array:
     """Multilevel ROIAlign of boxes [B, R, 4]; gradients reach features."""
     with jax.named_scope("roi_align"):
         return roi_align.multilevel_roi_align(
             pyramid, jax.lax.stop_gradient(boxes), output_size=output_size,
             sampling_ratio=sampling_ratio, canonical_size=canonical_size,
-            canonical_level=canonical_level)
+            canonical_level=canonical_level, implementation=implementation)

@@ -203,9 +203,11 @@ def _loop(run: _Run, step_fn: jax.stages.Compiled,
         every_steps=train.log_every)
     with host_audit.device_only_transfers():
         for step in range(start_step + 1, train.num_steps + 1):
+            waited = time.perf_counter()
             if step > start_step + 1:
                 batch = sharding.put_batch(next(batches), run.mesh)
             started = time.perf_counter()
+            run.log.add_data_wait(started - waited)
             state, metrics = step_fn(state, batch, key)
             jax.block_until_ready(metrics)
             run.log.add_step_time(time.perf_counter() - started)

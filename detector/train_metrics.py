@@ -3,11 +3,13 @@
 Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
 `step`, the losses (`losses.LOSS_NAMES`),
 `learning_rate`, `grad_norm`, `step_time_ms` (median over the logging window
-of device-synchronised step times), `step_time_p90_ms`, `images_per_sec`,
-`nms_backend`, `host_roundtrips_per_step` (host round-trip ops the audit
-found in the compiled step) and `deterministic` (whether XLA ran with
-deterministic GPU ops, detector/determinism.py). Evaluations append a line
-with `"eval": true`.
+of device-synchronised step times), `step_time_p90_ms`, `data_wait_ms`
+(mean per step over the window of the time the loop waited for the next
+batch, host to device included: near the step time means input-bound),
+`images_per_sec`, `nms_backend`, `host_roundtrips_per_step` (host
+round-trip ops the audit found in the compiled step) and `deterministic`
+(whether XLA ran with deterministic GPU ops, detector/determinism.py).
+Evaluations append a line with `"eval": true`.
 A non-finite total loss, gradient norm or updated weight stops the run
 (FloatingPointError).
 """
@@ -69,6 +71,7 @@ class MetricsLog:
         self.host_roundtrips = host_roundtrips
         self.images_per_step = images_per_step
         self._step_times: list[float] = []
+        self._data_waits: list[float] = []
         self._closed = False
         self._is_main = jax.process_index() == 0
         self.writer = metric_writers.create_default_writer(
@@ -80,6 +83,10 @@ class MetricsLog:
 
     def add_step_time(self, seconds: float) -> None:
         self._step_times.append(seconds)
+
+    def add_data_wait(self, seconds: float) -> None:
+        """The time one step waited for its batch (next + device_put)."""
+        self._data_waits.append(seconds)
 
     @staticmethod
     def check_finite(step: int, loss: ArrayLike,
@@ -113,12 +120,14 @@ class MetricsLog:
     def write(self, step: int, metrics: dict) -> dict:
         """Logs the window's metrics and starts a new window."""
         times = np.asarray(self._step_times or [math.nan]) * 1e3
-        self._step_times = []
+        waits = np.asarray(self._data_waits or [math.nan]) * 1e3
+        self._step_times, self._data_waits = [], []
         median = float(np.median(times))
         line = {"step": step}
         line.update({k: float(v) for k, v in metrics.items()})
         line.update(step_time_ms=median,
                     step_time_p90_ms=float(np.percentile(times, 90)),
+                    data_wait_ms=float(np.mean(waits)),
                     images_per_sec=self.images_per_step / (median / 1e3),
                     nms_backend=self.backend,
                     host_roundtrips_per_step=self.host_roundtrips,
@@ -128,10 +137,11 @@ class MetricsLog:
         self.writer.write_scalars(step, scalars)
         self._append(line)
         logging.info(
-            "step %d: total %.4f (%s) | %.1f ms/step, %.1f img/s, nms=%s",
-            step, line["total"], ", ".join(
+            "step %d: total %.4f (%s) | %.1f ms/step, %.1f img/s, data "
+            "wait %.1f ms, nms=%s", step, line["total"], ", ".join(
                 f"{k} {line[k]:.4f}" for k in losses.TERM_NAMES),
-            median, line["images_per_sec"], self.backend)
+            median, line["images_per_sec"], line["data_wait_ms"],
+            self.backend)
         return line
 
     def write_eval(self, step: int, results: dict) -> None:

@@ -26,8 +26,8 @@ from tests.helpers import checkpoint_faults
 
 METRIC_KEYS = {"step", "rpn_cls", "rpn_box", "cls", "box", "mask", "total",
                "learning_rate", "grad_norm", "step_time_ms",
-               "step_time_p90_ms", "images_per_sec", "nms_backend",
-               "host_roundtrips_per_step", "deterministic"}
+               "step_time_p90_ms", "data_wait_ms", "images_per_sec",
+               "nms_backend", "host_roundtrips_per_step", "deterministic"}
 
 
 @pytest.fixture(scope="module")
@@ -100,6 +100,7 @@ def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
         assert line["host_roundtrips_per_step"] == 0
         assert line["deterministic"] is False  # the default
         assert line["step_time_ms"] > 0 and np.isfinite(line["total"])
+        assert 0 <= line["data_wait_ms"] < 60e3
     saved = config_lib.load_json(resumed / "config.json")
     assert saved.model.fpn_channels == shapes_config.model.fpn_channels
     assert tuple(saved.data.image_size) == tuple(
