@@ -4,7 +4,7 @@ import pytest
 
 from benchmarks import step_parts
 from detector import sharding
-from tests.detector.conftest import tiny_config
+from tests.detector.helpers import tiny_config
 
 
 def test_stage_flops_add_up_to_the_train_step():

@@ -16,7 +16,7 @@ import pytest
 
 from detector import model as model_lib
 from detector import train_lib, warm_start
-from tests.detector.conftest import tiny_config
+from tests.detector.helpers import tiny_config
 
 FROZEN = ("backbone/stem/", "backbone/stages/0/")
 
