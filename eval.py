@@ -26,14 +26,13 @@ _SPLIT = flags.DEFINE_string(
     "'val2017[:500]', 'validation[:10%]' (default: the config's).")
 _MAX_IMAGES = flags.DEFINE_integer("max_images", 0,
                                    "Evaluate at most this many images.")
-_MULTIHOST = flags.DEFINE_enum("multihost", "auto", cli.MULTIHOST_MODES,
-                               cli.MULTIHOST_HELP)
+_MULTIHOST = cli.MultihostFlags()
 
 
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    cli.start_multihost(_MULTIHOST.value)
+    _MULTIHOST.start()
     from detector import eval_lib
     workdir = pathlib.Path(_WORKDIR.value)
     with cli.one_line_errors():

@@ -47,7 +47,8 @@ from jax.sharding import PartitionSpec as P
 
 from detector import checkpoint
 from detector import config as config_lib
-from detector import eval_lib, optimizer, sharding, train_metrics
+from detector import (eval_lib, multihost, optimizer, sharding,
+                      train_metrics)
 from detector import train_state as state_lib
 from detector.data import pipeline
 from ops import host_audit
@@ -119,14 +120,6 @@ def save_config(workdir: pathlib.Path,
             indent=2, sort_keys=True) + "\n")
 
 
-def _check_batch_size(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
-    for key, size in (("train.batch_size", config.train.batch_size),
-                      ("eval.batch_size", config.eval.batch_size)):
-        if size % mesh.size:
-            raise ValueError(f"config.{key}={size} must be divisible by the "
-                             f"number of devices ({mesh.size})")
-
-
 @dataclasses.dataclass
 class _Run:
     """What the training loop and the evaluations of one run share."""
@@ -149,9 +142,12 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     `evaluate=False` skips the evaluations (at the end and every
     eval_every steps) and returns {}.
     """
-    workdir = prepare_workdir(workdir)
+    multihost.check_same_config(config)
     mesh = sharding.make_mesh()
-    _check_batch_size(config, mesh)
+    sharding.check_divisible("train.batch_size", config.train.batch_size,
+                             mesh)
+    sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
+    workdir = prepare_workdir(workdir)
     logging.info("Data parallel over %d %s devices in %d process(es); "
                  "batch %d per step", mesh.size, jax.default_backend(),
                  jax.process_count(), config.train.batch_size)
