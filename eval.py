@@ -32,12 +32,13 @@ _MULTIHOST = cli.MultihostFlags()
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    _MULTIHOST.start()
-    from detector import eval_lib
     workdir = pathlib.Path(_WORKDIR.value)
     with cli.one_line_errors():
         config = (cli.config_value(_CONFIG) if _CONFIG.value is not None
                   else config_lib.load_json(workdir / "config.json"))
+    cli.start_jax(config, _MULTIHOST)
+    from detector import eval_lib
+    with cli.one_line_errors():
         with config.unlocked():
             if _NMS.value:
                 config_lib.set_nms_backend(config, _NMS.value)

@@ -46,10 +46,10 @@ def default_workdir() -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    _MULTIHOST.start()
+    config = cli.config_value(_CONFIG)
+    cli.start_jax(config, _MULTIHOST)
     from detector import train_lib
     from ops import host_audit
-    config = cli.config_value(_CONFIG)
     with cli.one_line_errors(FloatingPointError,
                              host_audit.HostRoundTripError):
         with config.unlocked():

@@ -11,7 +11,8 @@ Workloads:
 
 Beside our backends it times, in the same run, TensorFlow's C++
 `tf.image.non_max_suppression` on CPU and, when torch with CUDA is present,
-`torchvision.ops.nms` on the GPU. Every backend's output is checked against
+`torchvision.ops.nms` on the GPU; without TensorFlow it says so in one line
+and times the rest. Every backend's output is checked against
 the numpy reference before it is timed. Reports the median of `--reps`
 timed runs after warm-up (device-synchronised), prints a table, and writes
 nms_bench.json and nms_bench.png under --out.
@@ -113,10 +114,24 @@ def _offset_by_class(boxes, classes):
         boxes.dtype)
 
 
+@functools.cache
+def _tensorflow():
+    """The tensorflow module on the CPU, or None (said once) if missing."""
+    try:
+        import tensorflow as tf
+    except ImportError:
+        print("tensorflow is not installed: skipping the TensorFlow C++ "
+              "anchor", flush=True)
+        return None
+    tf.config.set_visible_devices([], "GPU")
+    return tf
+
+
 def tensorflow_cpu(w: Workload) -> Callable[[], object] | None:
     """tf.image.non_max_suppression (C++ CPU kernel), one call per image."""
-    import tensorflow as tf
-    tf.config.set_visible_devices([], "GPU")
+    tf = _tensorflow()
+    if tf is None:
+        return None
     boxes = w.boxes if w.classes is None else _offset_by_class(w.boxes,
                                                                w.classes)
     boxes = boxes.reshape(-1, boxes.shape[-2], 4)[..., [1, 0, 3, 2]]

@@ -1,6 +1,10 @@
 """Training step time per NMS backend, and the share of it that NMS takes.
 
     python benchmarks/step_bench.py [--config=configs/shapes.py] [--steps 30]
+    python benchmarks/step_bench.py --config=configs/coco_r50_fpn.py:shapes \
+        --save_batches=batches.npz        # needs TensorFlow: writes, exits
+    python benchmarks/step_bench.py --config=configs/coco_r50_fpn.py:shapes \
+        --batches=batches.npz             # no TensorFlow needed
 
 For one config it trains `--steps` timed steps (after `--warmup` steps) with
 each NMS backend in turn, in one process, on the same cycled batches and the
@@ -11,6 +15,13 @@ both NMS calls replaced by a plain top-k of the same shapes ('topk'), so the
 cost of NMS is measured, not guessed. Prints a table and writes
 step_bench.json (per backend its timings and `nms_share`; the config path
 relative to the repository root) and step_bench.png under --out.
+
+The batches come from the config's input pipeline (tf.data), or from a
+file: `--save_batches FILE.npz` writes `--num_batches` batches of the real
+pipeline and exits; `--batches FILE.npz` times on them with no TensorFlow
+import (benchmarks/batch_file.py), e.g. on a GPU machine without it.
+`config.train.deterministic` is applied before JAX starts a backend and
+recorded in the JSON.
 """
 
 import copy
@@ -27,18 +38,25 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from benchmarks import nms_bench  # noqa: E402
+from benchmarks import batch_file, nms_bench  # noqa: E402
+from detector import cli, determinism, optimizer, sharding  # noqa: E402
 from detector import config as config_lib  # noqa: E402
-from detector import optimizer, sharding, train_lib  # noqa: E402
 from detector import train_state as state_lib  # noqa: E402
-from detector.data import pipeline  # noqa: E402
+from detector import train_step as step_lib  # noqa: E402
 from ops import host_audit  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(_REPO / "configs" / "shapes.py"), "Config to time.")
 _STEPS = flags.DEFINE_integer("steps", 30, "Timed steps per backend.")
 _WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps per backend.")
-_BATCHES = flags.DEFINE_integer("batches", 8, "Distinct batches to cycle.")
+_NUM_BATCHES = flags.DEFINE_integer("num_batches", 8,
+                                    "Distinct batches to cycle (or save).")
+_SAVE_BATCHES = flags.DEFINE_string(
+    "save_batches", None, "Write --num_batches batches of the config's "
+    "pipeline to this .npz file and exit.")
+_LOAD_BATCHES = flags.DEFINE_string(
+    "batches", None, "Time on the batches saved in this .npz file (no "
+    "TensorFlow needed) instead of running the pipeline.")
 _BACKENDS = flags.DEFINE_list("backends", "cpu,while_loop,pallas,topk",
                               "Backends to time ('topk' is the baseline).")
 _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
@@ -52,7 +70,7 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
     graphdef, params, rest = state_lib.create_model(config, config.seed)
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
-    step_fn = train_lib.make_train_step(graphdef, tx, schedule, mesh)
+    step_fn = step_lib.make_train_step(graphdef, tx, schedule, mesh)
     compiled, findings = host_audit.compile_audited(
         step_fn, state, batches[0], key, program=f"train_step[{backend}]")
     times = []
@@ -122,20 +140,51 @@ def plot(results: dict, path: pathlib.Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def pipeline_batches(config, count: int) -> list[dict]:
+    """`count` batches of the config's input pipeline (imports TensorFlow)."""
+    from detector.data import pipeline
+    pipeline.prepare(config)
+    source = pipeline.train_batches(config)
+    return [next(source) for _ in range(count)]
+
+
+def file_batches(config, path: str) -> list[dict]:
+    """The batches saved in `path`, checked against the config's shapes."""
+    batches = batch_file.load(path)
+    batch_file.check_shapes(batches, config, path)
+    return batches
+
+
+def save(config, path: str) -> None:
+    path = batch_file.save(path, pipeline_batches(config, _NUM_BATCHES.value),
+                           config.data)
+    print(f"wrote {_NUM_BATCHES.value} batches of {config.train.batch_size} "
+          f"to {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+
+
 def main(argv) -> None:
     del argv
-    config = _CONFIG.value
+    config = cli.config_value(_CONFIG)
+    determinism.apply(config.train.deterministic)  # before any backend
+    with cli.one_line_errors():
+        if _SAVE_BATCHES.value:
+            return save(config, _SAVE_BATCHES.value)
+        batches = (file_batches(config, _LOAD_BATCHES.value)
+                   if _LOAD_BATCHES.value else
+                   pipeline_batches(config, _NUM_BATCHES.value))
     mesh = sharding.make_mesh()
-    pipeline.ensure_shapes_dataset(config)
-    source = pipeline.train_batches(config)
-    batches = [sharding.put_batch(next(source), mesh)
-               for _ in range(_BATCHES.value)]
+    batches = [sharding.put_batch(b, mesh) for b in batches]
     results = {}
     for backend in _BACKENDS.value:
         results[backend] = time_backend(config, backend, batches, mesh)
         logging.info("%s: %s", backend, results[backend])
     for backend, result in results.items():
         result["nms_share"] = nms_share(results, backend)
+    report(config, results)
+
+
+def report(config, results: dict) -> None:
+    """Writes step_bench.json and .png under --out and prints the table."""
     info = nms_bench.machine()
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
@@ -143,9 +192,12 @@ def main(argv) -> None:
         {"machine": info, "config": relative_config_path(
             config_flags.get_config_filename(flags.FLAGS["config"])),
          "batch_size": config.train.batch_size,
+         "batches": _LOAD_BATCHES.value or "pipeline",
+         "deterministic": determinism.enabled(),
          "steps": _STEPS.value, "results": results}, indent=2))
     title = (f"Train step per NMS backend, {info['platform']} "
-             f"({info['cpu_count']} cores), batch {config.train.batch_size}")
+             f"({info['device_kind']}, {info['cpu_count']} cores), "
+             f"batch {config.train.batch_size}")
     plot(results, out / "step_bench.png", title)
     print(f"\n{title}, median of {_STEPS.value} steps\n")
     print(table(results))

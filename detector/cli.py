@@ -8,6 +8,8 @@
   `--num_processes`, `--process_id` and `--coordinator_timeout_s` (defined
   by each entry point with `MultihostFlags`) decide whether and how to call
   `jax.distributed.initialize()` before anything touches a device.
+- `start_jax(config, multihost_flags)` does what must come before JAX starts a
+  backend: the XLA flags of `config.train.deterministic`, then multi-host.
 """
 
 import contextlib
@@ -20,7 +22,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from detector import multihost
+from detector import determinism, multihost
 
 MULTIHOST_MODES = ("auto", "on", "off")
 MULTIHOST_HELP = (
@@ -198,3 +200,11 @@ class MultihostFlags:
                 self.process_id.value, env)
         return start_multihost(self.mode.value, env, cluster=cluster,
                                timeout_s=self.timeout_s.value)
+
+
+def start_jax(config: ml_collections.ConfigDict,
+              multihost_flags: MultihostFlags) -> None:
+    """What must precede JAX's first backend: deterministic XLA flags
+    (config.train.deterministic), then the multi-host start-up."""
+    determinism.apply(config.train.deterministic)
+    multihost_flags.start()

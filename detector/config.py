@@ -179,6 +179,11 @@ def _train_config() -> ml_collections.ConfigDict:
     train.checkpoint_every = 1000
     train.keep_checkpoints = 3
     train.eval_every = 0  # 0: evaluate only at the end
+    # Deterministic GPU reductions (XLA --xla_gpu_deterministic_ops): the
+    # same run twice gives the same losses, at a cost in step time (README,
+    # "GPU results"). Applied by the entry points before JAX starts a
+    # backend (detector/determinism.py); no effect on CPU and TPU.
+    train.deterministic = False
     return train
 
 

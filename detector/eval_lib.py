@@ -11,7 +11,7 @@ Writes `<workdir>/eval_<split>.json`:
     {"split": ..., "images": N, "bbox": {"AP", "AP50", "AP75", "APs", "APm",
      "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl"}, "segm": {...},
      "predict_latency_ms_per_image": median, "nms_backend": ...,
-     "host_roundtrips_per_predict": n}
+     "host_roundtrips_per_predict": n, "deterministic": bool}
 and `<workdir>/eval_<split>.png` with the predictions drawn over the first
 images. pycocotools prints the standard 12-number summaries.
 """
@@ -36,8 +36,8 @@ from pycocotools import coco as coco_lib
 from pycocotools.cocoeval import COCOeval
 
 from detector import config as config_lib
-from detector import (checkpoint, multihost, optimizer, postprocess,
-                      sharding, visualize)
+from detector import (checkpoint, determinism, multihost, optimizer,
+                      postprocess, sharding, visualize)
 from detector import train_state as state_lib
 from detector.data import pipeline
 from ops import host_audit
@@ -160,7 +160,8 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
     summary.update(
         predict_latency_ms_per_image=float(np.median(latencies)),
         nms_backend=config_lib.nms_backend_name(config),
-        host_roundtrips_per_predict=len(predict.findings))
+        host_roundtrips_per_predict=len(predict.findings),
+        deterministic=determinism.enabled())
     if jax.process_index() == 0:
         stem = pathlib.Path(workdir) / f"eval_{split_slug(split)}"
         stem.with_suffix(".json").write_text(json.dumps(summary, indent=2))

@@ -3,10 +3,9 @@
     train_and_evaluate(config, workdir)
 
 - Data parallel over every device with a `jax.sharding.Mesh` (axis 'data'):
-  the batch is sharded, params are replicated; the step is a `shard_map`
-  whose gradients, losses and BatchNorm statistics are averaged across
-  devices. Each device folds its index into the step's PRNG key, and the
-  model splits that per image.
+  the batch is sharded, params are replicated; the step (train_step.py) is
+  a `shard_map` whose gradients, losses and BatchNorm statistics are
+  averaged across devices.
 - The loop runs under `jax.transfer_guard("disallow")`: batches move by an
   explicit `jax.device_put`, metrics by an explicit `jax.device_get`.
 - Before step 1 it compiles the train step (and, when the run evaluates,
@@ -32,70 +31,23 @@ import dataclasses
 import pathlib
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import optax
 from absl import logging
 from clu import periodic_actions
 from flax import nnx
-from jax import lax
 from jax.sharding import Mesh
-from jax.sharding import PartitionSpec as P
 
-from detector import checkpoint
+from detector import checkpoint, determinism
 from detector import config as config_lib
 from detector import (eval_lib, multihost, optimizer, sharding,
                       train_metrics)
 from detector import train_state as state_lib
+from detector import train_step as step_lib
 from detector.data import pipeline
 from ops import host_audit
-
-
-def all_finite(tree: Any) -> jax.Array:
-    """bool scalar: every float value of `tree` is finite."""
-    flags = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
-             if jnp.issubdtype(x.dtype, jnp.inexact)]
-    return jnp.stack(flags).all() if flags else jnp.asarray(True)
-
-
-def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-                    schedule: optax.Schedule,
-                    mesh: Mesh) -> jax.stages.Wrapped:
-    """jit(shard_map(step)): (state, batch, key) -> (state, metrics).
-
-    Besides the logged metrics, `metrics[train_metrics.STATE_FINITE]` says
-    whether the new params and other variables are all finite.
-    """
-
-    def loss_fn(params, rest, batch, key):
-        model = nnx.merge(graphdef, params, rest)
-        terms = model.losses(batch, key)
-        _, _, new_rest = nnx.split(model, nnx.Param, ...)
-        return terms["total"], (terms, new_rest)
-
-    def local_step(state: state_lib.TrainState, batch, key):
-        key = jax.random.fold_in(jax.random.fold_in(key, state.step),
-                                 lax.axis_index("data"))
-        grads, (terms, rest) = jax.grad(loss_fn, has_aux=True)(
-            state.params, state.rest, batch, key)
-        grads, terms, rest = lax.pmean((grads, terms, rest), "data")
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        metrics = {name: terms[name] for name in train_metrics.LOSS_NAMES}
-        metrics["learning_rate"] = schedule(state.step)
-        metrics["grad_norm"] = optax.tree.norm(grads)
-        params = optax.apply_updates(state.params, updates)
-        metrics[train_metrics.STATE_FINITE] = all_finite((params, rest))
-        new_state = state.replace(step=state.step + 1, params=params,
-                                  rest=rest, opt_state=opt_state)
-        return new_state, metrics
-
-    sharded = jax.shard_map(local_step, mesh=mesh,
-                            in_specs=(P(), P("data"), P()),
-                            out_specs=(P(), P()), check_vma=False)
-    return jax.jit(sharded, donate_argnums=0)
 
 
 def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -151,7 +103,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     logging.info("Data parallel over %d %s devices in %d process(es); "
                  "batch %d per step", mesh.size, jax.default_backend(),
                  jax.process_count(), config.train.batch_size)
-    pipeline.ensure_shapes_dataset(config)
+    pipeline.prepare(config)
     tx, schedule = optimizer.make_optimizer(config.train)
     ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
                                    max_to_keep=config.train.keep_checkpoints)
@@ -181,12 +133,13 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path,
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     batch = sharding.put_batch(next(batches), mesh)
     step_fn, findings = host_audit.compile_audited(
-        make_train_step(graphdef, tx, schedule, mesh), state, batch, key,
-        program="train_step", strict=strict)
+        step_lib.make_train_step(graphdef, tx, schedule, mesh), state, batch,
+        key, program="train_step", strict=strict)
     save_config(workdir, config)  # the restore and the audits passed
     run.log = train_metrics.MetricsLog(
         workdir, backend=config_lib.nms_backend_name(config),
-        host_roundtrips=len(findings), images_per_step=config.train.batch_size)
+        host_roundtrips=len(findings), images_per_step=config.train.batch_size,
+        deterministic=determinism.enabled())
     try:
         state = _loop(run, step_fn, state, batch, batches, key, start_step)
         ckpt.wait()
@@ -213,7 +166,7 @@ def _loop(run: _Run, step_fn: jax.stages.Compiled,
             state, metrics = step_fn(state, batch, key)
             jax.block_until_ready(metrics)
             run.log.add_step_time(time.perf_counter() - started)
-            finite = metrics.pop(train_metrics.STATE_FINITE)
+            finite = metrics.pop(step_lib.STATE_FINITE)
             # Before this step's state can reach a checkpoint.
             run.log.check_finite(step, *jax.device_get(
                 (metrics["total"], metrics["grad_norm"], finite)))

@@ -4,8 +4,10 @@ Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
 `step`, the losses (rpn_cls, rpn_box, cls, box, mask, total),
 `learning_rate`, `grad_norm`, `step_time_ms` (median over the logging window
 of device-synchronised step times), `step_time_p90_ms`, `images_per_sec`,
-`nms_backend` and `host_roundtrips_per_step` (host round-trip ops the audit
-found in the compiled step). Evaluations append a line with `"eval": true`.
+`nms_backend`, `host_roundtrips_per_step` (host round-trip ops the audit
+found in the compiled step) and `deterministic` (whether XLA ran with
+deterministic GPU ops, detector/determinism.py). Evaluations append a line
+with `"eval": true`.
 A non-finite total loss, gradient norm or updated weight stops the run
 (FloatingPointError).
 """
@@ -20,17 +22,17 @@ from absl import logging
 from clu import metric_writers
 from jax.typing import ArrayLike
 
-LOSS_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask", "total")
-# Train-step output checked every step and not logged: all weights finite.
-STATE_FINITE = "state_finite"
+from detector.losses import LOSS_NAMES
 
 
 class MetricsLog:
     """Collects step times and writes metrics lines and summaries."""
 
     def __init__(self, workdir: pathlib.Path, *, backend: str,
-                 host_roundtrips: int, images_per_step: int):
+                 host_roundtrips: int, images_per_step: int,
+                 deterministic: bool = False):
         self.backend = backend
+        self.deterministic = deterministic
         self.host_roundtrips = host_roundtrips
         self.images_per_step = images_per_step
         self._step_times: list[float] = []
@@ -79,7 +81,8 @@ class MetricsLog:
                     step_time_p90_ms=float(np.percentile(times, 90)),
                     images_per_sec=self.images_per_step / (median / 1e3),
                     nms_backend=self.backend,
-                    host_roundtrips_per_step=self.host_roundtrips)
+                    host_roundtrips_per_step=self.host_roundtrips,
+                    deterministic=self.deterministic)
         scalars = {k: v for k, v in line.items()
                    if isinstance(v, float | int) and k != "step"}
         self.writer.write_scalars(step, scalars)

@@ -8,6 +8,11 @@ import sys
 
 import pytest
 
+# train.py and eval.py read data with tf.data, evaluate with pycocotools and
+# log with clu: skipped where they are not installed.
+for _module in ("tensorflow", "pycocotools", "clu"):
+    pytest.importorskip(_module)
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -92,7 +97,8 @@ _TWO_DEVICES = {**os.environ,
 
 def _check_host_nms_run(run: pathlib.Path,
                         result: subprocess.CompletedProcess) -> None:
-    """The 2-device run trained, evaluated and reported the host NMS."""
+    """The 2-device deterministic run trained, evaluated and reported the
+    host NMS; the deterministic flag joined the XLA_FLAGS already set."""
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Data parallel over 2 cpu devices" in result.stderr
     lines = [json.loads(line) for line in
@@ -101,11 +107,15 @@ def _check_host_nms_run(run: pathlib.Path,
     assert lines[-1]["eval"] and "AP" in lines[-1]["bbox"]
     assert lines[0]["nms_backend"].startswith("rpn=cpu,detection=auto")
     assert lines[0]["host_roundtrips_per_step"] == 1
+    assert lines[0]["deterministic"] is True
+    assert json.loads((run / "config.json").read_text())["train"][
+        "deterministic"] is True
     assert ("train_step: 1 host round-trip(s) per call:\n"
             "  - host callback `pure_callback` at rpn/nms/pure_callback"
             in result.stderr)
     summary = json.loads((run / "eval_val.json").read_text())
     assert summary["host_roundtrips_per_predict"] == 1  # rpn/nms only
+    assert summary["deterministic"] is True
 
 
 def test_train_on_two_devices_then_strict_rerun_writes_nothing(tmp_path):
@@ -116,7 +126,8 @@ def test_train_on_two_devices_then_strict_rerun_writes_nothing(tmp_path):
               f"--workdir={tmp_path}/run",
               f"--config.data.root={tmp_path}/shapes"]
     result = _run("train.py", *common, "--config.train.num_steps=2",
-                  "--config.model.rpn.nms_backend=cpu", env=_TWO_DEVICES)
+                  "--config.model.rpn.nms_backend=cpu",
+                  "--config.train.deterministic=True", env=_TWO_DEVICES)
     _check_host_nms_run(tmp_path / "run", result)
     saved = (tmp_path / "run" / "config.json").read_text()
     line = _error_line(_run("train.py", *common, "--config.train.num_steps=3",

@@ -1,16 +1,17 @@
-"""COCO-format sources: a folder of instances JSON + images, and TFDS coco/2017.
+"""COCO-format folders: instances JSON + images, validated and decoded.
 
-Both sources hand the pipeline the same per-image example, in original image
+`CocoFolder` hands the pipeline this per-image example, in original image
 pixels:
 
   image    uint8   [h, w, 3]
   boxes    float32 [N, 4]   (x1, y1, x2, y2), x2/y2 exclusive
   classes  int32   [N]      1..C (COCO category ids sorted ascending -> 1..C)
-  masks    uint8   [N, h, w] 0/1 (folder sources with segmentations only)
+  masks    uint8   [N, h, w] 0/1 (with segmentations only)
 
 N counts the non-crowd instances (crowd regions stay in the ground truth for
-evaluation only). Both sources also build the `pycocotools.COCO` ground truth
-of the images they read, crowd regions included.
+evaluation only). The folder also builds the `pycocotools.COCO` ground truth
+of the images it reads, crowd regions included. The split syntax, the skip
+log and the box check here are shared with the TFDS source (`tfds_coco`).
 
 Bad input raises one-line `FileNotFoundError` / `ValueError`s naming the file
 (a record lacking a key the loader reads also names the record); annotations
@@ -28,8 +29,6 @@ import json
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
 
 from absl import logging
 import numpy as np
@@ -45,11 +44,7 @@ _REQUIRED_KEYS = {"images": ("id", "file_name", "height", "width"),
                   "categories": ("id",)}
 # Individually logged skipped annotations per file; the rest are counted.
 _MAX_LOGGED_SKIPS = 10
-# TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
-COCO_2017_CATEGORY_IDS = (
-        tuple(range(1, 12)) + tuple(range(13, 26)) + (27, 28)
-        + tuple(range(31, 45)) + tuple(range(46, 66)) + (67, 70)
-        + tuple(range(72, 83)) + tuple(range(84, 91)))
+
 
 
 def parse_split(split: str) -> tuple[str, str | None, str | None]:
@@ -101,7 +96,7 @@ def _renumber_if_needed(annotations: list[dict], source: str) -> None:
         annotation["id"] = number
 
 
-class _SkipLog:
+class SkipLog:
     """Logs skipped annotations: the first few one by one, then a summary."""
 
     def __init__(self, source: str):
@@ -163,7 +158,7 @@ def _to_rle(segmentation, height: int, width: int) -> dict:
     return segmentation
 
 
-def _box_problem(bbox) -> str | None:
+def box_problem(bbox) -> str | None:
     """Why a COCO [x, y, w, h] box is unusable, or None when it is fine."""
     if not (isinstance(bbox, list) and len(bbox) == 4 and all(
             isinstance(v, (int, float)) for v in bbox)):
@@ -309,7 +304,7 @@ class CocoFolder:
     def _index_annotations(self, annotations: list[dict],
                            dataset: dict) -> None:
         """Validates annotations of the selected images; builds targets + GT."""
-        log = _SkipLog(self.annotation_file)
+        log = SkipLog(self.annotation_file)
         by_id = {im["id"]: i for i, im in enumerate(self.images)}
         known_images = {im["id"] for im in dataset["images"]}
         class_of = {cid: c + 1 for c, cid in enumerate(self.category_ids)}
@@ -351,7 +346,7 @@ class CocoFolder:
         """Why an annotation of a selected image is unusable, or None."""
         if annotation["category_id"] not in class_of:
             return f"unknown category_id: {annotation['category_id']}"
-        problem = _box_problem(annotation["bbox"])
+        problem = box_problem(annotation["bbox"])
         if problem:
             return problem
         segmentation = annotation.get("segmentation")
@@ -447,47 +442,3 @@ class CocoFolder:
                 image = self._decode_image(i)
             return image, np.int64(self.images[i]["id"])
         return self._record_errors(load, int(index))
-
-
-def category_ids_for_tfds(label_names: Sequence[str]) -> list[int]:
-    """COCO category ids of TFDS labels 0..C-1 (1..C when not COCO's 80)."""
-    if len(label_names) == len(COCO_2017_CATEGORY_IDS):
-        return list(COCO_2017_CATEGORY_IDS)
-    return list(range(1, len(label_names) + 1))
-
-
-def tfds_ground_truth(examples: Iterable[Mapping[str, Any]],
-                      label_names: Sequence[str],
-                      source: str) -> tuple[dict, list[int]]:
-    """COCO GT dict from TFDS examples (numpy, image shape already taken).
-
-    `examples` yields dicts with 'image/id', 'height', 'width' and 'objects'
-    ('bbox' normalised [ymin, xmin, ymax, xmax], 'label', 'is_crowd', 'area').
-    Returns the dataset dict and the image ids in order.
-    """
-    category_ids = category_ids_for_tfds(label_names)
-    images, annotations = [], []
-    log = _SkipLog(source)
-    for example in examples:
-        image_id = int(example["image/id"])
-        height, width = int(example["height"]), int(example["width"])
-        images.append({"id": image_id, "height": height, "width": width,
-                       "file_name": str(image_id)})
-        objects = example["objects"]
-        for k, (ymin, xmin, ymax, xmax) in enumerate(objects["bbox"]):
-            bbox = [float(xmin * width), float(ymin * height),
-                    float((xmax - xmin) * width), float((ymax - ymin) * height)]
-            annotation = {"id": len(annotations) + 1, "image_id": image_id,
-                          "bbox": bbox, "area": float(objects["area"][k]),
-                          "iscrowd": int(objects["is_crowd"][k]),
-                          "category_id": category_ids[int(objects["label"][k])]}
-            problem = _box_problem(bbox)
-            if problem:
-                log.skip(annotation, problem)
-                continue
-            annotations.append(annotation)
-    log.summarize()
-    categories = [{"id": cid, "name": str(name)}
-                  for cid, name in zip(category_ids, label_names)]
-    return ({"images": images, "annotations": annotations,
-             "categories": categories}, [im["id"] for im in images])

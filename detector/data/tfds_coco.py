@@ -1,4 +1,4 @@
-"""TFDS coco/2017 as a source: raw records, decoding, COCO ground truth.
+"""The `tfds` source: TFDS coco/2017 records, decoding, COCO ground truth.
 
 TFDS coco/2017 carries boxes, labels and crowd flags but no segmentation, so
 this source has no masks (`has_masks=False`). Records are read with the image
@@ -14,20 +14,28 @@ boxes included); C classes (the builder's labels).
            boxes f32[N', 4] (x1, y1, x2, y2) pixels, classes i32[N'] 1..C
 
 A record whose image bytes are no known image format fails with one line
-naming its image/filename and image/id.
+naming its image/filename and image/id. `TfdsCoco` wraps the builder;
+`TfdsSource` is the `detector.data.source.Source` over one of its splits.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from absl import logging
 import ml_collections
 import numpy as np
+from pycocotools import coco as coco_lib
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from detector.data import coco
+from detector.data import source
 
-_warned_no_masks = [False]
+# TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
+COCO_2017_CATEGORY_IDS = (
+        tuple(range(1, 12)) + tuple(range(13, 26)) + (27, 28)
+        + tuple(range(31, 45)) + tuple(range(46, 66)) + (67, 70)
+        + tuple(range(72, 83)) + tuple(range(84, 91)))
 # Features the source reads, as paths into the builder's FeaturesDict.
 _FEATURE_KEYS = (("image",), ("image/id",), ("objects", "bbox"),
                  ("objects", "label"), ("objects", "is_crowd"),
@@ -110,6 +118,50 @@ def _numpy_elements(dataset: tf.data.Dataset,
         yield element
 
 
+def category_ids_for_tfds(label_names: Sequence[str]) -> list[int]:
+    """COCO category ids of TFDS labels 0..C-1 (1..C when not COCO's 80)."""
+    if len(label_names) == len(COCO_2017_CATEGORY_IDS):
+        return list(COCO_2017_CATEGORY_IDS)
+    return list(range(1, len(label_names) + 1))
+
+
+def tfds_ground_truth(examples: Iterable[Mapping[str, Any]],
+                      label_names: Sequence[str],
+                      source: str) -> tuple[dict, list[int]]:
+    """COCO GT dict from TFDS examples (numpy, image shape already taken).
+
+    `examples` yields dicts with 'image/id', 'height', 'width' and 'objects'
+    ('bbox' normalised [ymin, xmin, ymax, xmax], 'label', 'is_crowd', 'area').
+    Returns the dataset dict and the image ids in order.
+    """
+    category_ids = category_ids_for_tfds(label_names)
+    images, annotations = [], []
+    log = coco.SkipLog(source)
+    for example in examples:
+        image_id = int(example["image/id"])
+        height, width = int(example["height"]), int(example["width"])
+        images.append({"id": image_id, "height": height, "width": width,
+                       "file_name": str(image_id)})
+        objects = example["objects"]
+        for k, (ymin, xmin, ymax, xmax) in enumerate(objects["bbox"]):
+            bbox = [float(xmin * width), float(ymin * height),
+                    float((xmax - xmin) * width), float((ymax - ymin) * height)]
+            annotation = {"id": len(annotations) + 1, "image_id": image_id,
+                          "bbox": bbox, "area": float(objects["area"][k]),
+                          "iscrowd": int(objects["is_crowd"][k]),
+                          "category_id": category_ids[int(objects["label"][k])]}
+            problem = coco.box_problem(bbox)
+            if problem:
+                log.skip(annotation, problem)
+                continue
+            annotations.append(annotation)
+    log.summarize()
+    categories = [{"id": cid, "name": str(name)}
+                  for cid, name in zip(category_ids, label_names)]
+    return ({"images": images, "annotations": annotations,
+             "categories": categories}, [im["id"] for im in images])
+
+
 class TfdsCoco:
     """A TFDS COCO builder (`data.tfds_name`, `data.tfds_data_dir`)."""
 
@@ -127,13 +179,8 @@ class TfdsCoco:
             raise ValueError(
                     f"tfds {self.name}: {len(self.label_names)} labels but "
                     f"data.num_classes is {data.num_classes}")
-        self.category_ids = coco.category_ids_for_tfds(self.label_names)
+        self.category_ids = category_ids_for_tfds(self.label_names)
         self.has_masks = False
-        if not _warned_no_masks[0]:
-            _warned_no_masks[0] = True
-            logging.warning("tfds %s has no instance segmentations: mask "
-                            "targets are off (mask_valid=False) and segm "
-                            "evaluation is unavailable", self.name)
 
     def raw(self, split: str, shuffle_seed: int | None = None
             ) -> tf.data.Dataset:
@@ -210,6 +257,79 @@ class TfdsCoco:
                     "width": shape[1], "objects": record["objects"]}
 
         source = f"tfds {self.name} {split}"
-        return coco.tfds_ground_truth(
+        return tfds_ground_truth(
                 _numpy_elements(dataset.map(header), source),
                 self.label_names, source)
+
+
+class TfdsSource:
+    """The `tfds` source: one split of a TFDS COCO builder.
+
+    Training reads the split epoch by epoch: each epoch shuffles the file
+    order and a `data.shuffle_buffer` window, both seeded by (config.seed,
+    epoch), and keeps the first steps_per_epoch = n // global_batch batches.
+    Resuming at position s opens the epoch holding s and skips the earlier
+    records with the image still encoded (reading, no decoding).
+    """
+
+    def __init__(self, config: ml_collections.ConfigDict, split: str,
+                 max_images: int = 0):
+        self.builder = TfdsCoco(config.data)
+        self.split = split
+        self.max_images = max_images
+        self.shuffle_buffer = max(config.data.shuffle_buffer, 1)
+        self.num_classes = config.data.num_classes
+        self.has_masks = self.builder.has_masks
+        self.category_ids = list(self.builder.category_ids)
+        logging.log_first_n(
+                logging.WARNING, "tfds %s has no instance segmentations: "
+                "mask targets are off (mask_valid=False) and segm evaluation "
+                "is unavailable", 1, self.builder.name)
+
+    @staticmethod
+    def prepare(config: ml_collections.ConfigDict) -> None:
+        """Nothing to prepare: `tfds build` prepares the data beforehand."""
+        del config
+
+    def train_records(self, seed: int, start: int, global_batch: int
+                      ) -> Iterator[tf.data.Dataset]:
+        """One dataset of (position, encoded record) per epoch, from `start`."""
+        num_examples = self.builder.num_examples(self.split)
+        steps_per_epoch = num_examples // global_batch
+        if steps_per_epoch == 0:
+            raise ValueError(
+                    f"split {self.split!r} of tfds {self.builder.name} has "
+                    f"{num_examples} examples, fewer than one global batch "
+                    f"({global_batch})")
+        per_epoch = steps_per_epoch * global_batch
+        return self._epochs(seed, *divmod(start, per_epoch), per_epoch)
+
+    def _epochs(self, seed: int, epoch: int, skip: int,
+                per_epoch: int) -> Iterator[tf.data.Dataset]:
+        while True:
+            epoch_seed = int(np.random.SeedSequence(
+                    [seed, source.ORDER_STREAM, epoch]).generate_state(1)[0])
+            records = self.builder.raw(self.split, shuffle_seed=epoch_seed)
+            records = records.shuffle(self.shuffle_buffer, seed=epoch_seed)
+            records = records.take(per_epoch)
+            yield records.enumerate(epoch * per_epoch).skip(skip)
+            epoch, skip = epoch + 1, 0
+
+    def decode_train(self, record: dict) -> dict[str, tf.Tensor]:
+        return self.builder.decode(record, training=True)
+
+    def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
+        dataset, image_ids = self.builder.ground_truth(self.split,
+                                                       self.max_images)
+        if not image_ids:
+            raise ValueError(f"split {self.split!r} of tfds "
+                             f"{self.builder.name} selects no images")
+        return coco.build_coco(dataset), image_ids
+
+    def eval_images(self, begin: int, end: int) -> tf.data.Dataset:
+        records = self.builder.raw(self.split).skip(begin).take(end - begin)
+        return records.map(
+                lambda r: self.builder.decode(r, training=False))
+
+    def take_error(self) -> Exception | None:
+        return None  # decoding errors are TensorFlow's, one line each

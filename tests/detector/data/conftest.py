@@ -9,9 +9,14 @@ import ml_collections
 import numpy as np
 import pytest
 from PIL import Image
-from pycocotools import mask as mask_utils
 
 from configs import shapes as shapes_config
+
+# The data modules read with TensorFlow, TFDS and pycocotools; where they are
+# not installed (GPU images often lack them) every data test is skipped.
+pytest.importorskip("tensorflow")
+pytest.importorskip("tensorflow_datasets")
+mask_utils = pytest.importorskip("pycocotools.mask")
 
 # Pure colours of classes 1, 2, 3 in the colour-coded folders.
 CLASS_COLOURS = {1: (255, 0, 0), 2: (0, 255, 0), 3: (0, 0, 255)}

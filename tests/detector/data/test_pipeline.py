@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from detector.data import pipeline
+from detector.data import shapes_source
 
 H, W, M, S = 64, 80, 4, 16
 TRAIN_DTYPES = {"image": (np.float32, (H, W, 3)), "boxes": (np.float32, (M, 4)),
@@ -206,18 +207,18 @@ def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path,
                                                             make_config):
     config = make_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 3, 2
-    pipeline.ensure_shapes_dataset(config)
+    pipeline.prepare(config)
     train_json = tmp_path / "annotations" / "instances_train.json"
     written = train_json.stat().st_mtime_ns
-    pipeline.ensure_shapes_dataset(config)  # current: left alone
+    pipeline.prepare(config)  # current: left alone
     assert train_json.stat().st_mtime_ns == written
     config.data.shapes.num_train = 4
-    pipeline.ensure_shapes_dataset(config)  # stale: rewritten
+    pipeline.prepare(config)  # stale: rewritten
     assert len(list((tmp_path / "train").glob("*.png"))) == 4
     assert pipeline.eval_split(config).image_ids == [1, 2]
     config.data.source = "coco_json"  # only the shapes source writes
     config.data.root = str(tmp_path / "elsewhere")
-    pipeline.ensure_shapes_dataset(config)
+    pipeline.prepare(config)
     assert not (tmp_path / "elsewhere").exists()
 
 
@@ -231,7 +232,7 @@ def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path, make_config,
     with pytest.raises(ValueError, match=rf"^{path}: exists and its 'info' "
                        "does not name it a 'flax-maskrcnn synthetic shapes' "
                        "file; refusing to overwrite it"):
-        pipeline.ensure_shapes_dataset(config)
+        pipeline.prepare(config)
     assert open(path).read() == before
     # Nothing was written, the other split included.
     assert not (tmp_path / "annotations" / "instances_train.json").exists()
@@ -244,14 +245,14 @@ def test_ensure_shapes_dataset_other_processes_wait(tmp_path, make_config):
     config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
     with pytest.raises(TimeoutError, match=r"instances_train.json: process 0 "
                        r"did not write the shapes train split within 0.2 s$"):
-        pipeline.ensure_shapes_dataset(config, process_index=1,
-                                       timeout_s=0.2)
+        shapes_source.ensure_dataset(config, process_index=1,
+                                     timeout_s=0.2)
     assert not (tmp_path / "train").exists()  # only process 0 writes
-    pipeline.ensure_shapes_dataset(config, process_index=0)
+    shapes_source.ensure_dataset(config, process_index=0)
     started = time.monotonic()
-    pipeline.ensure_shapes_dataset(config, process_index=1, timeout_s=60)
+    shapes_source.ensure_dataset(config, process_index=1, timeout_s=60)
     assert time.monotonic() - started < 5
     config.data.shapes.image_size = 16
     with pytest.raises(ValueError, match=r"^data.shapes.image_size=16 is "
                        "below the minimum 32$"):
-        pipeline.ensure_shapes_dataset(config)
+        pipeline.prepare(config)

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from detector.data import coco
 from detector.data import pipeline
+from detector.data import tfds_coco
 
 # (height, width, objects as (ymin, xmin, ymax, xmax) normalised, label,
 # is_crowd), image ids 101.. in this order.
@@ -150,7 +150,7 @@ def test_eval_split_from_tfds(tfds_config):
     split = pipeline.eval_split(tfds_config)
     assert not split.has_masks
     assert split.image_ids == [201, 202, 203, 204]
-    assert split.category_ids == list(coco.COCO_2017_CATEGORY_IDS)
+    assert split.category_ids == list(tfds_coco.COCO_2017_CATEGORY_IDS)
     gt = split.coco
     assert sorted(gt.imgs) == [201, 202, 203, 204]
     assert gt.imgs[202]["height"] == 50 and gt.imgs[202]["width"] == 30

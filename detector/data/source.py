@@ -1,0 +1,70 @@
+"""The data-source seam: what the input pipeline needs from a dataset.
+
+A source is one split of one dataset (`data.source`, registered in
+`detector.data.pipeline.SOURCES`). The pipeline owns batching, augmentation,
+process sharding and padding; a source only says which records exist, how
+to decode them, and what the ground truth is. Examples are in original image
+pixels (h, w; N instances):
+
+  training example  image u8[h, w, 3], boxes f32[N, 4] (x1, y1, x2, y2),
+                    classes i32[N] 1..C, masks u8[N, h, w] (N x 0 x 0
+                    without masks), image_id i64
+  eval example      image u8[h, w, 3], image_id i64
+
+Adding a dataset is one module with a class that satisfies `Source` (and a
+`prepare(config)` static method, usually a no-op) plus one line in
+`pipeline.SOURCES`; see docs/architecture.md.
+"""
+
+from collections.abc import Iterator
+from typing import Protocol
+
+import ml_collections
+from pycocotools import coco as coco_lib
+import tensorflow as tf
+
+# Independent stateless random streams derived from config.seed.
+ORDER_STREAM, AUGMENT_STREAM = 1, 2
+
+
+class Source(Protocol):
+    """One split of a dataset, as the pipeline reads it.
+
+    Constructed as `Source(config, split, max_images)`; raises a one-line
+    ValueError / FileNotFoundError naming the key or file for bad input.
+    """
+
+    num_classes: int
+    has_masks: bool
+    category_ids: list[int]  # COCO category id of classes 1..C, in order
+
+    def train_records(self, seed: int, start: int, global_batch: int
+                      ) -> Iterator[tf.data.Dataset]:
+        """Datasets of (global position g, record), from position `start` on.
+
+        Together they run forever; each holds consecutive positions. A record
+        is whatever `decode_train` takes (an index, an encoded example).
+        Checks that can fail are made before the first dataset is asked for.
+        """
+
+    def decode_train(self, record) -> dict[str, tf.Tensor]:
+        """A record -> the training example (see the module docstring)."""
+
+    def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
+        """COCOeval ground truth (crowd regions too) and image ids in order."""
+
+    def eval_images(self, begin: int, end: int) -> tf.data.Dataset:
+        """Eval examples of images [begin, end) of `ground_truth`'s order."""
+
+    def take_error(self) -> Exception | None:
+        """The first Python error a loader raised inside tf.data (cleared)."""
+
+    @staticmethod
+    def prepare(config: ml_collections.ConfigDict) -> None:
+        """Makes the data ready before any process reads it (may write)."""
+
+
+def stream_key(seed: int, stream: int, position: tf.Tensor) -> tf.Tensor:
+    """Stateless seed for (config.seed, stream, position): int64 [2]."""
+    base = tf.constant([seed, stream], tf.int64)
+    return tf.random.experimental.stateless_fold_in(base, position)
