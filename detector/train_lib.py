@@ -55,7 +55,9 @@ def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
     path = pathlib.Path(workdir).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write_test"
+        # One probe per process: processes sharing the workdir must not
+        # remove each other's.
+        probe = path / f".write_test.{jax.process_index()}"
         probe.write_text("")
         probe.unlink()
     except OSError as e:
