@@ -79,6 +79,11 @@ def replicate(tree: Any, mesh: Mesh) -> Any:
     replicated = NamedSharding(mesh, P())
 
     def put(x):
+        if jax.dtypes.issubdtype(getattr(x, "dtype", None),
+                                 jax.dtypes.prng_key):
+            # Typed keys: place the key data, then wrap it again.
+            return jax.random.wrap_key_data(put(jax.random.key_data(x)),
+                                            impl=jax.random.key_impl(x))
         copies = [jax.device_put(x, device)
                   for device in replicated.addressable_devices]
         return jax.make_array_from_single_device_arrays(np.shape(x),

@@ -169,3 +169,28 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5,
                                        err_msg=f"step {got['step']} {name}")
     assert _eval_summary(run) == _eval_summary(ref)
+
+
+def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
+    run = tmp_path / "run"
+    lines = _error_lines(_run(_two_processes(
+        "train.py", [*SMOKE, f"--workdir={run}",
+                     f"--config.data.root={tmp_path}/shapes"], tmp_path,
+        extra=["", "--config.train.num_steps=3"]), tmp_path / "logs"))
+    for line in lines:
+        assert line.startswith("error: the config differs across processes: "
+                               "process 1 has config hash ")
+    assert not run.exists()
+
+
+def test_batch_not_divisible_by_the_processes_is_one_line(tmp_path):
+    lines = _error_lines(_run(_two_processes(
+        "train.py", [*SMOKE, f"--workdir={tmp_path}/run",
+                     f"--config.data.root={tmp_path}/shapes",
+                     "--config.train.batch_size=3"], tmp_path),
+        tmp_path / "logs"))
+    expected = ("error: config.train.batch_size=3 must be a positive "
+                "multiple of the number of devices (2 devices in 2 "
+                "processes)")
+    assert lines == [expected, expected]
+    assert not (tmp_path / "run").exists()
