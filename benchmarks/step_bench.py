@@ -22,6 +22,13 @@ pipeline and exits; `--batches FILE.npz` times on them with no TensorFlow
 import (benchmarks/batch_file.py), e.g. on a GPU machine without it.
 `config.train.deterministic` is applied before JAX starts a backend and
 recorded in the JSON.
+
+`--parts` instead breaks the step of one backend (`--parts_backend`) into
+stages, each its own compiled program, with model FLOPs and utilisation
+(benchmarks/step_parts.py), and writes step_parts.json. `--trace DIR`
+writes a jax.profiler trace of a few train steps (TensorBoard or Perfetto).
+`--flops_only` prints the model GFLOP of each stage, the step and predict,
+counted from shapes alone (nothing is initialised or run).
 """
 
 import copy
@@ -38,7 +45,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from benchmarks import batch_file, nms_bench  # noqa: E402
+from benchmarks import batch_file, nms_bench, step_parts  # noqa: E402
 from detector import cli, determinism, optimizer, sharding  # noqa: E402
 from detector import config as config_lib  # noqa: E402
 from detector import train_state as state_lib  # noqa: E402
@@ -60,13 +67,21 @@ _LOAD_BATCHES = flags.DEFINE_string(
 _BACKENDS = flags.DEFINE_list("backends", "cpu,while_loop,pallas,topk",
                               "Backends to time ('topk' is the baseline).")
 _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
+_PARTS = flags.DEFINE_bool("parts", False, "Time the step stage by stage.")
+_PARTS_BACKEND = flags.DEFINE_string("parts_backend", "pallas",
+                                     "NMS backend of the --parts breakdown.")
+_FLOPS_ONLY = flags.DEFINE_bool(
+    "flops_only", False, "Print the model GFLOP of each stage (from shapes, "
+    "nothing runs) and exit.")
+_TRACE = flags.DEFINE_string("trace", None,
+                             "Write a jax.profiler trace of 3 steps here.")
 
 
 def time_backend(config, backend: str, batches, mesh) -> dict:
     """Compiles and times the train step with one NMS backend."""
     config = copy.deepcopy(config)
     config_lib.set_nms_backend(config, backend, allow_baselines=True)
-    tx, schedule = optimizer.make_optimizer(config.train)
+    tx, schedule = optimizer.make_optimizer(config)
     graphdef, params, rest = state_lib.create_model(config, config.seed)
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
@@ -140,6 +155,25 @@ def plot(results: dict, path: pathlib.Path, title: str) -> None:
     fig.savefig(path, dpi=120)
 
 
+def run_parts(config, batch, mesh) -> None:
+    """--parts: the stage breakdown table and step_parts.json."""
+    results = step_parts.run_parts(config, batch, mesh, reps=_STEPS.value,
+                                   warmup=_WARMUP.value,
+                                   backend=_PARTS_BACKEND.value,
+                                   trace_dir=_TRACE.value)
+    out = pathlib.Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    info = nms_bench.machine()
+    (out / "step_parts.json").write_text(json.dumps(
+        {"machine": info, "config": relative_config_path(
+            config_flags.get_config_filename(flags.FLAGS["config"])),
+         **results}, indent=2))
+    print(f"\nTrain step by stage, {info['device_kind']} "
+          f"({info['cpu_count']} cores), batch {config.train.batch_size}, "
+          f"median of {_STEPS.value}\n")
+    print(step_parts.table(results))
+
+
 def pipeline_batches(config, count: int) -> list[dict]:
     """`count` batches of the config's input pipeline (imports TensorFlow)."""
     from detector.data import pipeline
@@ -166,6 +200,11 @@ def main(argv) -> None:
     del argv
     config = cli.config_value(_CONFIG)
     determinism.apply(config.train.deterministic)  # before any backend
+    if _FLOPS_ONLY.value:
+        for name, gflop in step_parts.count_parts(
+                config, sharding.make_mesh()).items():
+            print(f"{name}: {gflop:.1f} GFLOP")
+        return
     with cli.one_line_errors():
         if _SAVE_BATCHES.value:
             return save(config, _SAVE_BATCHES.value)
@@ -174,6 +213,10 @@ def main(argv) -> None:
                    pipeline_batches(config, _NUM_BATCHES.value))
     mesh = sharding.make_mesh()
     batches = [sharding.put_batch(b, mesh) for b in batches]
+    if _PARTS.value:  # traces the step it times
+        return run_parts(config, batches[0], mesh)
+    if _TRACE.value:
+        step_parts.trace_steps(config, batches[0], mesh, _TRACE.value)
     results = {}
     for backend in _BACKENDS.value:
         results[backend] = time_backend(config, backend, batches, mesh)

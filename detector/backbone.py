@@ -1,4 +1,15 @@
-"""ResNet backbones (18, 50 and a CPU-sized 'tiny') with selectable norms.
+"""The backbone registry, and ResNets (18, 50, 101 and a CPU-sized 'tiny').
+
+    module, channels = backbone.build(config.model, dtype=dtype, rngs=rngs)
+
+`BACKBONES` maps `model.backbone` to an entry that builds the module and
+says which levels it provides and which of its parts `model.freeze_at`
+freezes; adding a ResNet depth is one line in `RESNETS`.
+
+Freezing (detectron2's FREEZE_AT): freeze_at=1 freezes the stem, 2 the stem
+and stage 1 (C2), and so on. Gradients stop at the output of the last
+frozen part, and a 'batch' norm becomes 'frozen_batch' there; the optimizer
+gives the frozen params no state and no updates (optimizer.py).
 
 Norms: 'group' (GroupNorm; the default, for training from scratch), 'batch'
 (BatchNorm; train/eval follows nnx's model.train() / model.eval()) and
@@ -15,17 +26,22 @@ Output: {2: [B, H/4, W/4, F_2], 3: ..., 4: ..., 5: [B, H/32, W/32, F_5]}
 (up to the top level the model uses).
 """
 
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
+import ml_collections
 from flax import nnx
 
-BACKBONES = ("resnet18", "resnet50", "tiny")
 NORMS = ("group", "batch", "frozen_batch")
 
 # name -> (blocks per stage, bottleneck?)
-_ARCHITECTURES = {
+RESNETS = {
     "resnet18": ((2, 2, 2, 2), False),
     "resnet50": ((3, 4, 6, 3), True),
+    "resnet101": ((3, 4, 23, 3), True),
     "tiny": ((1, 1, 1, 1), False),
 }
 _BOTTLENECK_EXPANSION = 4
@@ -58,18 +74,23 @@ class FrozenBatchNorm(nnx.Module):
                 offset.astype(self.dtype)).astype(self.dtype)
 
 
+_NORM_LAYERS = {
+    "group": lambda channels, groups, dtype, rngs: nnx.GroupNorm(
+        channels, num_groups=groups, epsilon=1e-5, dtype=dtype, rngs=rngs),
+    "batch": lambda channels, groups, dtype, rngs: nnx.BatchNorm(
+        channels, momentum=0.9, epsilon=1e-5, dtype=dtype, rngs=rngs),
+    "frozen_batch": lambda channels, groups, dtype, rngs: FrozenBatchNorm(
+        channels, dtype=dtype),
+}
+assert tuple(_NORM_LAYERS) == NORMS
+
+
 def make_norm(kind: str, channels: int, *, groups: int, dtype: jnp.dtype,
               rngs: nnx.Rngs) -> nnx.Module:
     """A normalisation layer over the channel (last) axis."""
-    if kind == "group":
-        return nnx.GroupNorm(channels, num_groups=groups, epsilon=1e-5,
-                             dtype=dtype, rngs=rngs)
-    if kind == "batch":
-        return nnx.BatchNorm(channels, momentum=0.9, epsilon=1e-5,
-                             dtype=dtype, rngs=rngs)
-    if kind == "frozen_batch":
-        return FrozenBatchNorm(channels, dtype=dtype)
-    raise ValueError(f"unknown norm {kind!r}; known: {', '.join(NORMS)}")
+    if kind not in _NORM_LAYERS:
+        raise ValueError(f"unknown norm {kind!r}; known: {', '.join(NORMS)}")
+    return _NORM_LAYERS[kind](channels, groups, dtype, rngs)
 
 
 class ConvNorm(nnx.Module):
@@ -127,40 +148,113 @@ class ResNet(nnx.Module):
     """ResNet stem + stages; returns C2..C_top keyed by level.
 
     Stages past `top_level` (<= 5) are not built: a pyramid that stops at
-    level 4 has no use for C5.
+    level 4 has no use for C5. `freeze_at` (0: nothing) stops gradients at
+    the output of the stem (1) or of stage freeze_at - 1 (C_freeze_at).
     """
 
     def __init__(self, name: str, *, width: int, norm: str, groups: int,
-                 dtype: jnp.dtype, rngs: nnx.Rngs, top_level: int = 5):
-        if name not in _ARCHITECTURES:
+                 dtype: jnp.dtype, rngs: nnx.Rngs, top_level: int = 5,
+                 freeze_at: int = 0):
+        if name not in RESNETS:
             raise ValueError(f"unknown backbone {name!r}; known: "
-                             f"{', '.join(BACKBONES)}")
-        depths, bottleneck = _ARCHITECTURES[name]
-        layer_kwargs = dict(norm=norm, groups=groups, dtype=dtype, rngs=rngs)
-        self.stem = ConvNorm(3, width, 7, stride=2, **layer_kwargs)
+                             f"{', '.join(RESNETS)}")
+        depths, bottleneck = RESNETS[name]
+        frozen_norm = "frozen_batch" if norm == "batch" else norm
+        layer_kwargs = {"groups": groups, "dtype": dtype, "rngs": rngs}
+        self.stem = ConvNorm(3, width, 7, stride=2, **layer_kwargs,
+                             norm=frozen_norm if freeze_at >= 1 else norm)
         self.dtype = dtype
+        self.freeze_at = freeze_at
         stages = []
         channels = width
         self.out_channels = {}
         for stage, depth in enumerate(depths[:top_level - 1]):
+            level = stage + 2
+            stage_norm = frozen_norm if level <= freeze_at else norm
             blocks = []
             for block in range(depth):
                 stride = 2 if stage > 0 and block == 0 else 1
                 blocks.append(ResidualBlock(
                     channels, width * 2**stage, stride=stride,
-                    bottleneck=bottleneck, **layer_kwargs))
+                    bottleneck=bottleneck, norm=stage_norm, **layer_kwargs))
                 channels = blocks[-1].out_channels
             stages.append(nnx.List(blocks))
-            self.out_channels[stage + 2] = channels
+            self.out_channels[level] = channels
         self.stages = nnx.List(stages)
 
+    def _frozen(self, x: jax.Array, level: int) -> jax.Array:
+        """x, with gradients stopped when level (1: stem) is frozen."""
+        return jax.lax.stop_gradient(x) if level <= self.freeze_at else x
+
     def __call__(self, images: jax.Array) -> dict[int, jax.Array]:
-        x = self.stem(images.astype(self.dtype))
+        x = self._frozen(self.stem(images.astype(self.dtype)), 1)
         x = nnx.max_pool(x, (3, 3), strides=(2, 2),
                          padding=((1, 1), (1, 1)))
         features = {}
         for level, stage in enumerate(self.stages, start=2):
             for block in stage:
                 x = block(x)
-            features[level] = x
+            x = features[level] = self._frozen(x, level)
         return features
+
+
+def _build_resnet(name: str, model: ml_collections.ConfigDict, *,
+                  top_level: int, dtype: jnp.dtype,
+                  rngs: nnx.Rngs) -> ResNet:
+    return ResNet(name, width=model.backbone_width, norm=model.norm,
+                  groups=model.group_norm_groups, dtype=dtype, rngs=rngs,
+                  top_level=top_level, freeze_at=model.freeze_at)
+
+
+def _resnet_frozen_parts(freeze_at: int) -> tuple[str, ...]:
+    """Module paths (inside the backbone) that `freeze_at` freezes."""
+    parts = ("stem",) if freeze_at >= 1 else ()
+    return parts + tuple(f"stages/{s}" for s in range(freeze_at - 1))
+
+
+class BackboneEntry(NamedTuple):
+    """How to build one backbone and what it provides."""
+
+    # (model config, *, top_level, dtype, rngs) -> module with out_channels
+    build: Callable[..., nnx.Module]
+    min_level: int  # the finest feature level (stride 2**min_level)
+    max_level: int  # the coarsest
+    # freeze_at -> module paths inside the backbone it freezes
+    frozen_parts: Callable[[int], tuple[str, ...]]
+
+
+BACKBONES: dict[str, BackboneEntry] = {
+    name: BackboneEntry(functools.partial(_build_resnet, name), 2, 5,
+                        _resnet_frozen_parts)
+    for name in RESNETS}
+MAX_FREEZE_AT = 5  # stem + four stages
+
+
+def entry(name: str) -> BackboneEntry:
+    """The registry entry of `name` (ValueError naming model.backbone)."""
+    if name not in BACKBONES:
+        raise ValueError(f"config.model.backbone={name!r}: unknown backbone; "
+                         f"known: {', '.join(BACKBONES)}")
+    return BACKBONES[name]
+
+
+def build(model: ml_collections.ConfigDict, *, dtype: jnp.dtype,
+          rngs: nnx.Rngs) -> tuple[nnx.Module, dict[int, int]]:
+    """(module, channels per level) of `model.backbone`.
+
+    The module maps images [B, H, W, 3] to {level: [B, H / 2**level,
+    W / 2**level, channels[level]]} for its levels up to
+    min(model.max_level, the backbone's coarsest level).
+    """
+    spec = entry(model.backbone)
+    module = spec.build(model, top_level=min(model.max_level,
+                                             spec.max_level),
+                        dtype=dtype, rngs=rngs)
+    return module, dict(module.out_channels)
+
+
+def frozen_prefixes(model: ml_collections.ConfigDict) -> tuple[str, ...]:
+    """Param path prefixes ('backbone/stem', ...) that model.freeze_at
+    freezes; the optimizer leaves them untouched."""
+    parts = entry(model.backbone).frozen_parts(model.freeze_at)
+    return tuple(f"backbone/{part}" for part in parts)

@@ -43,17 +43,13 @@ def fail(message: str) -> None:
     sys.exit(f"error: {message}")
 
 
-def _last_line(error: BaseException) -> str:
+def _one_line(error: BaseException, *, last_only: bool = False) -> str:
+    """The message of `error` on one line: its lines joined, or only the
+    last one (`last_only`, for flag and config errors, whose last line says
+    what is wrong)."""
     lines = [line.strip() for line in str(error).splitlines() if
              line.strip()]
-    return lines[-1] if lines else type(error).__name__
-
-
-def _one_line(error: BaseException) -> str:
-    """The message of `error` on one line (its lines joined)."""
-    lines = [line.strip() for line in str(error).splitlines() if
-             line.strip()]
-    return " ".join(lines) or type(error).__name__
+    return " ".join(lines[-1:] if last_only else lines) or type(error).__name__
 
 
 def define_config(name: str, default: str | None,
@@ -67,21 +63,33 @@ def define_config(name: str, default: str | None,
         return config_flags.DEFINE_config_file(name, default, help_text,
                                                lock_config=True)
     except (AttributeError, KeyError) as e:
-        key = re.search(r"\w+", str(e))
-        key = key.group(0) if key else "?"
-        arg = next((a for a in sys.argv[1:] if a.startswith(f"--{name}.")
-                    and key in a.split("=")[0]), f"--{name}")
-        hint = re.search(r'Did you mean "(\w+)"', str(e))
-        fail(f"{arg}: {key!r} is not a config field" +
-             (f"; did you mean {hint.group(1)!r}?" if hint else ""))
+        fail(_unknown_field(e, sys.argv[1:]))
+
+
+def _unknown_field(error: AttributeError | KeyError,
+                   argv: list[str]) -> str:
+    """'--config.a.b=v: 'b' is not a config field; did you mean ...?'."""
+    key = re.search(r"\w+", str(error))
+    key = key.group(0) if key else "?"
+    arg = next((a for a in argv if a.startswith("--") and
+                key in a.split("=")[0].split(".")[1:]), "--config")
+    hint = re.search(r'Did you mean "(\w+)"', str(error))
+    return (f"{arg}: {key!r} is not a config field" +
+            (f"; did you mean {hint.group(1)!r}?" if hint else ""))
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flags parser for app.run: one line per parse error."""
+    """absl flags parser for app.run: one line per parse error.
+
+    With an explicit `--config=file`, the `--config.a.b=v` overrides are
+    applied while the flags are parsed, so an unknown key surfaces here.
+    """
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:
-        fail(_last_line(e))
+        fail(_one_line(e, last_only=True))
+    except (AttributeError, KeyError) as e:
+        fail(_unknown_field(e, argv[1:]))
 
 
 def config_value(flag: flags.FlagHolder) -> ml_collections.ConfigDict:
@@ -91,7 +99,7 @@ def config_value(flag: flags.FlagHolder) -> ml_collections.ConfigDict:
         config.keys()  # a config that failed to load raises on first use
         return config
     except (OSError, ValueError, AttributeError, KeyError) as e:
-        fail(f"--{flag.name}: {_last_line(e)}")
+        fail(f"--{flag.name}: {_one_line(e, last_only=True)}")
 
 
 def os_error_message(error: OSError) -> str:

@@ -14,6 +14,7 @@ import pathlib
 
 import ml_collections
 
+from ops import host_audit
 from ops import nms as nms_lib
 
 NMS_BACKENDS = nms_lib.BACKENDS  # auto, cpu, while_loop, pallas
@@ -72,13 +73,25 @@ def _data_config() -> ml_collections.ConfigDict:
 def _model_config() -> ml_collections.ConfigDict:
     """config.model: backbone, FPN and anchors; one sub-dict per head."""
     model = ml_collections.ConfigDict()
-    # 'resnet18' | 'resnet50' | 'tiny' (a CPU-sized ResNet, one basic block
-    # per stage).
+    # 'resnet18' | 'resnet50' | 'resnet101' | 'tiny' (a CPU-sized ResNet,
+    # one basic block per stage); see backbone.BACKBONES.
     model.backbone = "resnet50"
     # Channels of the stem; the four stages use 1x, 2x, 4x, 8x this (x4 more
     # at the output of bottleneck stages).
     model.backbone_width = 64
     model.norm = "group"  # 'group' | 'batch' | 'frozen_batch'
+    # Pretrained backbone weights read before step 1 of a fresh run: a
+    # .safetensors or .npz file with torchvision ResNet names (timm's
+    # ResNets use the same), or a .pth when torch is installed. '': random.
+    model.backbone_init = ""
+    # Start from another run's orbax checkpoint (its workdir, checkpoints/
+    # folder or one step folder): every array whose path and shape match is
+    # copied; class-dependent heads are reinitialised when num_classes
+    # differs; the step and optimizer state start fresh. '': none.
+    model.init_checkpoint = ""
+    # Frozen (never updated) backbone parts, as detectron2's FREEZE_AT:
+    # 0 none, 1 the stem, 2 the stem and stage 1 (C2), ... 5 all.
+    model.freeze_at = 0
     model.group_norm_groups = 32
     model.fpn_channels = 256
     model.min_level = 2
@@ -110,6 +123,9 @@ def _rpn_config() -> ml_collections.ConfigDict:
     rpn.positive_fraction = 0.5
     rpn.box_weights = (1.0, 1.0, 1.0, 1.0)
     rpn.nms_backend = "auto"
+    # Per-level pre-NMS top-k: 0 exact; in (0, 1) lax.approx_max_k with this
+    # recall target (opt-in: the proposals may change).
+    rpn.approx_top_k_recall = 0.0
     return rpn
 
 
@@ -126,6 +142,9 @@ def _roi_config() -> ml_collections.ConfigDict:
     roi.canonical_size = 224.0
     roi.canonical_level = 4
     roi.sampling_ratio = 2
+    # ROIAlign pooling: 'auto' (per platform), 'gather' or 'matmul'; see
+    # ops/roi_align.py.
+    roi.align_implementation = "auto"
     roi.box_head_dim = 1024
     roi.mask_pool_size = 14
     roi.mask_head_dim = 256
@@ -173,6 +192,9 @@ def _train_config() -> ml_collections.ConfigDict:
     train.warmup_steps = 500
     train.warmup_init_factor = 0.0067
     train.step_boundaries = (15000, 20000)
+    # The same boundaries as fractions of num_steps, e.g. (2/3, 8/9); used
+    # instead of step_boundaries (which must then be empty) when set.
+    train.step_fractions = ()
     train.step_factor = 0.1
     train.grad_clip_norm = 0.0  # 0 turns clipping off
     train.log_every = 100
@@ -203,12 +225,68 @@ def set_nms_backend(config: ml_collections.ConfigDict, backend: str, *,
     `allow_baselines` also admits ops.nms.BASELINES ('topk', no suppression),
     which benchmarks use to measure what NMS costs.
     """
-    if backend not in NMS_BACKENDS and not (allow_baselines and
-                                            backend in nms_lib.BASELINES):
-        raise ValueError(f"--nms={backend!r} is not a known NMS backend; "
-                         f"choose one of {', '.join(NMS_BACKENDS)}")
+    nms_lib.check_backend(backend, name="--nms", baselines=allow_baselines)
     config.model.rpn.nms_backend = backend
     config.model.detection.nms_backend = backend
+
+
+def host_nms_advice(finding: host_audit.HostRoundTrip) -> str:
+    """What to do about a host round-trip the audit found: for an NMS op,
+    the flags that keep NMS on the device."""
+    if "nms" not in finding.op_name:
+        return ""
+    return ("the NMS backend 'cpu' runs on the host; use --nms=pallas or "
+            "--nms=while_loop")
+
+
+# Integer fields that must be at least this value: (key, minimum, meaning).
+_MINIMUMS = (
+    ("train.batch_size", 1, "images per step"),
+    ("train.num_steps", 1, "steps to train"),
+    ("train.log_every", 1, "steps between metrics lines"),
+    ("train.checkpoint_every", 1, "steps between checkpoints"),
+    ("train.keep_checkpoints", 1, "checkpoints kept"),
+    ("train.eval_every", 0, "steps between evaluations, 0: only at the end"),
+    ("eval.batch_size", 1, "images per predict call"),
+    ("eval.max_images", 0, "images evaluated, 0: the whole split"),
+    ("eval.num_visualized", 0, "batches drawn"),
+    ("data.max_instances", 1, "instances per image"),
+)
+
+
+def _get(config: ml_collections.ConfigDict, key: str):
+    for part in key.split("."):
+        config = config[part]
+    return config
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Checks the run's counts and sizes before anything is written.
+
+    Raises:
+      ValueError: one line naming the first bad key, its value and the
+        reason (a zero or negative count, a malformed data.image_size).
+    """
+    for key, minimum, meaning in _MINIMUMS:
+        value = _get(config, key)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"config.{key}={value!r}: must be an integer "
+                             f"({meaning})")
+        if value < minimum:
+            raise ValueError(f"config.{key}={value}: must be >= {minimum} "
+                             f"({meaning})")
+    check_image_size(config.data.image_size)
+
+
+def check_image_size(size) -> None:
+    """Raises ValueError unless `size` is (height, width), both positive."""
+    if not isinstance(size, tuple | list) or len(size) != 2:
+        raise ValueError(f"config.data.image_size={size!r}: must be "
+                         "(height, width), two integers")
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
+               for s in size):
+        raise ValueError(f"config.data.image_size={tuple(size)!r}: height and "
+                         "width must be positive integers")
 
 
 def _merge_json(target: ml_collections.ConfigDict, values: dict,

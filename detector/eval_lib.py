@@ -7,17 +7,19 @@ The predict program is compiled (and audited for host round-trips) once per
 eval batch shape by `compile_predict`; a trainer compiles it before step 1
 and hands it to every `evaluate` call.
 
-Writes `<workdir>/eval_<split>.json`:
+Writes `<workdir>/eval_<slug>.json` (`split_slug`: the split's exact string
+in a file name):
     {"split": ..., "images": N, "bbox": {"AP", "AP50", "AP75", "APs", "APm",
      "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl"}, "segm": {...},
      "predict_latency_ms_per_image": median, "nms_backend": ...,
      "host_roundtrips_per_predict": n, "deterministic": bool}
-and `<workdir>/eval_<split>.png` with the predictions drawn over the first
+and `<workdir>/eval_<slug>.png` with the predictions drawn over the first
 images. pycocotools prints the standard 12-number summaries.
 """
 
 import contextlib
 import dataclasses
+import hashlib
 import io
 import json
 import pathlib
@@ -79,7 +81,8 @@ def compile_predict(config: ml_collections.ConfigDict,
         sharding=NamedSharding(mesh, P("data")))
     compiled, findings = host_audit.compile_audited(
         make_predict(graphdef, mesh), params, rest, images,
-        program="predict", strict=strict)
+        program="predict", strict=strict,
+        advice=config_lib.host_nms_advice)
     return CompiledPredict(compiled, findings)
 
 
@@ -97,12 +100,54 @@ def coco_metrics(coco_gt: coco_lib.COCO, results: list[dict], iou_type: str,
     evaluator.accumulate()
     print(f"COCO {iou_type}:")
     evaluator.summarize()
-    return {name: float(v) for name, v in zip(METRIC_NAMES, evaluator.stats)}
+    return {name: float(v)
+            for name, v in zip(METRIC_NAMES, evaluator.stats, strict=True)}
 
 
 def split_slug(split: str) -> str:
-    """A file-name-safe form of a split string: 'val[:500]' -> 'val_500'."""
-    return re.sub(r"[^A-Za-z0-9%]+", "_", split).strip("_")
+    """A file-name-safe name that encodes the split string exactly.
+
+    A split that is already such a name stays as it is ('val2017'); any
+    other gets a readable form plus a short hash of the exact string:
+    'val[:3]' -> 'val_3-<8 hex digits>', so 'val[-3:]' names another file.
+    """
+    readable = re.sub(r"[^A-Za-z0-9%_]+", "_", split).strip("_")
+    if readable == split:
+        return split
+    digest = hashlib.sha256(split.encode()).hexdigest()[:8]
+    return f"{readable}-{digest}"
+
+
+def result_stem(workdir: pathlib.Path, split: str) -> pathlib.Path:
+    """`<workdir>/eval_<slug>`, the stem of the split's .json and .png.
+
+    Raises:
+      ValueError: the .json there holds another split's result (never
+        overwritten).
+    """
+    stem = pathlib.Path(workdir) / f"eval_{split_slug(split)}"
+    path = stem.with_suffix(".json")
+    if path.exists():
+        try:
+            other = json.loads(path.read_text()).get("split")
+        except (ValueError, AttributeError):
+            other = None
+        if other != split:
+            raise ValueError(f"{path}: holds the result of split {other!r}, "
+                             f"not {split!r}; move it away to evaluate "
+                             f"{split!r}")
+    return stem
+
+
+def check_request(split: str | None, max_images: int) -> None:
+    """Raises ValueError on an empty --split or a negative --max_images."""
+    if split is not None and not split.strip():
+        raise ValueError(f"--split={split!r}: empty; name a split such as "
+                         "'val' or 'val2017[:500]', or leave it out for the "
+                         "config's data.eval_split")
+    if max_images < 0:
+        raise ValueError(f"--max_images={max_images}: must be >= 0 (0: the "
+                         "whole split)")
 
 
 def _run_predict(data, predict: CompiledPredict, params, rest, mesh,
@@ -131,13 +176,15 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
              workdir: pathlib.Path, split: str | None = None,
              max_images: int = 0,
              predict: CompiledPredict | None = None) -> dict:
-    """Evaluates on a COCO subset and writes eval_<split>.json and .png.
+    """Evaluates on a COCO subset and writes eval_<slug>.json and .png.
 
     `predict` is a `compile_predict` result to reuse (default: compiled
     here from `graphdef`).
     """
-    split = split or config.data.eval_split
+    check_request(split, max_images)
+    split = config.data.eval_split if split is None else split
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
+    stem = result_stem(workdir, split)  # before the work, not after
     data = pipeline.eval_split(config, split,
                                max_images or config.eval.max_images)
     if predict is None:
@@ -163,7 +210,6 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
         host_roundtrips_per_predict=len(predict.findings),
         deterministic=determinism.enabled())
     if jax.process_index() == 0:
-        stem = pathlib.Path(workdir) / f"eval_{split_slug(split)}"
         stem.with_suffix(".json").write_text(json.dumps(summary, indent=2))
         visualize.draw_predictions(
             drawn, config, stem.with_suffix(".png"), class_names=[
@@ -182,7 +228,13 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict,
 
     Reads the workdir only: a missing `checkpoints/` is an error, not
     created.
+
+    Raises:
+      ValueError: an empty `split`, a negative `max_images` or a bad config
+        value, before anything is read.
     """
+    check_request(split, max_images)
+    config_lib.validate(config)
     multihost.check_same_config(config)
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
@@ -191,7 +243,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict,
             raise FileNotFoundError(f"{ckpt_dir}: no checkpoint to evaluate "
                                     "(train first, or check --workdir)")
         mesh = sharding.make_mesh()
-        tx, _ = optimizer.make_optimizer(config.train)
+        tx, _ = optimizer.make_optimizer(config)
         graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
     finally:
         ckpt.close()

@@ -1,10 +1,11 @@
-"""Feature pyramid network: P_min..P_max from backbone levels C2..C5.
+"""Feature pyramid network: P_min..P_max from backbone levels C_min..C_top.
 
-Lateral 1x1 convs on C_l (l = min_level..min(max_level, 5)), a top-down
-pathway with 2x nearest upsampling, then a 3x3 output conv per level
+Lateral 1x1 convs on C_l (l = min_level..top, top = min(max_level, the
+backbone's coarsest level)), a top-down pathway with 2x nearest
+upsampling, then a 3x3 output conv per level
 (followed by the norm when the model's norm is 'group' or 'batch'; the new
-layers of a 'frozen_batch' model carry no norm). Levels above 5 come from
-P5 by max-pooling (kernel 1, stride 2), as in the FPN paper's P6.
+layers of a 'frozen_batch' model carry no norm). Levels above top come
+from P_top by max-pooling (kernel 1, stride 2), as in the FPN paper's P6.
 
 Shapes: B batch, H, W input size, F fpn channels.
 Output: [P_l f[B, H / 2**l, W / 2**l, F] for l in min_level..max_level].
@@ -15,9 +16,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from detector import backbone
-
-# The deepest level a ResNet backbone provides.
-BACKBONE_MAX_LEVEL = 5
 
 
 def head_norm(norm: str) -> str | None:
@@ -40,7 +38,8 @@ class FPN(nnx.Module):
                  min_level: int, max_level: int, norm: str, groups: int,
                  dtype: jnp.dtype, rngs: nnx.Rngs):
         self.min_level, self.max_level = min_level, max_level
-        self.top_level = min(max_level, BACKBONE_MAX_LEVEL)
+        # The coarsest backbone level used; levels above it are pooled.
+        self.top_level = min(max_level, max(in_channels))
         levels = range(min_level, self.top_level + 1)
         # Lateral 1x1 convs as Linear layers over channels (cheaper
         # gradients on CPU than a 1x1 convolution).
@@ -66,11 +65,11 @@ class FPN(nnx.Module):
     def __call__(self, features: dict[int, jax.Array]) -> list[jax.Array]:
         levels = list(range(self.min_level, self.top_level + 1))
         laterals = [conv(features[level])
-                    for conv, level in zip(self.lateral, levels)]
+                    for conv, level in zip(self.lateral, levels, strict=True)]
         merged = [laterals[-1]]
         for lateral in reversed(laterals[:-1]):
             merged.insert(0, lateral + _upsample2x(merged[0]))
-        outputs = [conv(x) for conv, x in zip(self.output, merged)]
+        outputs = [conv(x) for conv, x in zip(self.output, merged, strict=True)]
         for _ in range(self.top_level + 1, self.max_level + 1):
             outputs.append(outputs[-1][:, ::2, ::2, :])
         return outputs

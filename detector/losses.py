@@ -5,9 +5,9 @@ mask) so that padded or unsampled entries contribute exactly nothing, and
 every normaliser is at least 1, so a batch with no instances gives 0, not
 NaN.
 
-Names (LOSS_NAMES): rpn_cls, rpn_box (RPN objectness and deltas), cls, box
-(box head classes and class-specific deltas), mask (mask head), and total,
-the weighted sum.
+Names: TERM_NAMES are rpn_cls, rpn_box (RPN objectness and deltas), cls,
+box (box head classes and class-specific deltas) and mask (mask head);
+LOSS_NAMES adds total, their weighted sum.
 
 Shapes: B batch, S sampled anchors, R sampled rois, C classes, M mask size.
 """
@@ -15,7 +15,8 @@ Shapes: B batch, S sampled anchors, R sampled rois, C classes, M mask size.
 import jax
 import jax.numpy as jnp
 
-LOSS_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask", "total")
+TERM_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask")
+LOSS_NAMES = TERM_NAMES + ("total",)
 
 
 def sigmoid_bce(logits: jax.Array, targets: jax.Array) -> jax.Array:
@@ -121,5 +122,5 @@ def total_loss(terms: dict[str, jax.Array],
     """Adds 'total', the weighted sum of the named terms, as float32."""
     terms = {name: value.astype(jnp.float32) for name, value in terms.items()}
     terms["total"] = sum(weights[name] * terms[name]
-                         for name in LOSS_NAMES[:-1])
+                         for name in TERM_NAMES)
     return terms

@@ -13,9 +13,9 @@ whole train step and predict stay on the device.
 `model.dtype` may be 'auto': float32 on CPU, bfloat16 on GPU and TPU
 (resolve_dtype).
 
-Shapes (DESIGN.md letters where they exist): B batch, H, W image size,
-G max GT instances (data.max_instances), S GT mask crop size
-(data.gt_mask_size), L levels, P proposals per image, R sampled rois,
+Shapes (the letters of docs/architecture.md where they exist): B batch,
+H, W image size, G max GT instances (data.max_instances), S GT mask crop
+size (data.gt_mask_size), L levels, P proposals per image, R sampled rois,
 Rm mask rois (the first Rm of R), C classes, M predicted mask size (28),
 K kept detections (detection.max_detections).
 """
@@ -27,16 +27,15 @@ import numpy as np
 from flax import nnx
 
 from detector import anchors as anchors_lib
-from detector import backbone, fpn, losses, roi_heads, rpn
+from detector import backbone
+from detector import config as config_lib
+from detector import fpn, losses, roi_heads, rpn
 from ops import nms as nms_lib
 from ops import roi_align
 
 DTYPES = ("auto", "float32", "bfloat16")
 # 'auto' per jax.default_backend(); other platforms get float32.
 _AUTO_DTYPES = {"cpu": "float32", "gpu": "bfloat16", "tpu": "bfloat16"}
-# The NMS backends, plus measurement baselines (no suppression) that
-# benchmarks select through config.set_nms_backend(allow_baselines=True).
-NMS_NAMES = nms_lib.BACKENDS + tuple(nms_lib.BASELINES)
 
 
 def _check(condition: bool, key: str, value, reason: str) -> None:
@@ -68,28 +67,34 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad model config."""
     model, data = config.model, config.data
     roi, rpn_cfg, det = model.roi, model.rpn, model.detection
-    _check(model.backbone in backbone.BACKBONES, "model.backbone",
-           model.backbone, f"unknown backbone; known: "
-           f"{', '.join(backbone.BACKBONES)}")
+    levels = backbone.entry(model.backbone)
     _check(model.norm in backbone.NORMS, "model.norm", model.norm,
            f"unknown norm; known: {', '.join(backbone.NORMS)}")
     resolve_dtype(model.dtype)
-    _check(2 <= model.min_level <= fpn.BACKBONE_MAX_LEVEL,
+    _check(levels.min_level <= model.min_level <= levels.max_level,
            "model.min_level", model.min_level,
-           f"must be in [2, {fpn.BACKBONE_MAX_LEVEL}] (ResNet C2..C5)")
+           f"must be in [{levels.min_level}, {levels.max_level}] (the "
+           f"feature levels model.backbone={model.backbone!r} provides)")
+    _check(0 <= model.freeze_at <= backbone.MAX_FREEZE_AT, "model.freeze_at",
+           model.freeze_at, f"must be in [0, {backbone.MAX_FREEZE_AT}] "
+           "(0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...)")
+    _check(not (model.backbone_init and model.init_checkpoint),
+           "model.init_checkpoint", model.init_checkpoint,
+           "set at most one of model.backbone_init and model.init_checkpoint")
     _check(model.max_level >= model.min_level, "model.max_level",
            model.max_level, "must be >= model.min_level")
     stride = 2**model.max_level
+    config_lib.check_image_size(data.image_size)
     size = tuple(data.image_size)
-    _check(len(size) == 2 and all(s > 0 and s % stride == 0 for s in size),
+    _check(all(s % stride == 0 for s in size),
            "data.image_size", size, f"(height, width) must be divisible by "
            f"the coarsest stride 2**model.max_level={stride}")
     _check(data.num_classes >= 1, "data.num_classes", data.num_classes,
            "must be >= 1")
+    # Baselines (no suppression) are admitted for the benchmarks.
     for key, backend in (("model.rpn.nms_backend", rpn_cfg.nms_backend),
                          ("model.detection.nms_backend", det.nms_backend)):
-        _check(backend in NMS_NAMES, key, backend,
-               f"unknown NMS backend; known: {', '.join(NMS_NAMES)}")
+        nms_lib.check_backend(backend, name=f"config.{key}")
     if model.norm == "group":
         groups = model.group_norm_groups
         for key, channels in (("backbone_width", model.backbone_width),
@@ -99,10 +104,18 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
                    f"must be divisible by model.group_norm_groups={groups}")
     _check(roi.mask_size == 2 * roi.mask_pool_size, "model.roi.mask_size",
            roi.mask_size, "must be 2 * model.roi.mask_pool_size")
+    _check(roi.align_implementation == "auto" or
+           roi.align_implementation in roi_align.IMPLEMENTATIONS,
+           "model.roi.align_implementation", roi.align_implementation,
+           f"unknown implementation; known: auto, "
+           f"{', '.join(roi_align.IMPLEMENTATIONS)}")
     _check(roi.sampling_ratio >= 1, "model.roi.sampling_ratio",
            roi.sampling_ratio, "must be >= 1")
     _check(int(roi.num_rois * roi.fg_fraction) >= 1, "model.roi.fg_fraction",
            roi.fg_fraction, "must leave room for >= 1 foreground roi")
+    _check(0.0 <= rpn_cfg.approx_top_k_recall < 1.0,
+           "model.rpn.approx_top_k_recall", rpn_cfg.approx_top_k_recall,
+           "must be 0 (exact top-k) or a recall target in (0, 1)")
     _check(0.0 < rpn_cfg.positive_fraction <= 1.0,
            "model.rpn.positive_fraction", rpn_cfg.positive_fraction,
            "must be in (0, 1]")
@@ -111,8 +124,12 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
            "must be a non-empty tuple of positive ratios")
 
 
+# Params whose shapes follow data.num_classes (path prefixes).
+CLASS_DEPENDENT = ("box_head/classes", "box_head/deltas", "mask_head/logits")
+
+
 class MaskRCNN(nnx.Module):
-    """Mask R-CNN with a ResNet-FPN backbone; see the module docstring."""
+    """Mask R-CNN with a backbone-FPN; see the module docstring."""
 
     def __init__(self, config: ml_collections.ConfigDict, *,
                  rngs: nnx.Rngs):
@@ -124,11 +141,9 @@ class MaskRCNN(nnx.Module):
         dtype = resolve_dtype(model.dtype)
         norm_kwargs = dict(norm=model.norm, groups=model.group_norm_groups,
                            dtype=dtype, rngs=rngs)
-        self.backbone = backbone.ResNet(
-            model.backbone, width=model.backbone_width,
-            top_level=min(model.max_level, fpn.BACKBONE_MAX_LEVEL),
-            **norm_kwargs)
-        self.fpn = fpn.FPN(self.backbone.out_channels,
+        self.backbone, channels = backbone.build(model, dtype=dtype,
+                                                 rngs=rngs)
+        self.fpn = fpn.FPN(channels,
                            channels=model.fpn_channels,
                            min_level=model.min_level,
                            max_level=model.max_level, **norm_kwargs)
@@ -159,10 +174,10 @@ class MaskRCNN(nnx.Module):
 
     def _roi_pyramid(self, features: list[jax.Array]
                      ) -> roi_align.FlatPyramid:
-        """The levels rois pool from: min_level..min(max_level, 5)."""
-        top = min(self.cfg.max_level, fpn.BACKBONE_MAX_LEVEL)
+        """The levels rois pool from: min_level..the backbone's top level."""
         return roi_align.flatten_pyramid(
-            features[:top - self.cfg.min_level + 1], self.cfg.min_level)
+            features[:self.fpn.top_level - self.cfg.min_level + 1],
+            self.cfg.min_level)
 
     def _pool(self, pyramid: roi_align.FlatPyramid, boxes: jax.Array,
               output_size: int) -> jax.Array:
@@ -171,7 +186,8 @@ class MaskRCNN(nnx.Module):
             pyramid, boxes, output_size=output_size,
             sampling_ratio=roi.sampling_ratio,
             canonical_size=roi.canonical_size,
-            canonical_level=roi.canonical_level)
+            canonical_level=roi.canonical_level,
+            implementation=roi.align_implementation)
 
     def _proposals(self, logits, deltas, *, training: bool):
         rpn_cfg = self.cfg.rpn
@@ -184,7 +200,8 @@ class MaskRCNN(nnx.Module):
                                 rpn_cfg.post_nms_top_k_test),
                 nms_iou=rpn_cfg.nms_iou, min_size=rpn_cfg.min_box_size,
                 image_size=self.image_size, weights=rpn_cfg.box_weights,
-                backend=rpn_cfg.nms_backend)
+                backend=rpn_cfg.nms_backend,
+                approx_recall=rpn_cfg.approx_top_k_recall or None)
 
     def num_mask_rois(self) -> int:
         """Rm: the first sampled rois (foreground first) the mask head sees."""
@@ -220,6 +237,14 @@ class MaskRCNN(nnx.Module):
                 weights=roi.box_weights)
 
     def _mask_loss(self, pyramid, targets: roi_heads.RoiTargets, batch):
+        rois = targets.rois[:, :self.num_mask_rois()]
+        return self._mask_loss_of_pooled(
+            self._pool(pyramid, rois, self.cfg.roi.mask_pool_size), targets,
+            batch)
+
+    def _mask_loss_of_pooled(self, pooled, targets: roi_heads.RoiTargets,
+                             batch):
+        """Mask targets, head and loss of the first Rm rois, pooled [B, Rm]."""
         count = self.num_mask_rois()
         rois = targets.rois[:, :count]
         matched = targets.matched[:, :count]
@@ -227,8 +252,7 @@ class MaskRCNN(nnx.Module):
         has_mask = jnp.take_along_axis(batch["mask_valid"].astype(bool),
                                        matched, axis=1)
         is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
-        mask_logits = self.mask_head(
-            self._pool(pyramid, rois, self.cfg.roi.mask_pool_size))
+        mask_logits = self.mask_head(pooled)
         mask_targets = roi_heads.mask_targets(
             rois, matched, batch["boxes"], batch["masks"],
             mask_size=self.cfg.roi.mask_size,
@@ -239,7 +263,7 @@ class MaskRCNN(nnx.Module):
 
     def losses(self, batch: dict[str, jax.Array],
                key: jax.Array) -> dict[str, jax.Array]:
-        """Training losses (float32 scalars) of a batch; see the contract.
+        """Training losses (float32 scalars) of a batch (module docstring).
 
         Args:
           batch: image f32[B, H, W, 3], boxes f32[B, G, 4], classes
@@ -268,7 +292,7 @@ class MaskRCNN(nnx.Module):
             targets.is_valid, beta=cfg.loss.box_beta))
         terms["mask"] = self._mask_loss(pyramid, targets, batch)
         weights = {name: cfg.loss[f"{name}_weight"]
-                   for name in losses.LOSS_NAMES[:-1]}
+                   for name in losses.TERM_NAMES}
         return losses.total_loss(terms, weights)
 
     # --------------------------------------------------------- predict
@@ -298,7 +322,7 @@ class MaskRCNN(nnx.Module):
                 nms_iou=det_cfg.nms_iou, backend=det_cfg.nms_backend)
 
     def predict(self, images: jax.Array) -> dict[str, jax.Array]:
-        """Detections of images f32[B, H, W, 3]; see the contract.
+        """Detections of images f32[B, H, W, 3] (module docstring).
 
         Returns:
           boxes f32[B, K, 4] (input pixels), scores f32[B, K], classes

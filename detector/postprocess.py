@@ -59,7 +59,7 @@ def paste_masks(masks: np.ndarray, boxes: np.ndarray, height: int,
     masks = np.asarray(masks, np.float64)
     boxes = np.asarray(boxes, np.float64)
     pasted = np.zeros((len(masks), height, width), bool)
-    for d, (mask, box) in enumerate(zip(masks, boxes)):
+    for d, (mask, box) in enumerate(zip(masks, boxes, strict=True)):
         x1, y1, x2, y2 = box
         left, right = _pixel_span(x1, x2, width)
         top, bottom = _pixel_span(y1, y2, height)

@@ -12,11 +12,11 @@ Predict (NMS site 2): class-specific decode, candidates with
 score > score_threshold, the top pre_nms_top_k (roi, class) pairs, then
 class-aware `ops.nms` for the whole batch at once.
 
-Shapes (DESIGN.md letters where they exist): B batch, P proposals per
-image, G GT boxes per image, R sampled rois, Rm mask rois (the first Rm of
-R), N flattened rois (B * R) inside the mask head layers, C classes,
-F channels, Q pool size, S GT mask crop size, M predicted mask size
-(2Q, 28), N_pre pre-NMS (roi, class) candidates, K kept detections.
+Shapes (the letters of docs/architecture.md where they exist): B batch,
+P proposals per image, G GT boxes per image, R sampled rois, Rm mask rois
+(the first Rm of R), N flattened rois (B * R) inside the mask head layers,
+C classes, F channels, Q pool size, S GT mask crop size, M predicted mask
+size (2Q, 28), N_pre pre-NMS (roi, class) candidates, K kept detections.
 """
 
 from typing import NamedTuple, Sequence
@@ -275,10 +275,11 @@ def class_mask_logits(mask_logits: jax.Array, classes: jax.Array
 
 def pool_rois(pyramid: roi_align.FlatPyramid, boxes: jax.Array, *,
               output_size: int, sampling_ratio: int, canonical_size: float,
-              canonical_level: int) -> jax.Array:
+              canonical_level: int, implementation: str = "auto"
+              ) -> jax.Array:
     """Multilevel ROIAlign of boxes [B, R, 4]; gradients reach features."""
     with jax.named_scope("roi_align"):
         return roi_align.multilevel_roi_align(
             pyramid, jax.lax.stop_gradient(boxes), output_size=output_size,
             sampling_ratio=sampling_ratio, canonical_size=canonical_size,
-            canonical_level=canonical_level)
+            canonical_level=canonical_level, implementation=implementation)

@@ -8,10 +8,10 @@ PRNG key. Proposals decode the top-k anchors of every level, clip them,
 mask out tiny boxes, run `ops.nms` over [B, L] at once, merge the levels and
 keep the best post_nms_top_k; gradients never flow through them.
 
-Shapes (DESIGN.md letters where they exist): B batch, L levels, A anchors
-per cell, N_l = H_l W_l A anchors of level l, N = sum N_l, G GT boxes per
-image, S sampled anchors, N_pre pre-NMS boxes per level, P proposals per
-image (kept by NMS), F fpn channels.
+Shapes (the letters of docs/architecture.md where they exist): B batch,
+L levels, A anchors per cell, N_l = H_l W_l A anchors of level l,
+N = sum N_l, G GT boxes per image, S sampled anchors, N_pre pre-NMS boxes
+per level, P proposals per image (kept by NMS), F fpn channels.
 """
 
 from typing import NamedTuple, Sequence
@@ -95,10 +95,17 @@ def gather_samples(logits: Sequence[jax.Array], deltas: Sequence[jax.Array],
             jnp.take_along_axis(all_deltas, indices[..., None], axis=1))
 
 
+def _top_k(logits: jax.Array, k: int, recall: float | None):
+    """Exact top-k, or lax.approx_max_k at recall target `recall`."""
+    if recall is None:
+        return jax.lax.top_k(logits, k)
+    return jax.lax.approx_max_k(logits, k, recall_target=recall)
+
+
 def _level_candidates(logits, deltas, anchors, *, top_k, image_size,
-                      min_size, weights):
+                      min_size, weights, recall):
     """Top boxes of one level: [B, N_pre, 4], scores [B, N_pre] (NaN: none)."""
-    scores, indices = jax.lax.top_k(logits, min(top_k, logits.shape[1]))
+    scores, indices = _top_k(logits, min(top_k, logits.shape[1]), recall)
     deltas = jnp.take_along_axis(deltas, indices[..., None], axis=1)
     boxes = box_coder.decode(deltas, jnp.asarray(anchors)[indices], weights)
     boxes = box_ops.clip_boxes(boxes, *image_size)
@@ -117,7 +124,8 @@ def generate_proposals(logits: Sequence[jax.Array],
                        anchors: Sequence[np.ndarray], *, pre_nms_top_k: int,
                        post_nms_top_k: int, nms_iou: float,
                        min_size: float, image_size: tuple[int, int],
-                       weights: Sequence[float], backend: str
+                       weights: Sequence[float], backend: str,
+                       approx_recall: float | None = None
                        ) -> tuple[jax.Array, jax.Array]:
     """Proposals from the RPN outputs (gradients stopped).
 
@@ -132,6 +140,9 @@ def generate_proposals(logits: Sequence[jax.Array],
       image_size: (height, width) to clip to.
       weights: RPN box coder weights.
       backend: the ops.nms backend.
+      approx_recall: None for the exact per-level top-k; else the recall
+        target of `lax.approx_max_k` (faster on TPU, may miss a few of the
+        true top N_pre).
 
     Returns:
       boxes f32[B, P, 4] by descending score, valid bool[B, P].
@@ -141,9 +152,10 @@ def generate_proposals(logits: Sequence[jax.Array],
         _level_candidates(jax.lax.stop_gradient(level_logits),
                           jax.lax.stop_gradient(level_deltas), level_anchors,
                           top_k=top_k, image_size=image_size,
-                          min_size=min_size, weights=weights)
+                          min_size=min_size, weights=weights,
+                          recall=approx_recall)
         for level_logits, level_deltas, level_anchors in zip(
-            logits, deltas, anchors)]
+            logits, deltas, anchors, strict=True)]
     boxes = jnp.stack([b for b, _ in per_level], axis=1)  # [B, L, N_pre, 4]
     scores = jnp.stack([s for _, s in per_level], axis=1)  # [B, L, N_pre]
     kept, _ = nms(boxes, scores, max_output_size=post_nms_top_k,

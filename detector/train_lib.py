@@ -22,9 +22,12 @@
 - Every `log_every` steps: clu metric writers (TensorBoard + log) and one JSON
   line in `<workdir>/metrics.jsonl` (see train_metrics.py).
 - Checkpoints (orbax) every `checkpoint_every` steps and at the end. A
-  restarted run resumes from the latest checkpoint: same step, params,
-  optimizer state, and data position (the pipeline derives the batch of step
-  s from (seed, s), so it restarts exactly where the run stopped).
+  restarted run resumes from the newest intact checkpoint (checkpoint.py
+  verifies each): same step, params, optimizer state, and data position (the
+  pipeline derives the batch of step s from (seed, s), so it restarts exactly
+  where the checkpoint left off); metrics lines of later steps are dropped.
+- The config's counts and sizes are validated before anything is written;
+  a start that fails leaves no new (empty) workdir or checkpoints folder.
 """
 
 import dataclasses
@@ -42,8 +45,9 @@ from jax.sharding import Mesh
 
 from detector import checkpoint, determinism
 from detector import config as config_lib
-from detector import (eval_lib, multihost, optimizer, sharding,
-                      train_metrics)
+from detector import eval_lib
+from detector import model as model_lib
+from detector import multihost, optimizer, sharding, train_metrics
 from detector import train_state as state_lib
 from detector import train_step as step_lib
 from detector.data import pipeline
@@ -97,23 +101,53 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     eval_every steps) and returns {}.
     """
     multihost.check_same_config(config)
+    config_lib.validate(config)  # before anything is written
+    model_lib.validate_config(config)
     mesh = sharding.make_mesh()
     sharding.check_divisible("train.batch_size", config.train.batch_size,
                              mesh)
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
+    created = _new_folders(workdir, "checkpoints")
     workdir = prepare_workdir(workdir)
     logging.info("Data parallel over %d %s devices in %d process(es); "
                  "batch %d per step", mesh.size, jax.default_backend(),
                  jax.process_count(), config.train.batch_size)
-    pipeline.prepare(config)
-    tx, schedule = optimizer.make_optimizer(config.train)
-    ckpt = checkpoint.Checkpointer(workdir / "checkpoints",
-                                   max_to_keep=config.train.keep_checkpoints)
     try:
-        return _train(config, workdir, mesh, ckpt, tx, schedule,
-                      strict=strict_device, evaluate=evaluate)
-    finally:
-        ckpt.close()  # after the in-flight saves, also when a step failed
+        pipeline.prepare(config)
+        tx, schedule = optimizer.make_optimizer(config)
+        ckpt = checkpoint.Checkpointer(
+            workdir / "checkpoints", max_to_keep=config.train.keep_checkpoints)
+        try:
+            return _train(config, workdir, mesh, ckpt, tx, schedule,
+                          strict=strict_device, evaluate=evaluate)
+        finally:
+            ckpt.close()  # after the in-flight saves, also when a step failed
+    except BaseException:
+        _remove_if_empty(created)  # a failed start leaves no empty folders
+        raise
+
+
+def _new_folders(workdir: str | pathlib.Path,
+                 child: str) -> list[pathlib.Path]:
+    """The folders of `workdir / child` (and up) that do not exist yet,
+    innermost first."""
+    path = (pathlib.Path(workdir).expanduser() / child).absolute()
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_if_empty(folders: list[pathlib.Path]) -> None:
+    """Removes each folder that is (now) empty, innermost first (process 0)."""
+    if jax.process_index() != 0:
+        return
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or already gone): keep it and parents
+            return
 
 
 def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path,
@@ -122,9 +156,12 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path,
            strict: bool, evaluate: bool) -> dict:
     """Restores, compiles and audits, then trains and evaluates."""
     # The data first: a missing dataset fails before the model is built.
-    start_step = ckpt.latest_step() or 0
-    batches = pipeline.train_batches(config, start_step=start_step)
+    latest = ckpt.latest_step() or 0
+    batches = pipeline.train_batches(config, start_step=latest)
     graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
+    start_step = int(jax.device_get(state.step))
+    if start_step != latest:  # damaged checkpoints were skipped
+        batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params,
                                             state.rest)
     # Predict first: it compiles faster, so a strict run fails sooner.
@@ -136,12 +173,13 @@ def _train(config: ml_collections.ConfigDict, workdir: pathlib.Path,
     batch = sharding.put_batch(next(batches), mesh)
     step_fn, findings = host_audit.compile_audited(
         step_lib.make_train_step(graphdef, tx, schedule, mesh), state, batch,
-        key, program="train_step", strict=strict)
+        key, program="train_step", strict=strict,
+        advice=config_lib.host_nms_advice)
     save_config(workdir, config)  # the restore and the audits passed
     run.log = train_metrics.MetricsLog(
         workdir, backend=config_lib.nms_backend_name(config),
         host_roundtrips=len(findings), images_per_step=config.train.batch_size,
-        deterministic=determinism.enabled())
+        deterministic=determinism.enabled(), resume_step=start_step)
     try:
         state = _loop(run, step_fn, state, batch, batches, key, start_step)
         ckpt.wait()
@@ -162,16 +200,19 @@ def _loop(run: _Run, step_fn: jax.stages.Compiled,
         every_steps=train.log_every)
     with host_audit.device_only_transfers():
         for step in range(start_step + 1, train.num_steps + 1):
+            waited = time.perf_counter()
             if step > start_step + 1:
                 batch = sharding.put_batch(next(batches), run.mesh)
             started = time.perf_counter()
+            run.log.add_data_wait(started - waited)
             state, metrics = step_fn(state, batch, key)
             jax.block_until_ready(metrics)
             run.log.add_step_time(time.perf_counter() - started)
             finite = metrics.pop(step_lib.STATE_FINITE)
             # Before this step's state can reach a checkpoint.
             run.log.check_finite(step, *jax.device_get(
-                (metrics["total"], metrics["grad_norm"], finite)))
+                (metrics["total"], metrics["grad_norm"], finite)),
+                last_checkpoint=run.ckpt.latest_step())
             if step % train.log_every == 0 or step == train.num_steps:
                 run.log.write(step, jax.device_get(metrics))
             progress(step)

@@ -18,7 +18,7 @@ from flax import nnx, serialization
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from detector import checkpoint, sharding
+from detector import checkpoint, sharding, warm_start
 from detector import model as model_lib
 
 
@@ -102,16 +102,26 @@ def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
                     ckpt: checkpoint.Checkpointer,
                     tx: optax.GradientTransformation
                     ) -> tuple[nnx.GraphDef, TrainState]:
-    """(graphdef, state): the latest checkpoint if any, else a fresh model."""
+    """(graphdef, state): the newest intact checkpoint, else a fresh model
+    (warm-started from model.backbone_init or model.init_checkpoint).
+
+    Raises:
+      ValueError: the checkpoints were written by a different config, or
+        every one is damaged.
+    """
     graphdef, params, rest = create_model(config, config.seed)
+    if ckpt.latest_step() is None:  # a resumed run keeps its own weights
+        params, rest = warm_start.apply(config, params, rest)
     state = sharding.replicate(init_state(params, rest, tx), mesh)
-    step = ckpt.latest_step()
-    if step is None:
-        return graphdef, state
     replicated = NamedSharding(mesh, P())
     abstract = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
         to_tree(state))
-    state = from_tree(state, ckpt.restore(abstract, step))
+    # The newest intact checkpoint: damaged ones are logged and skipped.
+    restored = ckpt.restore_latest(abstract)
+    if restored is None:
+        return graphdef, state
+    step, tree = restored
+    state = from_tree(state, tree)
     logging.info("Resumed from %s/%d", ckpt.directory, step)
     return graphdef, state

@@ -61,7 +61,7 @@ def draw_predictions(drawn: list[tuple[dict, dict]],
         return
     fig, axes = plt.subplots(1, len(items), figsize=(4 * len(items), 4),
                              squeeze=False)
-    for ax, (batch, outputs, i) in zip(axes[0], items):
+    for ax, (batch, outputs, i) in zip(axes[0], items, strict=True):
         _draw_one(ax, _input_image(batch, i, config), outputs, i,
                   class_names, score_threshold)
     fig.suptitle(f"predictions (score >= {score_threshold})")

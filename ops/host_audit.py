@@ -22,7 +22,7 @@ op name from its metadata.
 import contextlib
 import dataclasses
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -50,6 +50,10 @@ class HostRoundTrip:
 
 class HostRoundTripError(RuntimeError):
     """A program meant to stay on the device goes through the host."""
+
+
+# What the caller suggests doing about a finding ('' for nothing).
+Advice = Callable[[HostRoundTrip], str]
 
 
 _TRANSFORM_WRAPPER = re.compile(r"^(?:jvp|transpose|vmap|pjit|jit|remat|"
@@ -103,7 +107,7 @@ def audit_hlo_text(hlo_text: str) -> list[HostRoundTrip]:
 
 
 def audit_compiled(compiled: jax.stages.Compiled) -> list[HostRoundTrip]:
-    """Host round-trips in a compiled program (`jitted.lower(...).compile()`)."""
+    """Host round-trips in a compiled program (from `lower(...).compile()`)."""
     return audit_hlo_text(compiled.as_text())
 
 
@@ -114,9 +118,11 @@ def audit(jitted: jax.stages.Wrapped, *args: Any,
 
 
 def compile_audited(jitted: jax.stages.Wrapped, *args: Any, program: str,
-                    strict: bool = False
+                    strict: bool = False, advice: Advice | None = None
                     ) -> tuple[jax.stages.Compiled, list[HostRoundTrip]]:
     """Compiles `jitted` once, logs its host round-trips op by op.
+
+    `advice` is passed on to `require_device_only` when `strict`.
 
     Returns:
       (compiled, findings): call `compiled` instead of `jitted` afterwards.
@@ -128,7 +134,7 @@ def compile_audited(jitted: jax.stages.Wrapped, *args: Any, program: str,
     findings = audit_compiled(compiled)
     logging.info("%s", describe(findings, program))
     if strict:
-        require_device_only(findings, program)
+        require_device_only(findings, program, advice)
     return compiled, findings
 
 
@@ -141,16 +147,20 @@ def describe(findings: list[HostRoundTrip], program: str) -> str:
     return "\n".join(lines)
 
 
-def require_device_only(findings: list[HostRoundTrip], program: str) -> None:
-    """Raises HostRoundTripError naming the first offending op."""
+def require_device_only(findings: list[HostRoundTrip], program: str,
+                        advice: Advice | None = None) -> None:
+    """Raises HostRoundTripError naming the first offending op.
+
+    `advice(first finding)` may add what the user can do about it, in
+    parentheses at the end of the message ('' adds nothing).
+    """
     if findings:
         first = findings[0]
         others = (f" (and {len(findings) - 1} more)" if len(findings) > 1
                   else "")
-        hint = (" (the NMS backend 'cpu' runs on the host; use --nms=pallas "
-                "or --nms=while_loop)" if "nms" in first.op_name else "")
-        raise HostRoundTripError(
-            f"{program} is not device-only: {first}{others}{hint}")
+        hint = advice(first) if advice else ""
+        raise HostRoundTripError(f"{program} is not device-only: {first}"
+                                 f"{others}{f' ({hint})' if hint else ''}")
 
 
 @contextlib.contextmanager

@@ -5,7 +5,13 @@ crops) lives in one array f32[B, X, F]: map after map, each row-major. An ROI
 names its map by an offset and a height and width, so every ROI of every
 level is pooled by one gather; nothing depends on data-dependent shapes and
 the same program runs on TPU, GPU and CPU. Gradients w.r.t. the features are
-the scatter-add transpose of that gather.
+the scatter-add transpose of that gather, accumulated in float32.
+
+Two implementations pool the gathered taps (IMPLEMENTATIONS, chosen per
+platform by 'auto'): 'gather' takes each bin's s x s x 4 taps and sums them
+with their weights; 'matmul' gathers each roi's (2 s Q) x (2 s Q) tap grid
+and interpolates with one bilinear-weight matrix per axis (two batched
+matmuls), as TPU implementations do.
 
 Sampling follows ROIAlign with the aligned (half-pixel) convention: pixel i
 covers [i, i + 1) and its centre is i + 0.5; each of the Q x Q bins averages
@@ -14,10 +20,12 @@ than one pixel outside the map reads 0 and one up to a pixel outside reads
 the border.
 
 Shapes: B batch, R rois per image, X pixels of all maps together, F channels,
-Q output (pool) size, s sampling ratio, L pyramid levels.
+Q output (pool) size, s sampling ratio, L pyramid levels, T = 2 s Q taps
+per axis (matmul).
 """
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -107,9 +115,125 @@ def _bilinear_taps(coord: jax.Array,
     return index, weight
 
 
+@jax.custom_vjp
+def take_rows(features: jax.Array, index: jax.Array) -> jax.Array:
+    """features [B, X, F] at index int32[B, N] -> [B, N, F] (clipped).
+
+    The gradient scatter-adds in float32 whatever the features' dtype, then
+    casts: bfloat16 accumulation loses the small contributions of many rois
+    to one pixel, and a bfloat16 scatter-add is emulated on GPUs.
+    """
+    return jax.vmap(lambda f, i: jnp.take(f, i, axis=0, mode="clip"))(
+        features, index)
+
+
+def _take_rows_fwd(features, index):
+    # An empty [X, 0] array carries the features' row count and dtype.
+    carrier = jnp.zeros((features.shape[1], 0), features.dtype)
+    return take_rows(features, index), (index, carrier)
+
+
+def _take_rows_bwd(residual, cotangent):
+    index, carrier = residual
+    rows = carrier.shape[0]
+    index = jnp.clip(index, 0, rows - 1)
+    grad = jax.vmap(lambda i, g: jnp.zeros(
+        (rows, g.shape[-1]), jnp.float32).at[i].add(g.astype(jnp.float32)))(
+            index, cotangent)
+    return grad.astype(carrier.dtype), None
+
+
+take_rows.defvjp(_take_rows_fwd, _take_rows_bwd)
+
+
+def _gather_pool(features, offsets, widths, taps, *, size: int, ratio: int):
+    """Every bin's s x s x 4 taps gathered, then one weighted sum per bin."""
+    (y_index, y_weight), (x_index, x_weight) = taps
+    batch, rois = offsets.shape
+    # Every tap of every sample, ordered [B, R, Q (y), Q (x), then the
+    # s (y) x s (x) samples of the bin and their 2 (y) x 2 (x) corners], so
+    # one contraction over the last axis pools a bin.
+    y_shape = (batch, rois, size, 1, ratio, 1, 2, 1)
+    x_shape = (batch, rois, 1, size, 1, ratio, 1, 2)
+    per_roi = (batch, rois, 1, 1, 1, 1, 1, 1)
+    row_start = (offsets.reshape(per_roi) +
+                 y_index.reshape(y_shape) * widths.reshape(per_roi))
+    flat_index = (row_start + x_index.reshape(x_shape)).reshape(batch, -1)
+    num_taps = ratio * ratio * 4
+    weight = (y_weight.reshape(y_shape) * x_weight.reshape(x_shape) /
+              (ratio * ratio)).reshape(batch, rois, size, size, num_taps)
+    values = take_rows(features, flat_index)
+    values = values.reshape(batch, rois, size, size, num_taps, -1)
+    return jnp.einsum("brpqkc,brpqk->brpqc", values,
+                      weight.astype(values.dtype),
+                      preferred_element_type=jnp.float32)
+
+
+def _axis_kernel(weight: jax.Array, size: int, ratio: int) -> jax.Array:
+    """Bin-by-tap interpolation matrix f32[B, R, Q, T], T = Q * s * 2.
+
+    Row p holds the weights (divided by s) of the 2s taps of bin p's s
+    samples along one axis, zero elsewhere.
+    """
+    batch, rois = weight.shape[:2]
+    per_bin = weight.reshape(batch, rois, size, 1, 2 * ratio) / ratio
+    eye = jnp.eye(size, dtype=weight.dtype)[:, :, None]  # [Q, Q, 1]
+    return (eye * per_bin).reshape(batch, rois, size, size * 2 * ratio)
+
+
+def _matmul_pool(features, offsets, widths, taps, *, size: int, ratio: int):
+    """TPU-style: gather the T x T tap grid, interpolate by two matmuls.
+
+    The grid rows and columns are the 2s taps of every bin along y and x
+    (T = 2 s Q each); the bilinear weights become one [Q, T] matrix per
+    axis and roi, so the interpolation runs on the matrix units.
+    """
+    (y_index, y_weight), (x_index, x_weight) = taps
+    batch, rois = offsets.shape
+    grid = (offsets[..., None, None] +
+            y_index.reshape(batch, rois, -1, 1) * widths[..., None, None] +
+            x_index.reshape(batch, rois, 1, -1))  # [B, R, T, T]
+    values = take_rows(features, grid.reshape(batch, -1))
+    num_taps = grid.shape[-1]
+    values = values.reshape(batch, rois, num_taps, num_taps, -1)
+    dtype = values.dtype
+    rows = jnp.einsum("brpi,brijc->brpjc",
+                      _axis_kernel(y_weight, size, ratio).astype(dtype),
+                      values, preferred_element_type=jnp.float32)
+    return jnp.einsum("brqj,brpjc->brpqc",
+                      _axis_kernel(x_weight, size, ratio).astype(dtype),
+                      rows.astype(dtype), preferred_element_type=jnp.float32)
+
+
+# How the taps are pooled: both read the same taps, with the same weights,
+# and differ only in how the weighted sums are laid out for the hardware.
+IMPLEMENTATIONS = {"gather": _gather_pool, "matmul": _matmul_pool}
+# 'auto' per jax.default_backend(). On a 2-core x86 CPU 'gather' pooled
+# the rois of configs/shapes.py:runlocal (forward and backward) in 8.7 ms
+# and 'matmul' in 78 ms (`benchmarks/step_bench.py --parts`, README). GPU
+# and TPU keep 'gather' until the same rows are measured there; platforms
+# not listed use 'gather'.
+AUTO_IMPLEMENTATION = {"cpu": "gather", "gpu": "gather", "tpu": "gather"}
+
+
+def resolve_implementation(name: str) -> str:
+    """The implementation `name` runs: 'auto' resolves per platform.
+
+    Raises:
+      ValueError: one line naming the unknown implementation.
+    """
+    if name == "auto":
+        return AUTO_IMPLEMENTATION.get(jax.default_backend(), "gather")
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"ROIAlign implementation {name!r} is not known; "
+                         f"choose auto or {', '.join(IMPLEMENTATIONS)}")
+    return name
+
+
 def roi_align(features: jax.Array, boxes: jax.Array, offsets: jax.Array,
               heights: jax.Array, widths: jax.Array, *, output_size: int,
-              sampling_ratio: int) -> jax.Array:
+              sampling_ratio: int, implementation: str = "auto"
+              ) -> jax.Array:
     """ROIAlign of every box from its own map inside a flat feature array.
 
     Args:
@@ -120,43 +244,27 @@ def roi_align(features: jax.Array, boxes: jax.Array, offsets: jax.Array,
       heights, widths: int32[B, R] each box's map's extent.
       output_size: Q, the pooled grid is Q x Q.
       sampling_ratio: s >= 1 samples per bin along each axis.
+      implementation: a key of IMPLEMENTATIONS, or 'auto'.
 
     Returns:
       [B, R, Q, Q, F] in the features' dtype.
     """
-    batch, rois = boxes.shape[:2]
+    pool = IMPLEMENTATIONS[resolve_implementation(implementation)]
     size, ratio = output_size, sampling_ratio
     ys = _sample_coords(boxes[..., 1], boxes[..., 3] - boxes[..., 1], size,
                         ratio)
     xs = _sample_coords(boxes[..., 0], boxes[..., 2] - boxes[..., 0], size,
                         ratio)
-    y_index, y_weight = _bilinear_taps(ys, heights)  # [B, R, Q * s, 2]
-    x_index, x_weight = _bilinear_taps(xs, widths)
-    # Every tap of every sample, ordered [B, R, Q (y), Q (x), then the
-    # s (y) x s (x) samples of the bin and their 2 (y) x 2 (x) corners], so
-    # one contraction over the last axis pools a bin.
-    y_shape = (batch, rois, size, 1, ratio, 1, 2, 1)
-    x_shape = (batch, rois, 1, size, 1, ratio, 1, 2)
-    per_roi = (batch, rois, 1, 1, 1, 1, 1, 1)
-    row_start = (offsets.reshape(per_roi) +
-                 y_index.reshape(y_shape) * widths.reshape(per_roi))
-    flat_index = (row_start + x_index.reshape(x_shape)).reshape(batch, -1)
-    taps = ratio * ratio * 4
-    weight = (y_weight.reshape(y_shape) * x_weight.reshape(x_shape) /
-              (ratio * ratio)).reshape(batch, rois, size, size, taps)
-    values = jax.vmap(lambda f, i: jnp.take(f, i, axis=0, mode="clip"))(
-        features, flat_index)
-    values = values.reshape(batch, rois, size, size, taps, -1)
-    pooled = jnp.einsum("brpqkc,brpqk->brpqc", values,
-                        weight.astype(values.dtype),
-                        preferred_element_type=jnp.float32)
+    taps = (_bilinear_taps(ys, heights),  # each [B, R, Q * s, 2]
+            _bilinear_taps(xs, widths))
+    pooled = pool(features, offsets, widths, taps, size=size, ratio=ratio)
     return pooled.astype(features.dtype)
 
 
 def multilevel_roi_align(pyramid: FlatPyramid, boxes: jax.Array, *,
                          output_size: int, sampling_ratio: int,
-                         canonical_size: float,
-                         canonical_level: int) -> jax.Array:
+                         canonical_size: float, canonical_level: int,
+                         implementation: str = "auto") -> jax.Array:
     """ROIAlign of boxes in input pixels, each from its FPN level.
 
     Args:
@@ -164,6 +272,7 @@ def multilevel_roi_align(pyramid: FlatPyramid, boxes: jax.Array, *,
       boxes: f32[B, R, 4] in input pixels.
       output_size, sampling_ratio: as in roi_align.
       canonical_size, canonical_level: the level rule (see roi_levels).
+      implementation: as in roi_align.
 
     Returns:
       [B, R, Q, Q, F] in the features' dtype.
@@ -179,4 +288,5 @@ def multilevel_roi_align(pyramid: FlatPyramid, boxes: jax.Array, *,
     return roi_align(pyramid.features, boxes * scale,
                      jnp.asarray(offsets)[rel], jnp.asarray(shapes[:, 0])[rel],
                      jnp.asarray(shapes[:, 1])[rel], output_size=output_size,
-                     sampling_ratio=sampling_ratio)
+                     sampling_ratio=sampling_ratio,
+                     implementation=implementation)

@@ -13,6 +13,8 @@ import pytest
 for _module in ("tensorflow", "pycocotools", "clu"):
     pytest.importorskip(_module)
 
+from tests.helpers import checkpoint_faults
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -35,10 +37,11 @@ def _error_line(result: subprocess.CompletedProcess) -> str:
 
 @pytest.mark.parametrize("args,message", [
     (["--config.model.fpn_chanels=128"],
-     "error: --config.model.fpn_chanels=128: 'fpn_chanels' is not a config "
-     "field; did you mean 'fpn_channels'?"),
+     "error: --config.model.fpn_chanels=128: "
+     "'fpn_chanels' is not a config field; did you mean 'fpn_channels'?"),
     (["--config.train.num_steps=many"],
-     "error: flag --config.train.num_steps=many: invalid literal for int()"),
+     "error: flag --config.train.num_steps=many: "
+     "invalid literal for int()"),
     (["--bogus=1"], "error: Unknown command line flag 'bogus'"),
     (["--nms=gpu"], "error: flag --nms=gpu: value should be one of "
      "<auto|cpu|while_loop|pallas>"),
@@ -46,11 +49,29 @@ def _error_line(result: subprocess.CompletedProcess) -> str:
      "error: --config: [Errno 2] No such file or directory: "
      "'configs/missing.py'"),
     (["--config=configs/shapes.py:huge"],
-     "error: ValueError: configs/shapes.py: unknown variant 'huge'; known: "
+     "error: ValueError: configs/shapes.py: "
+     "unknown variant 'huge'; known: "
      "runlocal"),
 ])
 def test_train_bad_flags_and_config(args, message):
     assert _error_line(_run("train.py", *args)).startswith(message)
+
+
+@pytest.mark.parametrize("script", ["train.py", "eval.py"])
+def test_unknown_field_with_explicit_config(script, tmp_path):
+    line = _error_line(_run(script, f"--workdir={tmp_path}",
+                            "--config=configs/shapes.py:runlocal",
+                            "--config.train.num_stepz=3"))
+    assert line == ("error: --config.train.num_stepz=3: 'num_stepz' is not "
+                    "a config field; did you mean 'num_steps'?")
+
+
+def test_train_zero_log_every_writes_nothing(tmp_path):
+    line = _error_line(_run("train.py", "--config=configs/shapes.py:runlocal",
+                            f"--workdir={tmp_path}/run",
+                            "--config.train.log_every=0"))
+    assert line.startswith("error: config.train.log_every=0: must be >= 1")
+    assert not (tmp_path / "run").exists()
 
 
 def test_train_unwritable_workdir(tmp_path):
@@ -78,6 +99,7 @@ def test_train_missing_dataset(tmp_path):
         f"--config.data.root={tmp_path}/coco"))
     assert line.startswith(f"error: {tmp_path}/coco")
     assert "does not exist" in line
+    assert not (tmp_path / "run").exists()  # not even an empty checkpoints/
 
 
 def test_eval_without_checkpoint_or_config(tmp_path):
@@ -89,6 +111,10 @@ def test_eval_without_checkpoint_or_config(tmp_path):
     assert line.startswith(f"error: {tmp_path}/checkpoints: no checkpoint "
                            "to evaluate")
     assert not (tmp_path / "checkpoints").exists()  # eval only reads
+    line = _error_line(_run("eval.py", f"--workdir={tmp_path}",
+                            "--config=configs/shapes.py:runlocal",
+                            "--max_images=-5"))
+    assert line == "error: --max_images=-5: must be >= 0 (0: the whole split)"
 
 
 _TWO_DEVICES = {**os.environ,
@@ -141,3 +167,8 @@ def test_train_on_two_devices_then_strict_rerun_writes_nothing(tmp_path):
     assert (tmp_path / "run" / "config.json").read_text() == saved
     assert len((tmp_path / "run" / "metrics.jsonl").read_text()
                .splitlines()) == 2
+    # Its only checkpoint, damaged, is one line from eval.py.
+    checkpoint_faults.remove_metadata(tmp_path / "run" / "checkpoints", 2)
+    line = _error_line(_run("eval.py", f"--workdir={tmp_path}/run"))
+    assert line == (f"error: {tmp_path}/run/checkpoints: no intact "
+                    "checkpoint; damaged: 2 (default/_METADATA is missing)")

@@ -250,6 +250,9 @@ class CocoFolder:
         self.category_ids: list[int] = categories
         images = sorted(dataset["images"], key=lambda im: im["id"])
         begin, end = slice_bounds(split, len(images))
+        if begin == end:
+            raise ValueError(f"{self.annotation_file}: split {split!r} "
+                             f"selects no images (of {len(images)})")
         images = images[begin:end]
         if max_images > 0:
             images = images[:max_images]
@@ -403,14 +406,27 @@ class CocoFolder:
                 for segmentation in segmentations]
         return np.ascontiguousarray(mask_utils.decode(rles).transpose(2, 0, 1))
 
-    def _record_errors(self, load, index: int):
-        """Runs load(index), keeping its first error for the pipeline."""
+    def _record_errors(self, load, index: int, stand_in):
+        """Runs load(index), keeping its first error for the pipeline.
+
+        On an error it returns stand_in(index) (a blank image of the same
+        size, no instances) instead of raising: an error raised inside
+        tf.data would be logged by TensorFlow with its traceback, before
+        the pipeline re-raises this one (one line naming the file).
+        """
         try:
             return load(index)
         except Exception as e:  # re-raised as is by the pipeline
             with self._lock:
                 self.error = self.error or e
-            raise
+            return stand_in(index)
+
+    def _blank_image(self, index: int) -> np.ndarray:
+        info = self.images[index]
+        return np.zeros((info["height"], info["width"], 3), np.uint8)
+
+    def _image_id(self, index: int) -> np.int64:
+        return np.int64(self.images[index]["id"])
 
     def _decoded(self, index: int) -> tuple[np.ndarray, np.ndarray]:
         """(image, masks) of `index`, from the cache when enabled."""
@@ -430,8 +446,15 @@ class CocoFolder:
             image, masks = self._decoded(i)
             targets = self._targets[i]
             return (image, targets.boxes, targets.classes, masks,
-                    np.int64(self.images[i]["id"]))
-        return self._record_errors(load, int(index))
+                    self._image_id(i))
+
+        def blank(i):
+            image = self._blank_image(i)
+            return (image, np.zeros((0, 4), np.float32),
+                    np.zeros((0,), np.int32),
+                    np.zeros((0, *image.shape[:2]), np.uint8),
+                    self._image_id(i))
+        return self._record_errors(load, int(index), blank)
 
     def load_image(self, index: np.int64) -> tuple[np.ndarray, np.ndarray]:
         """(image, image_id) of image `index`, for evaluation."""
@@ -440,5 +463,6 @@ class CocoFolder:
                 image = self._decoded(i)[0]
             else:
                 image = self._decode_image(i)
-            return image, np.int64(self.images[i]["id"])
-        return self._record_errors(load, int(index))
+            return image, self._image_id(i)
+        return self._record_errors(load, int(index), lambda i: (
+            self._blank_image(i), self._image_id(i)))

@@ -32,9 +32,6 @@ class CocoJsonSource:
         self.prepare(config)
         self.folder = coco.CocoFolder(data.root, split, data.num_classes,
                                       max_images, cache=data.cache)
-        if not self.folder.images:
-            raise ValueError(f"{self.folder.annotation_file}: split "
-                             f"{split!r} selects no images")
         self.num_classes = data.num_classes
         self.has_masks = self.folder.has_masks
         self.category_ids = list(self.folder.category_ids)

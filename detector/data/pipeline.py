@@ -110,11 +110,11 @@ def _options() -> tf.data.Options:
 class _NumpyBatches:
     """Iterates a dataset as numpy; loader errors surface as raised.
 
-    TensorFlow wraps Python errors raised inside tf.data in its own; a
-    source's loader keeps the original (one line, naming the file) and it is
-    raised here instead. Iterators still open at interpreter exit are closed
-    first: a tf.data iterator whose threads call back into Python would
-    otherwise hang the exit.
+    A source's loader that fails keeps its error (one line, naming the file)
+    and hands tf.data a stand-in, so TensorFlow neither wraps nor logs it;
+    the error is raised here with the next batch. Iterators still open at
+    interpreter exit are closed first: a tf.data iterator whose threads call
+    back into Python would otherwise hang the exit.
     """
 
     _open: "weakref.WeakSet[_NumpyBatches]" = weakref.WeakSet()
@@ -131,7 +131,10 @@ class _NumpyBatches:
         if self._iterator is None:
             raise StopIteration
         try:
-            return next(self._iterator)
+            batch = next(self._iterator)
+            failure = self._source.take_error()
+            if failure is None:
+                return batch
         except StopIteration:
             self.close()
             raise

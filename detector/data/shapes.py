@@ -142,7 +142,7 @@ def render_image(rng: np.random.Generator,
             # A shape too small to cover a pixel centre is placed again.
             if mask.any() and all(
                     np.count_nonzero(r) >= MIN_VISIBLE_FRACTION * area
-                    for r, area in zip(remaining, full_areas)):
+                    for r, area in zip(remaining, full_areas, strict=True)):
                 break
         else:
             continue  # no placement keeps the others visible: drop it
@@ -153,7 +153,7 @@ def render_image(rng: np.random.Generator,
         full_areas.append(np.count_nonzero(mask))
         categories.append(category)
     pixels = np.clip(np.rint(image), 0, 255).astype(np.uint8)
-    return pixels, list(zip(categories, visible))
+    return pixels, list(zip(categories, visible, strict=True))
 
 
 def _annotation(mask: np.ndarray, category: int, annotation_id: int,
@@ -271,7 +271,7 @@ def write_dataset(out_dir: str, num_train: int, num_val: int,
     """Writes the train and val splits under `out_dir`."""
     for split in SPLITS:  # refuse before writing anything
         check_can_write(out_dir, split)
-    for split, count in zip(SPLITS, (num_train, num_val)):
+    for split, count in zip(SPLITS, (num_train, num_val), strict=True):
         write_split(out_dir, split, count, image_size, seed)
 
 

@@ -157,7 +157,7 @@ def tfds_ground_truth(examples: Iterable[Mapping[str, Any]],
             annotations.append(annotation)
     log.summarize()
     categories = [{"id": cid, "name": str(name)}
-                  for cid, name in zip(category_ids, label_names)]
+                  for cid, name in zip(category_ids, label_names, strict=True)]
     return ({"images": images, "annotations": annotations,
              "categories": categories}, [im["id"] for im in images])
 

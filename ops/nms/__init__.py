@@ -24,6 +24,7 @@ import numbers
 import jax
 import jax.numpy as jnp
 from jax import lax
+from jax.typing import ArrayLike
 
 from ops.nms import cpu, pallas, topk, while_loop
 
@@ -36,27 +37,31 @@ BACKENDS = ("auto",) + tuple(_IMPLEMENTATIONS)
 # Not NMS: top-K with no suppression, to measure what NMS costs in a step.
 BASELINES = {"topk": topk.nms}
 
-# 'auto' per platform, from benchmarks/nms_bench.py and step_bench.py
-# (README, "Results"):
-# - cpu: pallas. On a 2-core x86 CPU (interpret mode), median ms, pallas vs
-#   while_loop: W1 0.417 vs 0.864, W2 (6000 boxes) 1.47 vs 34.1, W3 6.85 vs
-#   41.2, W4 (class-aware) 0.988 vs 13.6; in the shapes train step 212 ms vs
-#   220 ms (cpu offload 293 ms).
-# - tpu: pallas; the TPU v5e reference in DESIGN.md §8 measured the Pallas
-#   kernel at 0.139 ms against 0.416 ms for the jitted while_loop (1024
-#   boxes, 128 kept, IoU 0.1).
-# - cuda: while_loop until the Triton kernel is timed on a GPU: it is
-#   lowered for CUDA and checked in interpret mode in CI, but no GPU number
-#   exists yet to justify it as the default.
+# 'auto' per platform. The measurements behind each pick are in
+# benchmarks/README.md ("NMS operator", "Train step per backend") and
+# benchmarks/results/: pallas is the fastest on CPU (interpret mode) at
+# every workload and in the train step, and on TPU; CUDA keeps while_loop
+# until the Triton kernel has been timed on a GPU.
 AUTO_BACKEND = {"cpu": "pallas", "tpu": "pallas", "cuda": "while_loop"}
+
+
+def check_backend(backend: str, *, name: str = "backend",
+                  baselines: bool = True) -> None:
+    """Raises ValueError naming `name` unless `backend` is a known backend.
+
+    The one check of a backend name (the API, the config and --nms all use
+    it); `baselines` also admits BASELINES.
+    """
+    if backend in BACKENDS or (baselines and backend in BASELINES):
+        return
+    raise ValueError(f"{name}={backend!r} is not a known NMS backend; "
+                     f"known backends: {', '.join(BACKENDS)}")
 
 
 def _check_inputs(boxes, scores, classes, max_output_size, iou_threshold,
                   score_threshold, backend):
     """Raises ValueError naming the argument for every malformed input."""
-    if backend not in BACKENDS and backend not in BASELINES:
-        raise ValueError(f"backend={backend!r} is not a known NMS backend; "
-                         f"known backends: {', '.join(BACKENDS)}")
+    check_backend(backend)
     if not jnp.issubdtype(boxes.dtype, jnp.floating):
         raise ValueError(f"boxes must be floating point, got dtype "
                          f"{boxes.dtype} with shape {boxes.shape}")
@@ -128,7 +133,7 @@ def _batched_call(backend: str, has_classes: bool, **params):
             x = x if batched else jnp.broadcast_to(x, (axis_size,) + x.shape)
             return x.reshape((-1,) + x.shape[2:])
         args = [fold(x, b) for x, b in zip((boxes, scores, classes),
-                                           in_batched)]
+                                           in_batched, strict=True)]
         indices, num_valid = call(*args)
         batch = boxes.shape[1] if in_batched[0] else boxes.shape[0]
         return ((indices.reshape(axis_size, batch, -1),
@@ -137,10 +142,26 @@ def _batched_call(backend: str, has_classes: bool, **params):
     return call
 
 
-def nms(boxes, scores, *, max_output_size: int, iou_threshold: float,
-        score_threshold: float | None = None, classes=None,
+def nms(boxes: ArrayLike, scores: ArrayLike, *, max_output_size: int,
+        iou_threshold: float, score_threshold: float | None = None,
+        classes: ArrayLike | None = None,
         backend: str = "auto") -> tuple[jax.Array, jax.Array]:
-    """Greedy non-maximum suppression; see the module docstring."""
+    """Greedy non-maximum suppression; see the module docstring.
+
+    Args:
+      boxes: f32[..., N, 4] as (x1, y1, x2, y2).
+      scores: f32[..., N].
+      max_output_size: K, the most boxes kept per image.
+      iou_threshold: a box is suppressed when its IoU with a kept box of
+        the same class exceeds this, in [0, 1].
+      score_threshold: scores <= this are never selected (None: no bound).
+      classes: optional int[..., N]; a box then only suppresses its class.
+      backend: a name of BACKENDS (or BASELINES).
+
+    Returns:
+      indices int32[..., K] in selection order, padded with -1, and
+      num_valid int32[...].
+    """
     boxes = jnp.asarray(boxes)
     scores = jnp.asarray(scores)
     classes = None if classes is None else jnp.asarray(classes)

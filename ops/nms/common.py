@@ -5,9 +5,29 @@ The arithmetic mirrors ops/nms/reference.py operation for operation, so the
 backends round exactly like the numpy specification.
 """
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+from ops.nms import reference
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockSizes:
+    """Block sizes of the tiled Pallas NMS kernels on one platform.
+
+    Attributes:
+      tile: boxes per tile of the walk over the sorted boxes (the kernels
+        build tile x tile suppression blocks).
+      kept_chunk: kept boxes read per step of the scan of the kept buffer.
+      num_warps: Triton warps per program (GPU only; None elsewhere).
+    """
+
+    tile: int
+    kept_chunk: int
+    num_warps: int | None = None
 
 
 def nonneg_product(a: jax.Array, b: jax.Array) -> jax.Array:
@@ -18,6 +38,16 @@ def nonneg_product(a: jax.Array, b: jax.Array) -> jax.Array:
 def box_areas(x1, y1, x2, y2):
     """Areas from coordinates; inverted boxes have zero area."""
     return nonneg_product(jnp.maximum(x2 - x1, 0.0), jnp.maximum(y2 - y1, 0.0))
+
+
+def box_fields(boxes: jax.Array) -> tuple[jax.Array, ...]:
+    """(x1, y1, x2, y2, area) of f32[..., 4] boxes, each f32[...].
+
+    The operand form of `overlap_exceeds`; the Pallas kernels read the same
+    five fields stacked as rows.
+    """
+    x1, y1, x2, y2 = (boxes[..., i] for i in range(4))
+    return x1, y1, x2, y2, box_areas(x1, y1, x2, y2)
 
 
 def overlap_exceeds(a, b, iou_threshold: float) -> jax.Array:
@@ -63,9 +93,7 @@ def candidate_order(boxes: jax.Array, scores: jax.Array,
       index; non-candidates after them) and is_candidate bool[B, N] in
       that order.
     """
-    valid = ~jnp.isnan(scores) & jnp.all(jnp.isfinite(boxes), axis=-1)
-    if score_threshold is not None:
-        valid &= scores > jnp.float32(score_threshold)
+    valid = reference.is_candidate(boxes, scores, score_threshold, xp=jnp)
     index = lax.broadcasted_iota(jnp.int32, scores.shape, scores.ndim - 1)
     _, order = lax.sort((_descending_key(scores, valid), index),
                         dimension=scores.ndim - 1, num_keys=1, is_stable=True)

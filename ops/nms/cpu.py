@@ -1,4 +1,4 @@
-"""Host-offload NMS: the numpy reference run on the host via `jax.pure_callback`.
+"""Host-offload NMS: the numpy reference on the host via `jax.pure_callback`.
 
 This is the baseline most detectors ship: every call is a device -> host ->
 device round-trip, which the host audit (ops/host_audit.py) reports as

@@ -17,19 +17,28 @@ from jax import lax
 
 from ops.nms import common, pallas_gpu, pallas_tpu
 
+# Block sizes per platform. TPU: lane-dense tiles of 128, the kept buffer
+# scanned a tile at a time. GPU: power-of-two blocks small enough that the
+# tile x tile matrices stay in registers with 4 warps. CPU (interpret mode):
+# the fastest setting of a sweep with benchmarks/nms_bench.py (numbers in
+# benchmarks/README.md, "Pallas block sizes on CPU").
+BLOCK_SIZES = {
+    "tpu": common.BlockSizes(tile=128, kept_chunk=128),
+    "gpu": common.BlockSizes(tile=64, kept_chunk=64, num_warps=4),
+    "cpu": common.BlockSizes(tile=32, kept_chunk=64),
+}
+
 
 def _round_up(n: int, multiple: int) -> int:
     return max(multiple, -(-n // multiple) * multiple)
 
 
 def _sorted_inputs(boxes, scores, classes, score_threshold):
-    """Sorts the candidates: (order, fields f32[B, 5, N], classes, candidate)."""
+    """Sorted candidates: (order, fields f32[B, 5, N], classes, candidate)."""
     order, is_candidate = common.candidate_order(boxes, scores,
                                                  score_threshold)
-    sorted_boxes = common.gather_sorted(boxes, order)
-    x1, y1, x2, y2 = (sorted_boxes[..., i] for i in range(4))
-    fields = jnp.stack([x1, y1, x2, y2, common.box_areas(x1, y1, x2, y2)],
-                       axis=1)
+    fields = jnp.stack(
+        common.box_fields(common.gather_sorted(boxes, order)), axis=1)
     sorted_classes = common.gather_sorted(classes, order)
     return order, fields, sorted_classes, is_candidate.astype(jnp.int32)
 
@@ -42,18 +51,17 @@ def _pad_last(x: jax.Array, size: int) -> jax.Array:
 def _keep_mask(fields, classes, candidate, *, platform, **params):
     """keep int32[B, N] from one platform's kernel."""
     n = candidate.shape[-1]
-    tile = {"tpu": pallas_tpu.TILE, "gpu": pallas_gpu.GPU_TILE,
-            "cpu": pallas_gpu.CPU_TILE}[platform]
-    n_pad = _round_up(n, tile)
+    blocks = BLOCK_SIZES[platform]
+    n_pad = _round_up(n, blocks.tile)
     fields, classes, candidate = (_pad_last(x, n_pad)
                                   for x in (fields, classes, candidate))
     if platform == "tpu":
-        keep = pallas_tpu.keep_mask(fields, classes, candidate, **params)
+        keep = pallas_tpu.keep_mask(fields, classes, candidate,
+                                    blocks=blocks, **params)
     else:
-        keep = pallas_gpu.keep_mask(
-            fields, classes, candidate, tile=tile, platform=platform,
-            kept_chunk={"gpu": pallas_gpu.GPU_KEPT_CHUNK,
-                        "cpu": pallas_gpu.CPU_KEPT_CHUNK}[platform], **params)
+        keep = pallas_gpu.keep_mask(fields, classes, candidate,
+                                    blocks=blocks, platform=platform,
+                                    **params)
     return keep[:, :n]
 
 

@@ -26,17 +26,6 @@ from jax.experimental.pallas import triton as pltr
 
 from ops.nms import common
 
-# Tile sizes (boxes per tile; kept boxes per chunk of the kept-buffer scan).
-# GPU: power-of-two blocks small enough that the tile x tile matrices stay in
-# registers with 4 warps. CPU (interpret mode): the fastest setting of a sweep
-# over tile 16-128 and chunk 64-1024 with benchmarks/nms_bench.py on a 2-core
-# x86 machine (W1-W4: 1.05, 4.1, 14.2, 1.7 ms; tile 128 was 2-5x slower).
-GPU_TILE = 64
-GPU_KEPT_CHUNK = 64
-GPU_NUM_WARPS = 4
-CPU_TILE = 32
-CPU_KEPT_CHUNK = 64
-
 _NUM_FIELDS = 5  # x1, y1, x2, y2, area
 
 
@@ -129,14 +118,15 @@ def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
 
 
 def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
-              *, tile: int, kept_chunk: int, max_output_size: int,
+              *, blocks: common.BlockSizes, max_output_size: int,
               iou_threshold: float, class_aware: bool,
               platform: str) -> jax.Array:
     """Runs the kernel: fields f32[B, 5, N_pad] -> keep int32[B, N_pad].
 
     `platform` is 'gpu' (Triton) or 'cpu' (interpret mode); N_pad must be a
-    multiple of `tile`.
+    multiple of `blocks.tile`.
     """
+    tile, kept_chunk = blocks.tile, blocks.kept_chunk
     batch, _, n_pad = fields.shape
     num_tiles = n_pad // tile
     k_buf = max(max_output_size + tile,
@@ -146,7 +136,10 @@ def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
         max_output_size=max_output_size, iou_threshold=iou_threshold,
         class_aware=class_aware,
         barrier=pltr.debug_barrier if platform == "gpu" else lambda: None)
-    image = lambda b: (b, 0)
+
+    def image(b):
+        return b, 0
+
     fields_spec = pl.BlockSpec((None, _NUM_FIELDS, n_pad), lambda b: (b, 0, 0))
     vector_spec = pl.BlockSpec((None, n_pad), image)
     keep, _, _ = pl.pallas_call(
@@ -164,7 +157,7 @@ def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
             jax.ShapeDtypeStruct((batch, k_buf), jnp.int32),
         ],
         interpret=platform == "cpu",
-        compiler_params=(pltr.CompilerParams(num_warps=GPU_NUM_WARPS)
+        compiler_params=(pltr.CompilerParams(num_warps=blocks.num_warps)
                          if platform == "gpu" else None),
         name="nms_tiled",
     )(fields, classes, candidate)

@@ -2,18 +2,22 @@
 
 Grid (batch, tile): the batch axis is parallel (split across cores), the tile
 axis is a sequential ("arbitrary") walk over the score-sorted boxes in
-lane-dense tiles of 128. VMEM scratch holds the kept boxes so far (a compact
-buffer of K + 256 slots) and SMEM the count, so device memory is O(N + K).
+lane-dense tiles (`BlockSizes.tile`, 128: one vreg row). VMEM scratch holds
+the kept boxes so far (a compact buffer of K + 2 tiles of slots) and SMEM the
+count, so device memory is O(N + K).
 
-Per tile, in both layouts the VPU likes (boxes along lanes as rows of a
-(8, 128) block, and along sublanes as columns of a (128, 8) block):
-1. test the tile against the kept buffer, 128 kept boxes at a time;
-2. resolve the tile against itself by the fixed-point iteration of
+Per tile, in both layouts the VPU likes (boxes along lanes as rows of an
+(8, tile) block, and along sublanes as columns of a (tile, 8) block):
+1. load the tile, in both layouts;
+2. test it against the kept buffer, one tile of kept boxes at a time
+   (`suppressed_by_kept`);
+3. resolve the tile against itself by the fixed-point iteration of
    ops/nms/pallas_gpu.py, alternating row and column form so no transpose is
-   needed (each half-step is one pass of the iteration);
-3. append the tile's kept boxes to the buffer with a one-hot compaction that
-   also rotates them to their lane, so the store is two aligned blocks;
-4. once K boxes are kept, later tiles only write zeros.
+   needed (each half-step is one pass of the iteration; `resolve_tile`);
+4. append the tile's kept boxes to the buffer with a one-hot compaction that
+   also rotates them to their lane, so the store is two aligned blocks
+   (`append_kept`);
+once K boxes are kept, later tiles only write zeros (`clear_tile`).
 """
 
 import functools
@@ -26,59 +30,55 @@ from jax.experimental.pallas import tpu as pltpu
 
 from ops.nms import common
 
-TILE = 128
 _NUM_FIELDS = 5  # x1, y1, x2, y2, area; row 5 is the candidate flag
 
 
 def _kernel(rows_ref, cols_ref, class_row_ref, class_col_ref, keep_ref,
-            kept_ref, kept_class_ref, count_ref, *, max_output_size,
+            kept_ref, kept_class_ref, count_ref, *, tile, max_output_size,
             iou_threshold, class_aware):
-    """One (image, tile) grid step; see the module docstring."""
-    sub = lax.broadcasted_iota(jnp.int32, (TILE, TILE), 0)
-    lane = lax.broadcasted_iota(jnp.int32, (TILE, TILE), 1)
-    lane_row = lax.broadcasted_iota(jnp.int32, (1, TILE), 1)
+    """One (image, tile) grid step; see the module docstring.
 
-    @pl.when(pl.program_id(1) == 0)
-    def _():
-        count_ref[0] = 0
+    Refs: rows f32[8, tile] (fields as rows, then the candidate flag), cols
+    f32[tile, 8] (the same as columns), classes i32[1, tile] and
+    i32[tile, 1]; output keep i32[1, tile]; scratch: the kept buffer
+    f32[8, K_buf] and i32[1, K_buf], and the kept count in SMEM.
+    """
+    sub = lax.broadcasted_iota(jnp.int32, (tile, tile), 0)
+    lane = lax.broadcasted_iota(jnp.int32, (tile, tile), 1)
+    lane_row = lax.broadcasted_iota(jnp.int32, (1, tile), 1)
 
-    count = count_ref[0]
+    def hits(a_fields, a_class, b_fields, b_class):
+        hit = common.overlap_exceeds(a_fields, b_fields, iou_threshold)
+        return hit & (a_class == b_class) if class_aware else hit
 
-    @pl.when(count >= max_output_size)
-    def _():
-        keep_ref[...] = jnp.zeros((1, TILE), jnp.int32)
+    def load_tile():
+        """The tile's fields and classes, as rows and as columns."""
+        rows = tuple(rows_ref[k:k + 1, :] for k in range(_NUM_FIELDS))
+        cols = tuple(cols_ref[:, k:k + 1] for k in range(_NUM_FIELDS))
+        return rows, cols, class_row_ref[...], class_col_ref[...]
 
-    @pl.when(count < max_output_size)
-    def _():
-        row_fields = tuple(rows_ref[k:k + 1, :] for k in range(_NUM_FIELDS))
-        col_fields = tuple(cols_ref[:, k:k + 1] for k in range(_NUM_FIELDS))
-        class_row = class_row_ref[...]
-        class_col = class_col_ref[...]
-
-        def hits(a_fields, a_class, b_fields, b_class):
-            hit = common.overlap_exceeds(a_fields, b_fields, iou_threshold)
-            return hit & (a_class == b_class) if class_aware else hit
-
-        # 1. Against the kept buffer: column result, one entry per tile box.
+    def suppressed_by_kept(col_fields, class_col, count):
+        """f32[tile, 1]: 1 where a kept box suppresses the tile's box."""
         def chunk(c, suppressed):
-            start = pl.multiple_of(c * TILE, TILE)
-            kept = tuple(kept_ref[k:k + 1, pl.ds(start, TILE)]
+            start = pl.multiple_of(c * tile, tile)
+            kept = tuple(kept_ref[k:k + 1, pl.ds(start, tile)]
                          for k in range(_NUM_FIELDS))
-            kept_class = kept_class_ref[:, pl.ds(start, TILE)]
+            kept_class = kept_class_ref[:, pl.ds(start, tile)]
             live = start + lane_row < count
             hit = hits(col_fields, class_col, kept, kept_class) & live
             return jnp.maximum(suppressed, jnp.max(
                 jnp.where(hit, 1.0, 0.0), axis=1, keepdims=True))
 
-        num_chunks = (count + TILE - 1) // TILE
-        suppressed = lax.fori_loop(0, num_chunks, chunk,
-                                   jnp.zeros((TILE, 1), jnp.float32))
-        alive0_col = cols_ref[:, _NUM_FIELDS:_NUM_FIELDS + 1] * (
-            1.0 - suppressed)
+        num_chunks = (count + tile - 1) // tile
+        return lax.fori_loop(0, num_chunks, chunk,
+                             jnp.zeros((tile, 1), jnp.float32))
+
+    def resolve_tile(alive0_col, tile_fields):
+        """(alive column, alive row): the tile's kept boxes, both layouts."""
+        row_fields, col_fields, class_row, class_col = tile_fields
         alive0_row = jnp.max(jnp.where(sub == lane, alive0_col, 0.0),
                              axis=0, keepdims=True)
-
-        # 2. Within the tile: entry (r, l) is box r against box l.
+        # Entry (r, l) is box r against box l.
         within = hits(col_fields, class_col, row_fields, class_row)
         row_first = jnp.where(within & (sub < lane), 1.0, 0.0)
         lane_first = jnp.where(within & (lane < sub), 1.0, 0.0)
@@ -95,59 +95,88 @@ def _kernel(rows_ref, cols_ref, class_row_ref, class_col_ref, keep_ref,
         alive_col, alive_row, _ = lax.while_loop(
             lambda s: s[2] > 0.0, step,
             (alive0_col, alive0_row, jnp.float32(1.0)))
-        keep_ref[...] = alive_row.astype(jnp.int32)
+        return alive_col, alive_row
 
-        # 3. Append the kept boxes at slots count, count + 1, ...
+    def store_rotated(ref, row, value, block, first_lane):
+        """Writes `value` (already rotated by first_lane) at two blocks."""
+        old = ref[row:row + 1, pl.ds(block, tile)]
+        ref[row:row + 1, pl.ds(block, tile)] = jnp.where(
+            lane_row >= first_lane, value, old)
+        ref[row:row + 1, pl.ds(block + tile, tile)] = value
+
+    def append_kept(alive_col, alive_row, col_fields, class_col, count):
+        """Appends the kept boxes at slots count, count + 1, ..."""
         rank_col = jnp.sum(jnp.where(lane < sub, alive_row, 0.0), axis=1,
                            keepdims=True).astype(jnp.int32)
-        first_lane = count % TILE
-        block = pl.multiple_of((count // TILE) * TILE, TILE)
+        first_lane = count % tile
+        block = pl.multiple_of((count // tile) * tile, tile)
         dest = rank_col + first_lane
-        dest = jnp.where(dest >= TILE, dest - TILE, dest)
+        dest = jnp.where(dest >= tile, dest - tile, dest)
         onehot = (alive_col > 0.0) & (dest == lane)
         for k in range(_NUM_FIELDS):
             value = jnp.sum(jnp.where(onehot, col_fields[k], 0.0), axis=0,
                             keepdims=True)
-            old = kept_ref[k:k + 1, pl.ds(block, TILE)]
-            kept_ref[k:k + 1, pl.ds(block, TILE)] = jnp.where(
-                lane_row >= first_lane, value, old)
-            kept_ref[k:k + 1, pl.ds(block + TILE, TILE)] = value
+            store_rotated(kept_ref, k, value, block, first_lane)
         value = jnp.sum(jnp.where(onehot, class_col, 0), axis=0,
                         keepdims=True)
-        old = kept_class_ref[:, pl.ds(block, TILE)]
-        kept_class_ref[:, pl.ds(block, TILE)] = jnp.where(
-            lane_row >= first_lane, value, old)
-        kept_class_ref[:, pl.ds(block + TILE, TILE)] = value
+        store_rotated(kept_class_ref, 0, value, block, first_lane)
+
+    @pl.when(pl.program_id(1) == 0)
+    def reset_count():
+        count_ref[0] = 0
+
+    count = count_ref[0]
+
+    @pl.when(count >= max_output_size)
+    def clear_tile():
+        keep_ref[...] = jnp.zeros((1, tile), jnp.int32)
+
+    @pl.when(count < max_output_size)
+    def process_tile():
+        tile_fields = load_tile()
+        _, col_fields, _, class_col = tile_fields
+        alive0_col = cols_ref[:, _NUM_FIELDS:_NUM_FIELDS + 1] * (
+            1.0 - suppressed_by_kept(col_fields, class_col, count))
+        alive_col, alive_row = resolve_tile(alive0_col, tile_fields)
+        keep_ref[...] = alive_row.astype(jnp.int32)
+        append_kept(alive_col, alive_row, col_fields, class_col, count)
         count_ref[0] = count + jnp.sum(alive_row).astype(jnp.int32)
 
 
 def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
-              *, max_output_size: int, iou_threshold: float,
-              class_aware: bool, interpret=False) -> jax.Array:
+              *, blocks: common.BlockSizes, max_output_size: int,
+              iou_threshold: float, class_aware: bool,
+              interpret=False) -> jax.Array:
     """Runs the kernel: fields f32[B, 5, N_pad] -> keep int32[B, N_pad].
 
-    N_pad must be a multiple of TILE. `interpret` takes
+    N_pad must be a multiple of `blocks.tile`, a multiple of 128 (the lane
+    count); the kept buffer is scanned one tile at a time, so
+    `blocks.kept_chunk` must equal `blocks.tile`. `interpret` takes
     `pltpu.InterpretParams()` to run the kernel on CPU.
     """
+    tile = blocks.tile
+    if tile % 128 or blocks.kept_chunk != tile:
+        raise ValueError(f"{blocks}: the TPU kernel needs tile a multiple "
+                         "of 128 and kept_chunk == tile")
     batch, _, n_pad = fields.shape
     rows = jnp.concatenate(
         [fields, candidate[:, None, :].astype(jnp.float32),
          jnp.zeros((batch, 2, n_pad), jnp.float32)], axis=1)
     cols = jnp.swapaxes(rows, 1, 2)
-    k_buf = ((max_output_size - 1) // TILE + 2) * TILE
+    k_buf = ((max_output_size - 1) // tile + 2) * tile
     kernel = functools.partial(
-        _kernel, max_output_size=max_output_size,
+        _kernel, tile=tile, max_output_size=max_output_size,
         iou_threshold=iou_threshold, class_aware=class_aware)
     keep = pl.pallas_call(
         kernel,
-        grid=(batch, n_pad // TILE),
+        grid=(batch, n_pad // tile),
         in_specs=[
-            pl.BlockSpec((None, 8, TILE), lambda b, t: (b, 0, t)),
-            pl.BlockSpec((None, TILE, 8), lambda b, t: (b, t, 0)),
-            pl.BlockSpec((None, 1, TILE), lambda b, t: (b, 0, t)),
-            pl.BlockSpec((None, TILE, 1), lambda b, t: (b, t, 0)),
+            pl.BlockSpec((None, 8, tile), lambda b, t: (b, 0, t)),
+            pl.BlockSpec((None, tile, 8), lambda b, t: (b, t, 0)),
+            pl.BlockSpec((None, 1, tile), lambda b, t: (b, 0, t)),
+            pl.BlockSpec((None, tile, 1), lambda b, t: (b, t, 0)),
         ],
-        out_specs=pl.BlockSpec((None, 1, TILE), lambda b, t: (b, 0, t)),
+        out_specs=pl.BlockSpec((None, 1, tile), lambda b, t: (b, 0, t)),
         out_shape=jax.ShapeDtypeStruct((batch, 1, n_pad), jnp.int32),
         scratch_shapes=[
             pltpu.VMEM((8, k_buf), jnp.float32),

@@ -1,6 +1,6 @@
 """The numpy specification of NMS that every backend must match index for index.
 
-Semantics (shared/DESIGN.md §3):
+Semantics (docs/architecture.md, "The NMS operator"):
 - candidates are boxes whose score is not NaN, is > score_threshold (when one
   is given), and whose four coordinates are finite;
 - candidates are visited in stable descending score order (equal scores:
@@ -45,13 +45,24 @@ def overlap_exceeds(box: np.ndarray, area: np.float32, boxes: np.ndarray,
     return inter > iou_threshold * union
 
 
+def is_candidate(boxes, scores, score_threshold: float | None, xp=np):
+    """Which boxes may be selected: bool[..., N] for f32[..., N, 4] boxes.
+
+    The one statement of the rule: the score is not NaN and (with a
+    threshold) > score_threshold in float32, and all four coordinates are
+    finite. `xp` is the array module: numpy here, jax.numpy on the device
+    (ops/nms/common.py, topk.py).
+    """
+    valid = ~xp.isnan(scores) & xp.all(xp.isfinite(boxes), axis=-1)
+    if score_threshold is not None:
+        valid &= scores > xp.float32(score_threshold)
+    return valid
+
+
 def candidate_order(boxes: np.ndarray, scores: np.ndarray,
                     score_threshold: float | None) -> np.ndarray:
     """Indices of the candidates of one image, in visiting order."""
-    valid = ~np.isnan(scores) & np.all(np.isfinite(boxes), axis=-1)
-    if score_threshold is not None:
-        valid &= scores > _F32(score_threshold)
-    candidates = np.flatnonzero(valid)
+    candidates = np.flatnonzero(is_candidate(boxes, scores, score_threshold))
     # Stable sort on the negated score: equal scores keep index order
     # (-0.0 and 0.0 compare equal, so they tie as well).
     return candidates[np.argsort(-scores[candidates], kind="stable")]

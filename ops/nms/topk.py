@@ -10,15 +10,15 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ops.nms import reference
+
 
 def nms(boxes: jax.Array, scores: jax.Array, classes: jax.Array | None, *,
         max_output_size: int, iou_threshold: float,
         score_threshold: float | None):
     """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
     del classes, iou_threshold  # no suppression
-    valid = ~jnp.isnan(scores) & jnp.all(jnp.isfinite(boxes), axis=-1)
-    if score_threshold is not None:
-        valid &= scores > jnp.float32(score_threshold)
+    valid = reference.is_candidate(boxes, scores, score_threshold, xp=jnp)
     k = min(max_output_size, scores.shape[-1])
     _, indices = lax.top_k(jnp.where(valid, scores, -jnp.inf), k)
     indices = jnp.where(jnp.take_along_axis(valid, indices, axis=-1),

@@ -15,14 +15,9 @@ from jax import lax
 from ops.nms import common
 
 
-def _coords(boxes: jax.Array):
-    x1, y1, x2, y2 = (boxes[..., i] for i in range(4))
-    return x1, y1, x2, y2, common.box_areas(x1, y1, x2, y2)
-
-
 def _suppression_mask(boxes, classes, iou_threshold):
     """bool[N, N]: entry (i, j) is True when box i would suppress box j."""
-    coords = _coords(boxes)
+    coords = common.box_fields(boxes)
     rows = tuple(c[:, None] for c in coords)
     cols = tuple(c[None, :] for c in coords)
     mask = common.overlap_exceeds(rows, cols, iou_threshold)

@@ -10,6 +10,7 @@ import pytest
 from flax import nnx
 
 from detector import backbone
+from tests.detector import helpers
 
 
 def _abstract(name, norm="group", width=64, groups=32, top_level=5):
@@ -35,8 +36,8 @@ def test_stage_shapes(name, channels):
                          jax.ShapeDtypeStruct((2, 64, 96, 3), jnp.float32))
     assert {level: x.shape for level, x in out.items()} == {
         level: (2, 64 // 2**level, 96 // 2**level, c)
-        for level, c in zip(range(2, 6), channels)}
-    assert model.out_channels == dict(zip(range(2, 6), channels))
+        for level, c in zip(range(2, 6), channels, strict=True)}
+    assert model.out_channels == dict(zip(range(2, 6), channels, strict=True))
 
 
 def test_resnet50_parameter_count_matches_torchvision():
@@ -63,9 +64,10 @@ def test_tiny_parameter_count_by_hand():
     assert sorted(model.out_channels) == [2, 3, 4]
 
 
-def test_batch_norm_follows_train_and_eval(make_rngs):
+def test_batch_norm_follows_train_and_eval():
     model = backbone.ConvNorm(3, 4, 3, norm="batch", groups=1,
-                              dtype=jnp.float32, rngs=make_rngs())
+                              dtype=jnp.float32,
+                              rngs=helpers.fast_init_rngs())
     x = jnp.asarray(np.random.default_rng(0).normal(3.0, 2.0, (4, 5, 5, 3)),
                     jnp.float32)
     run = nnx.jit(lambda module, x: module(x))  # updates module in place

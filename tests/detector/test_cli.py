@@ -129,13 +129,12 @@ def test_unreachable_coordinator_times_out_with_one_line(monkeypatch):
      "error: data.root is empty; set it"),  # always one line
 ])
 def test_one_line_errors(error, line):
-    with pytest.raises(SystemExit) as exit_info:
-        with cli.one_line_errors(FloatingPointError):
-            raise error
+    with (pytest.raises(SystemExit) as exit_info,
+          cli.one_line_errors(FloatingPointError)):
+        raise error
     assert exit_info.value.code == line
 
 
 def test_one_line_errors_lets_other_errors_through():
-    with pytest.raises(KeyError):
-        with cli.one_line_errors():
-            raise KeyError("not a user error")
+    with pytest.raises(KeyError), cli.one_line_errors():
+        raise KeyError("not a user error")

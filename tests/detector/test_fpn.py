@@ -6,13 +6,14 @@ import numpy as np
 from flax import nnx
 
 from detector import fpn
+from tests.detector import helpers
 
 
-def test_levels_and_p6_from_p5(make_rngs):
+def test_levels_and_p6_from_p5():
     channels = {2: 8, 3: 16, 4: 32, 5: 64}
     model = fpn.FPN(channels, channels=16, min_level=2, max_level=6,
                     norm="group", groups=4, dtype=jnp.float32,
-                    rngs=make_rngs())
+                    rngs=helpers.fast_init_rngs())
     rng = np.random.default_rng(0)
     features = {level: jnp.asarray(rng.normal(
         size=(2, 64 // 2**level, 64 // 2**level, c)), jnp.float32)
@@ -25,11 +26,11 @@ def test_levels_and_p6_from_p5(make_rngs):
     np.testing.assert_array_equal(out[4], out[3][:, ::2, ::2])
 
 
-def test_top_down_path_reaches_the_finest_level(make_rngs):
+def test_top_down_path_reaches_the_finest_level():
     channels = {2: 4, 3: 4}
     model = fpn.FPN(channels, channels=8, min_level=2, max_level=3,
                     norm="frozen_batch", groups=1, dtype=jnp.float32,
-                    rngs=make_rngs())
+                    rngs=helpers.fast_init_rngs())
     assert not hasattr(model.output[0], "norm")  # new layers: no norm
     graphdef, state = nnx.split(model)
 

@@ -86,7 +86,8 @@ def test_mask_loss_averages_pixels_and_valid_rois():
     per_roi = _np_bce(logits, targets).mean(axis=(-2, -1))
     np.testing.assert_allclose(out, per_roi[valid].mean(), rtol=1e-5)
     terms = {name: jnp.float32(i + 1)
-             for i, name in enumerate(losses.LOSS_NAMES[:-1])}
-    weights = dict(zip(losses.LOSS_NAMES[:-1], (1.0, 2.0, 0.0, 1.0, 0.5)))
+             for i, name in enumerate(losses.TERM_NAMES)}
+    weights = dict(zip(losses.TERM_NAMES, (1.0, 2.0, 0.0, 1.0, 0.5),
+                       strict=True))
     total = losses.total_loss(terms, weights)["total"]
     np.testing.assert_allclose(total, 1 + 4 + 0 + 4 + 2.5)

@@ -18,6 +18,7 @@ from flax import nnx
 from detector import losses as losses_lib
 from detector.model import MaskRCNN, resolve_dtype
 from ops import box_ops, host_audit
+from tests.detector import helpers
 
 OVERFIT_STEPS = 200
 BACKENDS = ("while_loop", "pallas", "cpu")
@@ -28,14 +29,14 @@ def _device_batch(example: dict) -> dict:
 
 
 @pytest.fixture(name="config", scope="module")
-def config_fixture(make_tiny_config):
-    return make_tiny_config("while_loop")
+def config_fixture():
+    return helpers.tiny_config("while_loop")
 
 
 @pytest.fixture(name="initial", scope="module")
-def initial_fixture(config, make_rngs):
+def initial_fixture(config):
     """(graphdef, params, rest) of a freshly initialised tiny model."""
-    model = MaskRCNN(config, rngs=make_rngs())
+    model = MaskRCNN(config, rngs=helpers.fast_init_rngs())
     model.train()
     return nnx.split(model, nnx.Param, ...)
 
@@ -97,12 +98,12 @@ class _TrainStep:
 
 
 @pytest.fixture(name="train_step", scope="module")
-def train_step_fixture(initial, make_synthetic_example):
+def train_step_fixture(initial):
     """The shared while_loop train step, after its first two calls."""
     graphdef, params, rest = initial
     train_step = _TrainStep(graphdef)
     train_step.run_first_calls(params, rest,
-                               _device_batch(make_synthetic_example()))
+                               _device_batch(helpers.synthetic_example()))
     return train_step
 
 
@@ -117,10 +118,10 @@ def backend_train_steps_fixture(config, train_step):
 
 
 @pytest.fixture(name="overfitted", scope="module")
-def overfitted_fixture(initial, train_step, make_synthetic_example):
+def overfitted_fixture(initial, train_step):
     """Params after OVERFIT_STEPS on the synthetic image, and the losses."""
     _, params, rest = initial
-    batch = _device_batch(make_synthetic_example())
+    batch = _device_batch(helpers.synthetic_example())
     opt_state = train_step.optimizer.init(params)
     history = []
     for i in range(OVERFIT_STEPS):
@@ -240,10 +241,9 @@ def test_train_step_traces_once_with_finite_losses_and_gradients(
         assert np.any(grad != 0.0), path
 
 
-def test_zero_instance_batch_trains_without_nan(initial, train_step,
-                                                make_empty_example):
+def test_zero_instance_batch_trains_without_nan(initial, train_step):
     _, params, rest = initial
-    batch = _device_batch(make_empty_example())
+    batch = _device_batch(helpers.empty_example())
     _, _, terms, grads = train_step.step(
         params, rest, train_step.optimizer.init(params), batch,
         jax.random.key(0))
@@ -254,11 +254,11 @@ def test_zero_instance_batch_trains_without_nan(initial, train_step,
 
 
 def test_overfitting_one_image_recovers_its_boxes(
-        initial, overfitted, predictors, make_synthetic_example):
+        initial, overfitted, predictors):
     _, _, rest = initial
     params, history = overfitted
     assert history[0] / np.mean(history[-10:]) >= 5.0, history[::20]
-    example = make_synthetic_example()
+    example = helpers.synthetic_example()
     _, outputs, _ = predictors["while_loop"](params, rest,
                                              jnp.asarray(example["image"]))
     boxes = np.asarray(outputs["boxes"][0])
@@ -283,16 +283,17 @@ def _assert_identical_to_while_loop(results: dict) -> dict:
     reference = results.pop("while_loop")
     for backend, result in results.items():
         for ref, got in zip(jax.tree.leaves(reference),
-                            jax.tree.leaves(result)):
+                            jax.tree.leaves(result), strict=True):
             np.testing.assert_array_equal(got, ref, err_msg=backend)
     return reference
 
 
 def test_nms_backends_give_identical_proposals_and_detections(
-        initial, overfitted, predictors, make_synthetic_example):
-    _, _, rest = initial
-    params, _ = overfitted
-    images = jnp.asarray(make_synthetic_example()["image"])
+        initial, predictors):
+    # Fresh weights: many overlapping proposals and detections of every
+    # class, so both NMS sites suppress a lot (no overfitting needed).
+    _, params, rest = initial
+    images = jnp.asarray(helpers.synthetic_example()["image"])
     results = {backend: jax.tree.map(np.asarray, fn(params, rest, images))
                for backend, fn in predictors.items()}
     (_, test_valid), _, (_, train_valid) = _assert_identical_to_while_loop(
@@ -302,10 +303,9 @@ def test_nms_backends_give_identical_proposals_and_detections(
 
 
 def test_nms_backends_give_identical_train_step_losses_and_gradients(
-        initial, overfitted, backend_train_steps, make_synthetic_example):
-    _, _, rest = initial
-    params, _ = overfitted
-    batch = _device_batch(make_synthetic_example())
+        initial, backend_train_steps):
+    _, params, rest = initial
+    batch = _device_batch(helpers.synthetic_example())
     results = {}
     for backend, train_step in backend_train_steps.items():
         _, _, terms, grads = train_step.step(
@@ -317,9 +317,9 @@ def test_nms_backends_give_identical_train_step_losses_and_gradients(
 
 
 def test_no_host_round_trips_unless_the_nms_backend_is_cpu(
-        initial, backend_train_steps, predictors, make_synthetic_example):
+        initial, backend_train_steps, predictors):
     _, params, rest = initial
-    batch = _device_batch(make_synthetic_example())
+    batch = _device_batch(helpers.synthetic_example())
     # Audits reuse the programs the other tests compile (same shapes).
     for backend, train_step in backend_train_steps.items():
         findings = host_audit.audit(
@@ -341,9 +341,9 @@ def test_no_host_round_trips_unless_the_nms_backend_is_cpu(
 
 
 def test_predict_on_an_image_without_objects_is_well_formed(
-        initial, predictors, make_empty_example):
+        initial, predictors):
     _, params, rest = initial
-    images = jnp.asarray(make_empty_example()["image"])
+    images = jnp.asarray(helpers.empty_example()["image"])
     _, out, _ = predictors["while_loop"](params, rest, images)
     out = jax.tree.map(np.asarray, out)
     count = int(out["num_detections"][0])
@@ -376,16 +376,16 @@ def _activation_dtypes(model: MaskRCNN) -> dict:
 
 
 def test_bfloat16_activations_give_float32_losses(
-        config, make_rngs, make_synthetic_example):
+        config):
     bf16 = copy.deepcopy(config)
     bf16.model.dtype = "bfloat16"
-    model = MaskRCNN(bf16, rngs=make_rngs())
+    model = MaskRCNN(bf16, rngs=helpers.fast_init_rngs())
     assert _activation_dtypes(model) == {
         "fpn": {"bfloat16"}, "pooled": "bfloat16", "rpn_logits": {"float32"}}
     graphdef, state = nnx.split(model)
     assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(state))
     terms = jax.jit(lambda s, b, k: nnx.merge(graphdef, s).losses(b, k))(
-        state, _device_batch(make_synthetic_example()), jax.random.key(0))
+        state, _device_batch(helpers.synthetic_example()), jax.random.key(0))
     for name, value in terms.items():
         assert value.dtype == jnp.float32 and np.isfinite(float(value)), name
 
@@ -415,6 +415,7 @@ def test_unknown_dtype_fails_with_one_line_naming_model_dtype():
 
 @pytest.mark.parametrize("backbone, norm", [("resnet18", "batch"),
                                             ("resnet50", "frozen_batch"),
+                                            ("resnet101", "frozen_batch"),
                                             ("tiny", "group")])
 def test_every_backbone_and_norm_traces(config, backbone, norm):
     variant = copy.deepcopy(config)
@@ -442,6 +443,10 @@ def test_every_backbone_and_norm_traces(config, backbone, norm):
     ("model.rpn.nms_backend", "fast", "model.rpn.nms_backend"),
     ("model.fpn_channels", 18, "model.fpn_channels"),
     ("model.dtype", "float16", "model.dtype"),
+    ("model.min_level", 1, "levels model.backbone='tiny' provides"),
+    ("model.freeze_at", 6, "model.freeze_at"),
+    ("model.init_checkpoint", "runs/a",
+     "set at most one of model.backbone_init and model.init_checkpoint"),
 ])
 def test_bad_config_fails_at_construction_with_one_line(config, key, value,
                                                          words):
@@ -451,6 +456,7 @@ def test_bad_config_fails_at_construction_with_one_line(config, key, value,
     for parent in parents:
         node = node[parent]
     node[leaf] = value
+    bad.model.backbone_init = "r50.safetensors"  # alone: no error
     with pytest.raises(ValueError) as error:
         MaskRCNN(bad, rngs=nnx.Rngs(0))
     message = str(error.value)

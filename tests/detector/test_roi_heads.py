@@ -8,6 +8,7 @@ import numpy as np
 from flax import nnx
 
 from detector import roi_heads
+from tests.detector import helpers
 
 _WEIGHTS = (10.0, 10.0, 5.0, 5.0)
 
@@ -29,8 +30,9 @@ def test_head_shapes():
     assert apply(mask_head, (2, 5, 14, 14, 8)).shape == (2, 5, 28, 28, 3)
 
 
-def test_deconv_scatters_each_pixel_into_its_2x2_window(make_rngs):
-    layer = roi_heads.Deconv2x(3, 4, dtype=jnp.float32, rngs=make_rngs())
+def test_deconv_scatters_each_pixel_into_its_2x2_window():
+    layer = roi_heads.Deconv2x(3, 4, dtype=jnp.float32,
+                               rngs=helpers.fast_init_rngs())
     layer.bias[...] = jnp.arange(4.0)
     x = np.random.default_rng(0).normal(size=(2, 3, 5, 3))
     kernel = np.asarray(layer.kernel[...])

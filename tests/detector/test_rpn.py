@@ -104,3 +104,19 @@ def test_no_gradient_flows_through_proposals():
 
     grad = jax.jit(jax.grad(total))(jnp.full((1, 16, 4), 0.1))
     np.testing.assert_array_equal(grad, 0.0)
+
+
+def test_approximate_top_k_is_opt_in_and_finds_the_true_top_on_cpu():
+    """approx_max_k is exact off TPU: the same proposals as the default."""
+    anchors = [anchors_lib.level_anchors((64, 64), 2, 4.0, (1.0,))]
+    rng = np.random.default_rng(0)
+    logits = [jnp.asarray(rng.normal(size=(2, 256)), jnp.float32)]
+    deltas = [jnp.asarray(rng.normal(scale=0.1, size=(2, 256, 4)),
+                          jnp.float32)]
+    exact = _proposals(logits, deltas, anchors, pre_nms_top_k=32,
+                       post_nms_top_k=16, image_size=(64, 64))
+    approx = _proposals(logits, deltas, anchors, pre_nms_top_k=32,
+                        post_nms_top_k=16, image_size=(64, 64),
+                        approx_recall=0.95)
+    for e, a in zip(exact, approx):
+        np.testing.assert_array_equal(e, a)

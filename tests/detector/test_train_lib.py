@@ -1,8 +1,11 @@
 """The training loop end to end on a tiny shapes set: logs, resume, audit."""
 
 import json
+import re
+import shutil
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
@@ -14,15 +17,17 @@ for _module in ("tensorflow", "pycocotools", "clu"):
 
 from detector import checkpoint
 from detector import config as config_lib
-from detector import eval_lib, sharding, train_lib
+from detector import eval_lib, optimizer, sharding, train_lib
 from detector import train_metrics, train_step
+from detector import train_state as state_lib
 from ops import host_audit
-from tests.detector.conftest import tiny_config
+from tests.detector.helpers import tiny_config
+from tests.helpers import checkpoint_faults
 
 METRIC_KEYS = {"step", "rpn_cls", "rpn_box", "cls", "box", "mask", "total",
                "learning_rate", "grad_norm", "step_time_ms",
-               "step_time_p90_ms", "images_per_sec", "nms_backend",
-               "host_roundtrips_per_step", "deterministic"}
+               "step_time_p90_ms", "data_wait_ms", "images_per_sec",
+               "nms_backend", "host_roundtrips_per_step", "deterministic"}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +84,8 @@ def resumed_and_straight(shapes_config, tmp_path_factory):
 
 def test_resume_continues_exactly_where_the_run_stopped(resumed_and_straight):
     resumed, straight = resumed_and_straight
-    for got, want in zip(_params_at(resumed, 4), _params_at(straight, 4)):
+    for got, want in zip(_params_at(resumed, 4), _params_at(straight, 4),
+                         strict=True):
         jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
@@ -94,6 +100,7 @@ def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
         assert line["host_roundtrips_per_step"] == 0
         assert line["deterministic"] is False  # the default
         assert line["step_time_ms"] > 0 and np.isfinite(line["total"])
+        assert 0 <= line["data_wait_ms"] < 60e3
     saved = config_lib.load_json(resumed / "config.json")
     assert saved.model.fpn_channels == shapes_config.model.fpn_channels
     assert tuple(saved.data.image_size) == tuple(
@@ -142,7 +149,7 @@ def test_strict_device_refuses_host_nms_before_step_one(shapes_config,
                        r"--nms=pallas"):
         train_lib.train_and_evaluate(config, tmp_path, strict_device=True,
                                      evaluate=False)
-    assert not any((tmp_path / "checkpoints").iterdir())
+    assert not (tmp_path / "checkpoints").exists()  # no empty folder left
     assert (tmp_path / "config.json").read_text() == "{}"
     assert not (tmp_path / "metrics.jsonl").exists()
 
@@ -156,7 +163,7 @@ def test_strict_device_audits_predict_before_step_one(shapes_config,
                        match=r"^predict is not device-only: host callback "
                        r"`pure_callback` at detection/nms/pure_callback"):
         train_lib.train_and_evaluate(config, tmp_path, strict_device=True)
-    assert not any((tmp_path / "checkpoints").iterdir())
+    assert not (tmp_path / "checkpoints").exists()
     assert not (tmp_path / "config.json").exists()
     assert not (tmp_path / "metrics.jsonl").exists()
 
@@ -238,3 +245,200 @@ def test_unwritable_workdir_is_one_clear_error(shapes_config, tmp_path):
     with pytest.raises(ValueError, match=r"--workdir=.*/file/run: not "
                        r"writable"):
         train_lib.train_and_evaluate(shapes_config, blocker / "run")
+
+
+def test_check_finite_names_the_intact_checkpoint_or_none():
+    with pytest.raises(FloatingPointError, match=r"stopping; no checkpoint "
+                       r"was saved before it$"):
+        train_metrics.MetricsLog.check_finite(3, float("nan"),
+                                              last_checkpoint=None)
+    with pytest.raises(FloatingPointError, match=r"stopping; checkpoint 2, "
+                       r"saved before it, is intact$"):
+        train_metrics.MetricsLog.check_finite(3, 1.0, 1.0, False,
+                                              last_checkpoint=2)
+
+
+def _copy_run(source, tmp_path):
+    """A copy of a trained workdir, to damage (the source stays intact)."""
+    return shutil.copytree(source, tmp_path / "run")
+
+
+def _restore(config, run):
+    """(restored step, checkpoint log messages) of restore_or_init."""
+    ckpt = checkpoint.Checkpointer(run / "checkpoints", max_to_keep=3)
+    tx, _ = optimizer.make_optimizer(config)
+    try:
+        _, state = state_lib.restore_or_init(config, sharding.make_mesh(),
+                                             ckpt, tx)
+    finally:
+        ckpt.close()
+    return int(state.step)
+
+
+# fault -> (damaged step, the step restored instead, the logged reason)
+_FAULT_CASES = {
+    "random_bytes": (4, 2, (r"(\d+ of \d+ arrays differ from their "
+                            r"checksums at save time, first '.*'|its data "
+                            r"is unreadable \(.*\))")),
+    "changed_value": (4, 2, (r"1 of \d+ arrays differ from their "
+                             r"checksums at save time, first '.*'")),
+    "no_metadata": (4, 2, r"default/_METADATA is missing"),
+    "truncated_data": (4, 2, r"its data is unreadable \(.*\)"),
+    "empty_step": (6, 4, r"the step folder is empty"),
+}
+
+
+def test_fault_cases_cover_every_fault():
+    assert set(_FAULT_CASES) == set(checkpoint_faults.FAULTS)
+
+
+@pytest.mark.parametrize("fault", sorted(_FAULT_CASES))
+def test_damaged_checkpoint_is_one_line_and_the_previous_is_restored(
+        fault, resumed_and_straight, shapes_config, tmp_path, caplog,
+        capfd):
+    damaged, fallback, reason = _FAULT_CASES[fault]
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    checkpoint_faults.FAULTS[fault](run / "checkpoints", damaged)
+    capfd.readouterr()
+    with caplog.at_level("INFO"):
+        assert _restore(shapes_config, run) == fallback
+    lines = [r.getMessage() for r in caplog.records
+             if r.levelname in ("WARNING", "ERROR")]
+    assert len(lines) == 1, lines
+    assert re.fullmatch(
+        rf"checkpoint {run}/checkpoints/{damaged} is damaged: {reason}; "
+        rf"moved to {damaged}\.damaged; falling back to the previous "
+        r"checkpoint", lines[0]), lines[0]
+    assert "Traceback" not in capfd.readouterr().err
+    # Moved aside: the next run neither resumes from it nor saves over it.
+    assert (run / "checkpoints" / f"{damaged}.damaged").is_dir()
+    assert not (run / "checkpoints" / str(damaged)).exists()
+
+
+def test_no_intact_checkpoint_is_one_clear_error(resumed_and_straight,
+                                                 shapes_config, tmp_path):
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    checkpoint_faults.remove_metadata(run / "checkpoints", 4)
+    checkpoint_faults.truncate_data_file(run / "checkpoints", 2)
+    with pytest.raises(ValueError, match=rf"^{run}/checkpoints: no intact "
+                       r"checkpoint; damaged: 4 \(default/_METADATA is "
+                       r"missing\); 2 \(its data is unreadable"):
+        _restore(shapes_config, run)
+
+
+def test_training_past_a_damaged_checkpoint_resumes_exactly(
+        resumed_and_straight, shapes_config, tmp_path):
+    _, straight = resumed_and_straight
+    run = _copy_run(straight, tmp_path)
+    checkpoint_faults.change_one_value(run / "checkpoints", 4)
+    train_lib.train_and_evaluate(shapes_config, run, evaluate=False)
+    # Resumed from step 2 and re-ran steps 3 and 4 exactly.
+    for got, want in zip(_params_at(run, 4), _params_at(straight, 4)):
+        jax.tree.map(np.testing.assert_array_equal, got, want)
+    steps = [json.loads(line)["step"] for line in
+             (run / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [2, 4]  # step 4's earlier line was dropped, not repeated
+    assert (run / "checkpoints" / "4.damaged").is_dir()
+
+
+def test_eval_skips_a_damaged_checkpoint_and_leaves_it(
+        resumed_and_straight, shapes_config, tmp_path, caplog):
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    checkpoint_faults.remove_metadata(run / "checkpoints", 4)
+    with caplog.at_level("INFO"):
+        eval_lib.evaluate_checkpoint(shapes_config, run, split="val[:2]")
+    assert f"{run}/checkpoints/4 is damaged" in caplog.text
+    assert "Resumed from" in caplog.text and "checkpoints/2" in caplog.text
+    assert (run / "checkpoints" / "4").is_dir()  # eval only reads
+
+
+def test_content_checksums_see_any_changed_element():
+    tree = {"f32": jnp.linspace(-1, 1, 1000),
+            "bf16": jnp.ones((7, 3), jnp.bfloat16),
+            "i32": jnp.arange(5), "flag": jnp.array([True, False])}
+    sums = checkpoint.content_checksums(tree)
+    assert sums == checkpoint.content_checksums(jax.tree.map(jnp.copy, tree))
+    assert all(len(v) == 16 for v in sums.values())
+    one_ulp_up = np.nextafter(np.float32(1), np.float32(2))
+    changed = {"f32": tree["f32"].at[999].set(one_ulp_up),
+               "bf16": tree["bf16"].at[6, 2].set(-1),
+               "i32": tree["i32"].at[0].set(-1),
+               "flag": tree["flag"].at[1].set(True)}
+    for name, value in changed.items():
+        other = checkpoint.content_checksums({**tree, name: value})
+        assert [k for k in sums if sums[k] != other[k]] == [name]
+    # Swapping two elements changes the position-weighted sums too.
+    swapped = tree["i32"].at[jnp.array([0, 1])].set(jnp.array([1, 0]))
+    assert checkpoint.content_checksums({**tree, "i32": swapped})["i32"] != (
+        sums["i32"])
+
+
+def test_resume_drops_metrics_lines_past_the_restored_step(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": s} for s in (2, 4, 6)] + [{"step": 4, "eval": True}]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) +
+                    '{"step": 8, "tot')  # cut short by a kill
+    train_metrics.drop_lines_after(path, 4)
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [
+        {"step": 2}, {"step": 4}, {"step": 4, "eval": True}]
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("train.batch_size", 0, r"config.train.batch_size=0: must be >= 1"),
+    ("train.batch_size", -2, r"config.train.batch_size=-2: must be >= 1"),
+    ("eval.batch_size", 0, r"config.eval.batch_size=0: must be >= 1"),
+    ("eval.batch_size", -1, r"config.eval.batch_size=-1: must be >= 1"),
+    ("train.log_every", 0, r"config.train.log_every=0: must be >= 1"),
+    ("train.checkpoint_every", 0,
+     r"config.train.checkpoint_every=0: must be >= 1"),
+    ("train.num_steps", -1, r"config.train.num_steps=-1: must be >= 1"),
+    ("eval.max_images", -5, r"config.eval.max_images=-5: must be >= 0"),
+    ("data.image_size", (128,),
+     r"config.data.image_size=\(128,\): must be \(height, width\)"),
+    ("data.image_size", (0, 0),
+     r"config.data.image_size=\(0, 0\): height and width must be positive"),
+])
+def test_bad_counts_and_sizes_fail_before_anything_is_written(
+        key, value, message, shapes_config, tmp_path):
+    config = _with(shapes_config, **{key: value})
+    with pytest.raises(ValueError, match=rf"^{message}"):
+        train_lib.train_and_evaluate(config, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
+def test_failed_start_leaves_no_new_workdir(shapes_config, tmp_path):
+    config = _with(shapes_config, **{"data.source": "coco_json",
+                                     "data.root": str(tmp_path / "none")})
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        train_lib.train_and_evaluate(config, tmp_path / "new" / "run")
+    assert not (tmp_path / "new").exists()
+
+
+def test_eval_rejects_empty_split_and_negative_max_images(shapes_config,
+                                                         tmp_path):
+    with pytest.raises(ValueError, match=r"^--split='': empty"):
+        eval_lib.evaluate_checkpoint(shapes_config, tmp_path, split="")
+    with pytest.raises(ValueError, match=r"^--max_images=-5: must be >= 0"):
+        eval_lib.evaluate_checkpoint(shapes_config, tmp_path, max_images=-5)
+    assert not any(tmp_path.iterdir())
+
+
+def test_eval_file_names_encode_the_split_exactly(tmp_path):
+    assert eval_lib.split_slug("val") == "val"
+    assert eval_lib.split_slug("val2017") == "val2017"
+    head, tail = eval_lib.split_slug("val[:3]"), eval_lib.split_slug(
+        "val[-3:]")
+    assert head.startswith("val_3-") and tail.startswith("val_3-")
+    assert head != tail
+    assert re.fullmatch(r"val_10%-[0-9a-f]{8}",
+                        eval_lib.split_slug("val[:10%]"))
+    # An existing result of another split is never overwritten.
+    stem = eval_lib.result_stem(tmp_path, "val[:3]")
+    stem.with_suffix(".json").write_text(json.dumps({"split": "val[:3]"}))
+    assert eval_lib.result_stem(tmp_path, "val[:3]") == stem  # same split
+    stem.with_suffix(".json").write_text(json.dumps({"split": "val[0:3]"}))
+    with pytest.raises(ValueError, match=r"eval_val_3-[0-9a-f]{8}\.json: "
+                       r"holds the result of split 'val\[0:3\]', not "
+                       r"'val\[:3\]'"):
+        eval_lib.result_stem(tmp_path, "val[:3]")

@@ -47,7 +47,8 @@ def test_clean_function_reports_nothing():
 
 def test_host_send_recv_and_infeed_lines_are_findings():
     hlo = "\n".join([
-        '  %send.1 = (f32[3]{0}, u32[], token[]) send(%x, %t), channel_id=1,'
+        '  %send.1 = (f32[3]{0}, u32[], token[]) send(%x, %t),'
+        ' channel_id=1,'
         ' is_host_transfer=true, metadata={op_name="jit(f)/roi/cb"}',
         '  %recv.2 = (f32[3]{0}, u32[], token[]) recv(%t), channel_id=2,'
         ' is_host_transfer=false',
@@ -81,6 +82,11 @@ def test_require_device_only_names_op_and_suggests_backend():
                        match=r"train_step is not device-only: host callback "
                        r"`pure_callback` at rpn/nms/pure_callback .*"
                        r"--nms=pallas"):
+        host_audit.require_device_only(
+                findings, "train_step",
+                lambda f: "use --nms=pallas" if "nms" in f.op_name else "")
+    with pytest.raises(host_audit.HostRoundTripError,
+                       match=r"at rpn/nms/pure_callback$"):
         host_audit.require_device_only(findings, "train_step")
     host_audit.require_device_only([], "train_step")  # no error
 

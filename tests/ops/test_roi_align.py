@@ -54,7 +54,8 @@ def _random_boxes(rng, count, extent):
     return np.concatenate([xy, xy + wh], -1).astype(np.float32)
 
 
-def test_single_map_values_and_gradients_match_reference():
+@pytest.mark.parametrize("implementation", sorted(roi_align.IMPLEMENTATIONS))
+def test_single_map_values_and_gradients_match_reference(implementation):
     rng = np.random.default_rng(0)
     height, width, channels, size, ratio = 9, 12, 3, 4, 2
     features = rng.normal(size=(2, height * width, channels)).astype(
@@ -69,7 +70,8 @@ def test_single_map_values_and_gradients_match_reference():
     def pooled(f):
         return roi_align.roi_align(f, jnp.asarray(boxes), jnp.asarray(zeros),
                                    jnp.asarray(heights), jnp.asarray(widths),
-                                   output_size=size, sampling_ratio=ratio)
+                                   output_size=size, sampling_ratio=ratio,
+                                   implementation=implementation)
 
     out = np.asarray(pooled(jnp.asarray(features)))
     cotangent = rng.normal(size=out.shape).astype(np.float32)
@@ -89,11 +91,13 @@ def test_single_map_values_and_gradients_match_reference():
     np.testing.assert_array_equal(out[0, 0], 0.0)
 
 
-def test_multilevel_reads_each_roi_from_its_level():
+@pytest.mark.parametrize("implementation", sorted(roi_align.IMPLEMENTATIONS))
+def test_multilevel_reads_each_roi_from_its_level(implementation):
     rng = np.random.default_rng(1)
     image, channels, min_level = 64, 2, 2
-    levels = [rng.normal(size=(2, image // 2**l, image // 2**l, channels))
-              .astype(np.float32) for l in range(min_level, 5)]
+    levels = [rng.normal(size=(2, image // 2**level, image // 2**level,
+                               channels)).astype(np.float32)
+              for level in range(min_level, 5)]
     boxes = _random_boxes(rng, 12, float(image)).reshape(2, 6, 4)
     boxes[0, 0] = [0.0, 0.0, 64.0, 64.0]  # large: clipped to the top level
     boxes[0, 1] = [10.0, 10.0, 12.0, 12.0]  # tiny: clipped to min_level
@@ -107,7 +111,7 @@ def test_multilevel_reads_each_roi_from_its_level():
         return roi_align.multilevel_roi_align(
             pyramid._replace(features=features), jnp.asarray(boxes),
             output_size=3, sampling_ratio=2, canonical_size=canonical_size,
-            canonical_level=canonical_level)
+            canonical_level=canonical_level, implementation=implementation)
 
     out = np.asarray(pooled(pyramid.features))
     cotangent = rng.normal(size=out.shape).astype(np.float32)
@@ -147,13 +151,31 @@ def test_roi_levels_follow_the_fpn_rule(side, level):
     assert int(levels(box, 2, 5, 224.0, 4)[0]) == level
 
 
-def test_bfloat16_features_keep_their_dtype():
+@pytest.mark.parametrize("implementation", sorted(roi_align.IMPLEMENTATIONS))
+def test_bfloat16_features_keep_their_dtype(implementation):
     features = jnp.ones((1, 16, 4), jnp.bfloat16)
     box = jnp.array([[[0.5, 0.5, 3.0, 3.5]]])
     one = jnp.zeros((1, 1), jnp.int32)
     out = jax.jit(roi_align.roi_align, static_argnames=(
-        "output_size", "sampling_ratio"))(features, box, one, one + 4,
-                                          one + 4, output_size=2,
-                                          sampling_ratio=2)
+        "output_size", "sampling_ratio", "implementation"))(
+            features, box, one, one + 4, one + 4, output_size=2,
+            sampling_ratio=2, implementation=implementation)
     assert out.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(out, np.float32), 1.0)
+
+
+def test_bfloat16_gradient_accumulates_in_float32():
+    """4096 contributions of 2**-12 to one pixel sum to 1 (bf16 stalls)."""
+    features = jnp.zeros((1, 4, 1), jnp.bfloat16)
+    index = jnp.zeros((1, 4096), jnp.int32)
+    grad = jax.grad(lambda f: jnp.sum(
+        roi_align.take_rows(f, index).astype(jnp.float32) * 2.0**-12))(
+            features)
+    assert grad.dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(grad, np.float32)[0, :, 0],
+                               [1.0, 0.0, 0.0, 0.0])
+
+
+def test_unknown_implementation_is_one_clear_error():
+    with pytest.raises(ValueError, match="ROIAlign implementation 'dense'"):
+        roi_align.resolve_implementation("dense")

@@ -12,10 +12,11 @@ from pycocotools import cocoeval
 
 from detector.data import coco
 from detector.data import pipeline
+from tests.detector.data import helpers
 
 
 @pytest.fixture(name="folder")
-def folder_fixture(tmp_path, helpers):
+def folder_fixture(tmp_path):
     """A colour-coded folder with train (6 images) and val (3 images)."""
     helpers.write_colour_coded(str(tmp_path), "train", 6, 48, 60, seed=2)
     helpers.write_colour_coded(str(tmp_path), "val", 3, 48, 60, seed=3)
@@ -23,8 +24,8 @@ def folder_fixture(tmp_path, helpers):
 
 
 @pytest.fixture(name="config")
-def config_fixture(folder, make_config):
-    config = make_config(str(folder))
+def config_fixture(folder):
+    config = helpers.small_config(str(folder))
     config.data.train_split = "train"
     config.data.eval_split = "val"
     return config
@@ -66,7 +67,7 @@ def test_missing_image_folder_and_file(config, folder):
         pipeline.train_batches(config)
 
 
-def test_corrupt_image_names_the_file(config, folder):
+def test_corrupt_image_names_the_file(config, folder, capfd):
     (folder / "val" / "0002.png").write_bytes(b"\x89PNG not really")
     split = pipeline.eval_split(config)
     with pytest.raises(ValueError,
@@ -76,9 +77,11 @@ def test_corrupt_image_names_the_file(config, folder):
     with pytest.raises(ValueError,
                        match=r"train/0003.png: cannot decode image"):
         list(itertools.islice(pipeline.train_batches(config), 3))
+    # Our error is the only report: TensorFlow logged no traceback of it.
+    assert "Traceback" not in capfd.readouterr().err
 
 
-def test_image_size_differs_from_json(config, folder, helpers):
+def test_image_size_differs_from_json(config, folder):
     image = np.zeros((10, 12, 3), np.uint8)
     helpers.write_folder(str(folder), "tiny", [image], [])
     _edit_json(folder / "annotations" / "instances_tiny.json",
@@ -123,7 +126,8 @@ def test_bad_annotations_are_skipped_and_logged(config, folder, caplog):
         batches = list(itertools.islice(pipeline.train_batches(config), 3))
     seen = set()
     for batch in batches:
-        for image_id, valid in zip(batch["image_id"], batch["valid"]):
+        for image_id, valid in zip(batch["image_id"], batch["valid"],
+                                   strict=True):
             assert valid.sum() == min(kept[image_id], 2), image_id
             seen.add(int(image_id))
     assert seen == set(kept)
@@ -166,6 +170,14 @@ def test_config_problems(config):
         pipeline.eval_split(config, "val[:5")
     with pytest.raises(ValueError, match="selects no images"):
         pipeline.eval_split(config, "val[5:]")
+
+
+def test_empty_slice_is_one_error_without_a_mask_warning(config, caplog):
+    with caplog.at_level("WARNING"), pytest.raises(
+            ValueError, match=r"instances_val.json: split 'val\[5:2\]' "
+            r"selects no images \(of 3\)$"):
+        pipeline.eval_split(config, "val[5:2]")
+    assert not caplog.records  # no "no instance segmentations" warning
     with pytest.raises(ValueError, match="train.batch_size=4 must be a "
                        "positive multiple of the process count 3"):
         pipeline.train_batches(config, process_index=0, process_count=3)
@@ -185,7 +197,7 @@ def test_slice_bounds():
     assert coco.parse_split("val2017[:500]") == ("val2017", None, "500")
 
 
-def test_polygon_and_uncompressed_rle_segmentations(tmp_path, helpers):
+def test_polygon_and_uncompressed_rle_segmentations(tmp_path):
     """Every COCO segmentation form decodes to the same mask."""
     mask = np.zeros((20, 30), bool)
     mask[4:12, 6:18] = True

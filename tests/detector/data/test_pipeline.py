@@ -1,6 +1,7 @@
 """Tests of the tf.data pipelines on small COCO-format folders."""
 
 import itertools
+import pathlib
 import time
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 
 from detector.data import pipeline
 from detector.data import shapes_source
+from tests.detector.data import helpers
 
 H, W, M, S = 64, 80, 4, 16
 TRAIN_DTYPES = {"image": (np.float32, (H, W, 3)), "boxes": (np.float32, (M, 4)),
@@ -18,16 +20,16 @@ TRAIN_DTYPES = {"image": (np.float32, (H, W, 3)), "boxes": (np.float32, (M, 4)),
 
 
 @pytest.fixture(name="shapes_config", scope="module")
-def shapes_config_fixture(shapes_root, make_config):
-    return make_config(shapes_root, source="shapes")
+def shapes_config_fixture(shapes_root):
+    return helpers.small_config(shapes_root, source="shapes")
 
 
 @pytest.fixture(name="colour_config", scope="module")
-def colour_config_fixture(tmp_path_factory, helpers, make_config):
+def colour_config_fixture(tmp_path_factory):
     """Colour-coded 100x120 images into a 64x80 canvas, strong jitter."""
     root = str(tmp_path_factory.mktemp("colour"))
     helpers.write_colour_coded(root, "train", 8, 100, 120, seed=1)
-    config = make_config(root)
+    config = helpers.small_config(root)
     config.data.train_split = "train"
     config.data.pixel_mean = (0.0, 0.0, 0.0)
     config.data.pixel_std = (1.0, 1.0, 1.0)
@@ -72,7 +74,7 @@ def _paste(mask: np.ndarray, box: np.ndarray) -> np.ndarray:
     return inside & (mask[rows, cols] > 0)
 
 
-def test_boxes_masks_and_pixels_stay_aligned(colour_config, helpers):
+def test_boxes_masks_and_pixels_stay_aligned(colour_config):
     """After flip, jitter and crop, box, mask and painted pixels agree."""
     cropped = 0
     orders = []  # per example: is class 1 (left third) right of class 3?
@@ -84,7 +86,7 @@ def test_boxes_masks_and_pixels_stay_aligned(colour_config, helpers):
             centres = {int(c): b[0] + b[2]
                        for c, b, v in zip(batch["classes"][i],
                                           batch["boxes"][i],
-                                          batch["valid"][i]) if v}
+                                          batch["valid"][i], strict=True) if v}
             if 1 in centres and 3 in centres:
                 orders.append(centres[1] > centres[3])
             for k in np.flatnonzero(batch["valid"][i]):
@@ -117,7 +119,7 @@ def test_boxes_masks_and_pixels_stay_aligned(colour_config, helpers):
 def test_resume_gives_the_same_batches(shapes_config):
     full = _take(pipeline.train_batches(shapes_config), 5)
     resumed = _take(pipeline.train_batches(shapes_config, start_step=3), 2)
-    for a, b in zip(full[3:], resumed):
+    for a, b in zip(full[3:], resumed, strict=True):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
     # Steps 0..4 span an epoch boundary (12 images, 4 per step).
@@ -187,7 +189,8 @@ def test_cache_gives_identical_batches(shapes_config):
     cached.data.cache = True
     plain = _take(pipeline.train_batches(shapes_config), 4)
     iterator = pipeline.train_batches(cached)
-    for a, b in zip(plain, _take(iterator, 4)):  # 4 steps > one epoch
+    # 4 steps > one epoch
+    for a, b in zip(plain, _take(iterator, 4), strict=True):
         for key in a:
             np.testing.assert_array_equal(a[key], b[key], err_msg=key)
 
@@ -203,9 +206,8 @@ def test_max_instances_truncation_is_logged(shapes_config, caplog):
     assert "> data.max_instances=1; keeping the 1 largest" in caplog.text
 
 
-def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path,
-                                                            make_config):
-    config = make_config(str(tmp_path), source="shapes")
+def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path):
+    config = helpers.small_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 3, 2
     pipeline.prepare(config)
     train_json = tmp_path / "annotations" / "instances_train.json"
@@ -222,26 +224,25 @@ def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path,
     assert not (tmp_path / "elsewhere").exists()
 
 
-def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path, make_config,
-                                                      helpers):
-    config = make_config(str(tmp_path), source="shapes")
+def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path):
+    config = helpers.small_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
     path = helpers.write_folder(str(tmp_path), "val",
                                 [np.zeros((8, 8, 3), np.uint8)], [])
-    before = open(path).read()
+    before = pathlib.Path(path).read_text()
     with pytest.raises(ValueError, match=rf"^{path}: exists and its 'info' "
                        "does not name it a 'flax-maskrcnn synthetic shapes' "
                        "file; refusing to overwrite it"):
         pipeline.prepare(config)
-    assert open(path).read() == before
+    assert pathlib.Path(path).read_text() == before
     # Nothing was written, the other split included.
     assert not (tmp_path / "annotations" / "instances_train.json").exists()
     with pytest.raises(ValueError, match=r"instances_val.json: exists"):
         pipeline.train_batches(config)
 
 
-def test_ensure_shapes_dataset_other_processes_wait(tmp_path, make_config):
-    config = make_config(str(tmp_path), source="shapes")
+def test_ensure_shapes_dataset_other_processes_wait(tmp_path):
+    config = helpers.small_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
     with pytest.raises(TimeoutError, match=r"instances_train.json: process 0 "
                        r"did not write the shapes train split within 0.2 s$"):

@@ -3,6 +3,7 @@
 import contextlib
 import io
 import json
+import pathlib
 
 import numpy as np
 import pytest
@@ -168,5 +169,5 @@ def test_rewrite_replaces_a_stale_shapes_json(tmp_path):
     path = shapes.write_split(str(tmp_path), "val", 2, image_size=32)
     shapes.write_split(str(tmp_path), "val", 3, image_size=32)
     assert shapes.split_is_current(str(tmp_path), "val", 3, 32, 0)
-    assert len(json.loads(open(path).read())["images"]) == 3
+    assert len(json.loads(pathlib.Path(path).read_text())["images"]) == 3
     assert not list((tmp_path / "annotations").glob("*.tmp-*"))

@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 
 from detector.data import pipeline
 from detector.data import tfds_coco
+from tests.detector.data import helpers
 
 # (height, width, objects as (ymin, xmin, ymax, xmax) normalised, label,
 # is_crowd), image ids 101.. in this order.
@@ -90,8 +91,8 @@ def _as_dataset_fn(corrupt: int | None = None):
     return as_dataset
 
 
-def _config(make_config, data_dir: str):
-    config = make_config("", source="tfds")
+def _config(data_dir: str):
+    config = helpers.small_config("", source="tfds")
     config.data.tfds_data_dir = data_dir
     config.data.num_classes = 80
     config.data.train_split = "train"
@@ -102,9 +103,9 @@ def _config(make_config, data_dir: str):
 
 
 @pytest.fixture(name="tfds_config")
-def tfds_config_fixture(make_config, tmp_path):
+def tfds_config_fixture(tmp_path):
     with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()):
-        yield _config(make_config, str(tmp_path))
+        yield _config(str(tmp_path))
 
 
 def test_train_batches_from_tfds_and_resume(tfds_config):
@@ -176,8 +177,8 @@ def test_tfds_config_errors(tfds_config):
         pipeline.eval_split(tfds_config)
 
 
-def test_tfds_not_prepared_is_a_clear_error(make_config, tmp_path):
-    config = make_config("", source="tfds")
+def test_tfds_not_prepared_is_a_clear_error(tmp_path):
+    config = helpers.small_config("", source="tfds")
     config.data.tfds_data_dir = str(tmp_path)
     config.data.num_classes = 80
     with pytest.raises(FileNotFoundError, match="is not prepared there"):
@@ -204,8 +205,8 @@ def test_eval_split_slices_like_tfds(tfds_config):
         pipeline.eval_split(tfds_config, "validation[:10]")
 
 
-def test_corrupt_image_names_the_record(make_config, tmp_path):
-    config = _config(make_config, str(tmp_path))
+def test_corrupt_image_names_the_record(tmp_path):
+    config = _config(str(tmp_path))
     expected = (r"^tfds coco/2017 record image/filename=2.jpg \(image/id="
                 r"{}\): cannot decode its image: "
                 rf"{len(CORRUPT_BYTES)} bytes in no known format \(JPEG, ")
@@ -244,12 +245,11 @@ class CocoWithoutLabels(tfds.core.GeneratorBasedBuilder):
         yield from ()
 
 
-def test_features_without_labels_name_the_builder_and_key(make_config,
-                                                          tmp_path):
-    config = _config(make_config, str(tmp_path))
+def test_features_without_labels_name_the_builder_and_key(tmp_path):
+    config = _config(str(tmp_path))
     config.data.tfds_name = "coco_without_labels"
-    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()):
-        with pytest.raises(ValueError, match=r"^tfds coco_without_labels: "
-                           r"features lack 'objects/label' \(the source "
-                           r"reads image, image/id, objects/bbox"):
-            pipeline.eval_split(config)
+    with (tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()),
+          pytest.raises(ValueError, match=r"^tfds coco_without_labels: "
+                        r"features lack 'objects/label' \(the source "
+                        r"reads image, image/id, objects/bbox")):
+        pipeline.eval_split(config)

@@ -26,7 +26,8 @@ def _call(boxes=_BOXES, scores=_SCORES, **params):
     (dict(boxes=np.zeros((4,), np.float32)),
      r"boxes must have shape \[\.\.\., N, 4\], got \(4,\)"),
     (dict(boxes=np.zeros((2, 5, 4), np.int32)),
-     r"boxes must be floating point, got dtype int32 with shape \(2, 5, 4\)"),
+     r"boxes must be floating point, got dtype int32 "
+     r"with shape \(2, 5, 4\)"),
     (dict(scores=np.zeros((2, 5), np.int32)),
      r"scores must be floating point, got dtype int32"),
     (dict(iou_threshold=1.5), r"iou_threshold must be a number in \[0, 1\]"),

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from ops import nms as nms_lib
 from ops.nms import reference
-from tests.ops.nms.conftest import (ALL_BACKENDS, assert_matches_reference,
+from tests.ops.nms.helpers import (ALL_BACKENDS, assert_matches_reference,
                                     random_boxes)
 
 SIZES = (0, 1, 7, 127, 128, 129, 1000, 3000)

@@ -17,7 +17,7 @@ from jax.experimental.pallas import tpu as pltpu
 
 from ops import nms as nms_lib
 from ops.nms import common, pallas, pallas_tpu, reference
-from tests.ops.nms.conftest import assert_matches_reference, random_boxes
+from tests.ops.nms.helpers import assert_matches_reference, random_boxes
 
 _TRITON_CALL = "__gpu$xla.gpu.triton"
 
@@ -32,12 +32,14 @@ def _mosaic_nms(boxes, scores, classes=None, *, max_output_size,
     order, fields, sorted_classes, candidate = pallas._sorted_inputs(
         boxes, scores, classes, score_threshold)
     n = scores.shape[-1]
-    n_pad = pallas._round_up(n, pallas_tpu.TILE)
+    blocks = pallas.BLOCK_SIZES["tpu"]
+    n_pad = pallas._round_up(n, blocks.tile)
     keep = pallas_tpu.keep_mask(
         *(pallas._pad_last(x, n_pad) for x in (fields, sorted_classes,
                                                 candidate)),
-        max_output_size=max_output_size, iou_threshold=iou_threshold,
-        class_aware=class_aware, interpret=pltpu.InterpretParams())
+        blocks=blocks, max_output_size=max_output_size,
+        iou_threshold=iou_threshold, class_aware=class_aware,
+        interpret=pltpu.InterpretParams())
     return common.indices_from_keep_mask(keep[:, :n] > 0, order,
                                          max_output_size)
 
@@ -137,5 +139,5 @@ def test_triton_kernel_on_gpu(n):
             assert_matches_reference(
                 boxes, scores, backend="pallas", classes=cls,
                 max_output_size=min(n, 1000), iou_threshold=iou_threshold,
-                call=lambda b, s, classes, backend, **_: call(
-                    args[0], args[1], classes=args[2]))
+                call=lambda b, s, classes, backend, call=call, args=args,
+                **_: call(args[0], args[1], classes=args[2]))

@@ -1,4 +1,4 @@
-"""Shared fixtures of the model tests: a tiny config and synthetic batches.
+"""Helpers of the model tests: a tiny config and synthetic batches.
 
 The tiny config (64 x 64 images, 'tiny' backbone, 8-16 channels, few rois)
 keeps every compiled program small enough for a 2-core CPU.
@@ -7,7 +7,6 @@ keeps every compiled program small enough for a 2-core CPU.
 import jax
 import ml_collections
 import numpy as np
-import pytest
 from flax import nnx
 
 from detector import config as config_lib
@@ -100,27 +99,3 @@ def fast_init_rngs(seed: int = 0) -> nnx.Rngs:
     """Init keys of the RBG generator: its per-shape init programs compile
     several times faster on CPU than threefry's."""
     return nnx.Rngs(jax.random.key(seed, impl="rbg"))
-
-
-@pytest.fixture(name="make_rngs", scope="session")
-def make_rngs_fixture():
-    """The fast_init_rngs factory: make_rngs(seed=0) -> nnx.Rngs."""
-    return fast_init_rngs
-
-
-@pytest.fixture(name="make_tiny_config", scope="session")
-def make_tiny_config_fixture():
-    """The tiny_config factory: make_tiny_config(backend='while_loop')."""
-    return tiny_config
-
-
-@pytest.fixture(name="make_synthetic_example", scope="session")
-def make_synthetic_example_fixture():
-    """The synthetic_example factory (three objects, batch of one)."""
-    return synthetic_example
-
-
-@pytest.fixture(name="make_empty_example", scope="session")
-def make_empty_example_fixture():
-    """The empty_example factory: make_empty_example(batch=1)."""
-    return empty_example
