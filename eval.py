@@ -27,8 +27,7 @@ _SPLIT = flags.DEFINE_string(
     "'val2017[:500]', 'validation[:10%]' (default: the config's).")
 _MAX_IMAGES = flags.DEFINE_integer("max_images", 0,
                                    "Evaluate at most this many images.")
-_MULTIHOST = flags.DEFINE_enum("multihost", "auto", cli.MULTIHOST_MODES,
-                               cli.MULTIHOST_HELP)
+_MULTIHOST = cli.MultihostFlags()
 
 
 def main(argv: list[str]) -> None:
@@ -38,7 +37,7 @@ def main(argv: list[str]) -> None:
     with cli.one_line_errors():
         config = (cli.config_value(_CONFIG) if _CONFIG.value is not None
                   else config_lib.load_json(workdir / "config.json"))
-    cli.start_jax(config, _MULTIHOST.value)
+    cli.start_jax(config, _MULTIHOST)
     from detector import eval_lib
     with cli.one_line_errors():
         with config.unlocked():

@@ -31,8 +31,7 @@ _STRICT = flags.DEFINE_bool(
     "strict_device", False,
     "Fail before step 1 if the compiled train step or the compiled predict "
     "(run by the evaluations) has any host round-trip.")
-_MULTIHOST = flags.DEFINE_enum("multihost", "auto", cli.MULTIHOST_MODES,
-                               cli.MULTIHOST_HELP)
+_MULTIHOST = cli.MultihostFlags()
 
 
 def default_workdir() -> str:
@@ -48,7 +47,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     config = cli.config_value(_CONFIG)
-    cli.start_jax(config, _MULTIHOST.value)
+    cli.start_jax(config, _MULTIHOST)
     from detector import train_lib
     from ops import host_audit
     with cli.one_line_errors(FloatingPointError,

@@ -4,10 +4,11 @@
   `--config.a.b=v` override, a bad value in a config, or an unreadable /
   unwritable path ends the program with a single `error: ...` line and exit
   code 1, not a traceback from inside the flag, config or file libraries.
-- Multi-host start-up: `--multihost=auto|on|off` (defined by each entry
-  point with MULTIHOST_MODES and MULTIHOST_HELP) decides whether to call
+- Multi-host start-up: `--multihost=auto|on|off`, `--coordinator_address`,
+  `--num_processes`, `--process_id` and `--coordinator_timeout_s` (defined
+  by each entry point with `MultihostFlags`) decide whether and how to call
   `jax.distributed.initialize()` before anything touches a device.
-- `start_jax(config, multihost)` does what must come before JAX starts a
+- `start_jax(config, multihost_flags)` does what must come before JAX starts a
   backend: the XLA flags of `config.train.deterministic`, then multi-host.
 """
 
@@ -17,22 +18,24 @@ import re
 import sys
 from collections.abc import Iterator, Mapping
 
-import jax
 import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from detector import determinism
+from detector import determinism, multihost
 
 MULTIHOST_MODES = ("auto", "on", "off")
 MULTIHOST_HELP = (
     "Multi-host start-up. 'on': always call jax.distributed.initialize() "
-    "(it finds the coordinator from JAX_COORDINATOR_ADDRESS or the cluster "
-    "environment); 'off': never (one process). 'auto': call it when "
-    "JAX_COORDINATOR_ADDRESS is set or the environment is a multi-host job: "
-    "a Cloud TPU slice with several hosts (TPU_WORKER_HOSTNAMES), a SLURM "
-    "job with SLURM_NTASKS > 1, or an Open MPI job with "
-    "OMPI_COMM_WORLD_SIZE > 1.")
+    "(with --coordinator_address, --num_processes and --process_id where "
+    "given, else from the cluster environment); 'off': never (one process). "
+    "'auto': call it when a coordinator address or more than one process is "
+    "given (flags or JAX_COORDINATOR_ADDRESS / JAX_NUM_PROCESSES) or the "
+    "environment is a multi-host job: a Cloud TPU slice with several hosts "
+    "(TPU_WORKER_HOSTNAMES), a SLURM job with SLURM_NTASKS > 1, or an Open "
+    "MPI job with OMPI_COMM_WORLD_SIZE > 1.")
+# JAX's own default wait for the coordinator and the other processes.
+COORDINATOR_TIMEOUT_S = 300
 
 
 def fail(message: str) -> None:
@@ -130,7 +133,8 @@ def _env_count(env: Mapping[str, str], name: str) -> int:
         return 0
 
 
-def wants_distributed(mode: str, env: Mapping[str, str]) -> bool:
+def wants_distributed(mode: str, env: Mapping[str, str],
+                      cluster: multihost.Cluster | None = None) -> bool:
     """Whether `--multihost=mode` in environment `env` starts multi-host JAX.
 
     Raises:
@@ -143,30 +147,72 @@ def wants_distributed(mode: str, env: Mapping[str, str]) -> bool:
         return mode == "on"
     tpu_hosts = [h for h in env.get("TPU_WORKER_HOSTNAMES", "").split(",")
                  if h.strip()]
-    return bool(env.get("JAX_COORDINATOR_ADDRESS", "").strip() or
+    return bool((cluster and cluster.is_multiprocess()) or
+                env.get("JAX_COORDINATOR_ADDRESS", "").strip() or
                 len(tpu_hosts) > 1 or _env_count(env, "SLURM_NTASKS") > 1 or
                 _env_count(env, "OMPI_COMM_WORLD_SIZE") > 1)
 
 
-def start_multihost(mode: str,
-                    env: Mapping[str, str] | None = None) -> bool:
+def start_multihost(mode: str, env: Mapping[str, str] | None = None, *,
+                    cluster: multihost.Cluster | None = None,
+                    timeout_s: int = COORDINATOR_TIMEOUT_S) -> bool:
     """Calls jax.distributed.initialize() when `wants_distributed` says so.
 
     Must run before anything touches a device. Returns whether it did; a
-    failed start-up is one error line.
+    failed start-up (an unreachable coordinator after `timeout_s` seconds
+    included) is one error line.
     """
-    if not wants_distributed(mode, os.environ if env is None else env):
+    if not wants_distributed(mode, os.environ if env is None else env,
+                             cluster):
         return False
     try:
-        jax.distributed.initialize()
+        multihost.initialize(cluster or multihost.Cluster(), timeout_s)
+    except TimeoutError as e:
+        fail(str(e))
     except (RuntimeError, ValueError) as e:
         fail(f"--multihost={mode}: jax.distributed.initialize() failed: "
              f"{_one_line(e)}")
     return True
 
 
-def start_jax(config: ml_collections.ConfigDict, multihost: str) -> None:
+class MultihostFlags:
+    """The multi-host flags of an entry point, and the start-up they ask for.
+
+    Defined once per program (absl flags are global).
+    """
+
+    def __init__(self):
+        self.mode = flags.DEFINE_enum("multihost", "auto", MULTIHOST_MODES,
+                                      MULTIHOST_HELP)
+        self.coordinator_address = flags.DEFINE_string(
+            "coordinator_address", None,
+            "HOST:PORT of process 0, which hosts the coordinator (default: "
+            "$JAX_COORDINATOR_ADDRESS, else the cluster environment).")
+        self.num_processes = flags.DEFINE_integer(
+            "num_processes", None, "Number of processes in the job "
+            "(default: $JAX_NUM_PROCESSES, else the cluster environment).")
+        self.process_id = flags.DEFINE_integer(
+            "process_id", None, "This process's id in [0, num_processes) "
+            "(default: $JAX_PROCESS_ID, else the cluster environment).")
+        self.timeout_s = flags.DEFINE_integer(
+            "coordinator_timeout_s", COORDINATOR_TIMEOUT_S,
+            "Seconds to wait for the coordinator and every process to "
+            "join; then the start-up fails.", lower_bound=1)
+
+    def start(self, env: Mapping[str, str] | None = None) -> bool:
+        """`start_multihost` with these flags; bad values are one line."""
+        env = os.environ if env is None else env
+        with one_line_errors():
+            cluster = multihost.resolve_cluster(
+                self.coordinator_address.value, self.num_processes.value,
+                self.process_id.value, env)
+        return start_multihost(self.mode.value, env, cluster=cluster,
+                               timeout_s=self.timeout_s.value)
+
+
+def start_jax(config: ml_collections.ConfigDict,
+              multihost_flags: MultihostFlags) -> None:
     """What must precede JAX's first backend: deterministic XLA flags
     (config.train.deterministic), then the multi-host start-up."""
     determinism.apply(config.train.deterministic)
-    start_multihost(multihost)
+    multihost_flags.start()

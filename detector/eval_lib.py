@@ -32,15 +32,14 @@ import ml_collections
 import numpy as np
 from absl import logging
 from flax import nnx
-from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from pycocotools import coco as coco_lib
 from pycocotools.cocoeval import COCOeval
 
 from detector import config as config_lib
-from detector import (checkpoint, determinism, optimizer, postprocess,
-                      sharding, visualize)
+from detector import (checkpoint, determinism, multihost, optimizer,
+                      postprocess, sharding, visualize)
 from detector import train_state as state_lib
 from detector.data import pipeline
 from ops import host_audit
@@ -163,27 +162,13 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh,
                 predict.run(params, rest, images["image"]))
             latencies.append((time.perf_counter() - started) * 1e3 /
                              len(batch["image"]))
-            outputs = jax.device_get(outputs)
+            outputs = sharding.local_rows(outputs, mesh)
             results += postprocess.coco_results(
                 outputs, batch, data.category_ids,
                 with_masks=data.has_masks)
             if len(drawn) < config.eval.num_visualized:
                 drawn.append((batch, outputs))
     return results, latencies, drawn
-
-
-def _gather_results(results: list[dict], workdir: pathlib.Path,
-                    slug: str) -> list[dict]:
-    """Every process's COCO results (multi-host: exchanged via the workdir)."""
-    if jax.process_count() == 1:
-        return results
-    parts = pathlib.Path(workdir) / "eval_parts"
-    parts.mkdir(exist_ok=True)
-    (parts / f"{slug}.{jax.process_index()}.json").write_text(
-        json.dumps(results))
-    multihost_utils.sync_global_devices(f"eval results {slug}")
-    return [r for p in range(jax.process_count()) for r in json.loads(
-        (parts / f"{slug}.{p}.json").read_text())]
 
 
 def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
@@ -198,6 +183,7 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
     """
     check_request(split, max_images)
     split = config.data.eval_split if split is None else split
+    sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
     stem = result_stem(workdir, split)  # before the work, not after
     data = pipeline.eval_split(config, split,
                                max_images or config.eval.max_images)
@@ -205,7 +191,8 @@ def evaluate(config: ml_collections.ConfigDict, graphdef: nnx.GraphDef,
         predict = compile_predict(config, graphdef, params, rest, mesh)
     results, latencies, drawn = _run_predict(data, predict, params, rest,
                                              mesh, config)
-    results = _gather_results(results, workdir, split_slug(split))
+    # Every process's results, in process order (a collective).
+    results = [r for part in multihost.gather_json(results) for r in part]
     image_ids = sorted(data.coco.getImgIds())  # all processes' images
     summary = {"split": split, "images": len(image_ids)}
     box_results = [{k: v for k, v in r.items() if k != "segmentation"}
@@ -248,6 +235,7 @@ def evaluate_checkpoint(config: ml_collections.ConfigDict,
     """
     check_request(split, max_images)
     config_lib.validate(config)
+    multihost.check_same_config(config)
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
     try:

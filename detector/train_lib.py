@@ -47,7 +47,7 @@ from detector import checkpoint, determinism
 from detector import config as config_lib
 from detector import eval_lib
 from detector import model as model_lib
-from detector import optimizer, sharding, train_metrics
+from detector import multihost, optimizer, sharding, train_metrics
 from detector import train_state as state_lib
 from detector import train_step as step_lib
 from detector.data import pipeline
@@ -59,7 +59,9 @@ def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
     path = pathlib.Path(workdir).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
-        probe = path / ".write_test"
+        # One probe per process: processes sharing the workdir must not
+        # remove each other's.
+        probe = path / f".write_test.{jax.process_index()}"
         probe.write_text("")
         probe.unlink()
     except OSError as e:
@@ -74,14 +76,6 @@ def save_config(workdir: pathlib.Path,
     if jax.process_index() == 0:
         (workdir / "config.json").write_text(config.to_json_best_effort(
             indent=2, sort_keys=True) + "\n")
-
-
-def _check_batch_size(config: ml_collections.ConfigDict, mesh: Mesh) -> None:
-    for key, size in (("train.batch_size", config.train.batch_size),
-                      ("eval.batch_size", config.eval.batch_size)):
-        if size % mesh.size:
-            raise ValueError(f"config.{key}={size} must be divisible by the "
-                             f"number of devices ({mesh.size})")
 
 
 @dataclasses.dataclass
@@ -106,10 +100,13 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     `evaluate=False` skips the evaluations (at the end and every
     eval_every steps) and returns {}.
     """
+    multihost.check_same_config(config)
     config_lib.validate(config)  # before anything is written
     model_lib.validate_config(config)
     mesh = sharding.make_mesh()
-    _check_batch_size(config, mesh)
+    sharding.check_divisible("train.batch_size", config.train.batch_size,
+                             mesh)
+    sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
     created = _new_folders(workdir, "checkpoints")
     workdir = prepare_workdir(workdir)
     logging.info("Data parallel over %d %s devices in %d process(es); "

@@ -1,9 +1,12 @@
 """Command-line plumbing: one-line errors and the multi-host decision."""
 
+import socket
+import time
+
 import jax
 import pytest
 
-from detector import cli
+from detector import cli, multihost
 
 
 @pytest.mark.parametrize("mode,env,expected", [
@@ -32,7 +35,7 @@ def test_wants_distributed_rejects_unknown_mode():
 def test_start_multihost_calls_initialize_only_when_wanted(monkeypatch):
     calls = []
     monkeypatch.setattr(jax.distributed, "initialize",
-                        lambda: calls.append("init"))
+                        lambda **kwargs: calls.append("init"))
     assert not cli.start_multihost("auto", {"SLURM_NTASKS": "1"})
     assert calls == []
     assert cli.start_multihost("auto", {"SLURM_NTASKS": "2"})
@@ -40,7 +43,7 @@ def test_start_multihost_calls_initialize_only_when_wanted(monkeypatch):
 
 
 def test_failed_multihost_start_is_one_line(monkeypatch):
-    def refuse():
+    def refuse(**kwargs):
         raise RuntimeError("coordinator unreachable\ntimed out after 300 s")
 
     monkeypatch.setattr(jax.distributed, "initialize", refuse)
@@ -49,6 +52,68 @@ def test_failed_multihost_start_is_one_line(monkeypatch):
     assert exit_info.value.code == ("error: --multihost=on: jax.distributed."
                                     "initialize() failed: coordinator "
                                     "unreachable timed out after 300 s")
+
+
+def test_start_multihost_passes_the_cluster(monkeypatch):
+    calls = []
+    monkeypatch.setattr(jax.distributed, "initialize",
+                        lambda **kwargs: calls.append(kwargs))
+    cluster = multihost.Cluster("localhost:1234", 2, 0)
+    assert cli.wants_distributed("auto", {}, cluster)
+    assert not cli.wants_distributed("auto", {},
+                                     multihost.Cluster(num_processes=1))
+    assert cli.start_multihost("auto", {}, cluster=cluster, timeout_s=7)
+    assert calls == [{"coordinator_address": "localhost:1234",
+                      "num_processes": 2, "process_id": 0,
+                      "initialization_timeout": 7}]
+
+
+def test_resolve_cluster_flags_win_over_environment():
+    env = {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:99", "JAX_NUM_PROCESSES": "4",
+           "JAX_PROCESS_ID": "3"}
+    assert multihost.resolve_cluster(None, None, None, env) == (
+        multihost.Cluster("10.0.0.1:99", 4, 3))
+    assert multihost.resolve_cluster("h:1", 2, 1, env) == (
+        multihost.Cluster("h:1", 2, 1))
+    assert multihost.resolve_cluster(None, None, None, {}) == (
+        multihost.Cluster())
+
+
+@pytest.mark.parametrize("args,env,message", [
+    (("localhost", None, None), {},
+     "--coordinator_address='localhost': expected HOST:PORT"),
+    ((None, None, None), {"JAX_COORDINATOR_ADDRESS": "h:99999"},
+     "JAX_COORDINATOR_ADDRESS='h:99999': expected HOST:PORT"),
+    ((None, 0, None), {},
+     "--num_processes=0: the process count must be at least 1"),
+    ((None, 2, 2), {},
+     ("--process_id=2: the process id must be in [0, 2) "
+      "(--num_processes=2)")),
+    ((None, None, 5), {"JAX_NUM_PROCESSES": "2"},
+     ("--process_id=5: the process id must be in [0, 2) "
+      "(JAX_NUM_PROCESSES=2)")),
+    ((None, None, None), {"JAX_PROCESS_ID": "one"},
+     "JAX_PROCESS_ID='one': process_id must be an integer"),
+])
+def test_resolve_cluster_rejects_bad_settings(args, env, message):
+    with pytest.raises(ValueError) as error:
+        multihost.resolve_cluster(*args, env)
+    assert str(error.value).startswith(message)
+
+
+def test_unreachable_coordinator_times_out_with_one_line(monkeypatch):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("localhost", 0))
+        address = f"localhost:{probe.getsockname()[1]}"
+    monkeypatch.setattr(jax.distributed, "initialize", pytest.fail)
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.start_multihost("auto", {}, cluster=multihost.Cluster(
+            address, 2, 1), timeout_s=1)
+    assert time.monotonic() - started < 5
+    assert exit_info.value.code.startswith(
+        f"error: --coordinator_address={address}: no coordinator answered "
+        "within 1 s")
 
 
 @pytest.mark.parametrize("error,line", [
