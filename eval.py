@@ -16,17 +16,24 @@ from absl import app, flags
 from detector import cli
 from detector import config as config_lib
 
-_WORKDIR = flags.DEFINE_string("workdir", None, "Workdir of a training run.",
-                               required=True)
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Workdir of a training run.", required=True
+)
 _CONFIG = cli.define_config(
-    "config", None, "Config file (default: <workdir>/config.json).")
-_NMS = flags.DEFINE_enum("nms", None, config_lib.NMS_BACKENDS,
-                         "NMS backend for both NMS sites.")
+    "config", None, "Config file (default: <workdir>/config.json)."
+)
+_NMS = flags.DEFINE_enum(
+    "nms", None, config_lib.NMS_BACKENDS, "NMS backend for both NMS sites."
+)
 _SPLIT = flags.DEFINE_string(
-    "split", None, "Split to evaluate, with optional slicing: "
-    "'val2017[:500]', 'validation[:10%]' (default: the config's).")
-_MAX_IMAGES = flags.DEFINE_integer("max_images", 0,
-                                   "Evaluate at most this many images.")
+    "split",
+    None,
+    "Split to evaluate, with optional slicing: "
+    "'val2017[:500]', 'validation[:10%]' (default: the config's).",
+)
+_MAX_IMAGES = flags.DEFINE_integer(
+    "max_images", 0, "Evaluate at most this many images."
+)
 _MULTIHOST = cli.MultihostFlags()
 
 
@@ -35,16 +42,21 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     workdir = pathlib.Path(_WORKDIR.value)
     with cli.one_line_errors():
-        config = (cli.config_value(_CONFIG) if _CONFIG.value is not None
-                  else config_lib.load_json(workdir / "config.json"))
+        config = (
+            cli.config_value(_CONFIG)
+            if _CONFIG.value is not None
+            else config_lib.load_json(workdir / "config.json")
+        )
     cli.start_jax(config, _MULTIHOST)
     from detector import eval_lib
+
     with cli.one_line_errors():
         with config.unlocked():
             if _NMS.value:
                 config_lib.set_nms_backend(config, _NMS.value)
-        eval_lib.evaluate_checkpoint(config, workdir, split=_SPLIT.value,
-                                     max_images=_MAX_IMAGES.value)
+        eval_lib.evaluate_checkpoint(
+            config, workdir, split=_SPLIT.value, max_images=_MAX_IMAGES.value
+        )
 
 
 if __name__ == "__main__":

@@ -20,17 +20,25 @@ from detector import config as config_lib
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _CONFIG = cli.define_config(
-    "config", str(_HERE / "configs" / "shapes.py"),
-    "Config file, optionally with a variant: configs/shapes.py:runlocal.")
+    "config",
+    str(_HERE / "configs" / "shapes.py"),
+    "Config file, optionally with a variant: configs/shapes.py:runlocal.",
+)
 _WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Output folder (default: workdirs/<config name>).")
+    "workdir", None, "Output folder (default: workdirs/<config name>)."
+)
 _NMS = flags.DEFINE_enum(
-    "nms", None, config_lib.NMS_BACKENDS,
-    "NMS backend for both NMS sites (default: the config's).")
+    "nms",
+    None,
+    config_lib.NMS_BACKENDS,
+    "NMS backend for both NMS sites (default: the config's).",
+)
 _STRICT = flags.DEFINE_bool(
-    "strict_device", False,
+    "strict_device",
+    False,
     "Fail before step 1 if the compiled train step or the compiled predict "
-    "(run by the evaluations) has any host round-trip.")
+    "(run by the evaluations) has any host round-trip.",
+)
 _MULTIHOST = cli.MultihostFlags()
 
 
@@ -39,8 +47,9 @@ def default_workdir() -> str:
     spec = config_flags.get_config_filename(flags.FLAGS["config"])
     name = pathlib.Path(spec.split(":")[0]).stem
     variant = spec.split(":", 1)[1] if ":" in spec else ""
-    return str(pathlib.Path("workdirs") / "_".join(filter(None, [name,
-                                                                 variant])))
+    return str(
+        pathlib.Path("workdirs") / "_".join(filter(None, [name, variant]))
+    )
 
 
 def main(argv: list[str]) -> None:
@@ -50,14 +59,16 @@ def main(argv: list[str]) -> None:
     cli.start_jax(config, _MULTIHOST)
     from detector import train_lib
     from ops import host_audit
-    with cli.one_line_errors(FloatingPointError,
-                             host_audit.HostRoundTripError):
+
+    with cli.one_line_errors(FloatingPointError, host_audit.HostRoundTripError):
         with config.unlocked():
             if _NMS.value:
                 config_lib.set_nms_backend(config, _NMS.value)
-        train_lib.train_and_evaluate(config, _WORKDIR.value or
-                                     default_workdir(),
-                                     strict_device=_STRICT.value)
+        train_lib.train_and_evaluate(
+            config,
+            _WORKDIR.value or default_workdir(),
+            strict_device=_STRICT.value,
+        )
 
 
 if __name__ == "__main__":

@@ -29,22 +29,29 @@ FORMAT = 1
 _PIXELS = "image_u8"
 
 
-def save(path: str | pathlib.Path, batches: Sequence[dict[str, np.ndarray]],
-         data: ml_collections.ConfigDict) -> pathlib.Path:
+def save(
+    path: str | pathlib.Path,
+    batches: Sequence[dict[str, np.ndarray]],
+    data: ml_collections.ConfigDict,
+) -> pathlib.Path:
     """Writes the model inputs of `batches` to `path` (.npz); returns it."""
     if not batches:
         raise ValueError(f"{path}: no batches to save")
     mean = np.asarray(data.pixel_mean, np.float32)
     std = np.asarray(data.pixel_std, np.float32)
-    arrays = {key: np.stack([b[key] for b in batches])
-              for key in sharding.MODEL_INPUTS if key != "image"}
+    arrays = {
+        key: np.stack([b[key] for b in batches])
+        for key in sharding.MODEL_INPUTS
+        if key != "image"
+    }
     images = np.stack([b["image"] for b in batches]) * std + mean
     arrays[_PIXELS] = np.clip(np.rint(images), 0, 255).astype(np.uint8)
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:  # savez would append '.npz' to other names
-        np.savez_compressed(f, format=FORMAT, pixel_mean=mean,
-                            pixel_std=std, **arrays)
+        np.savez_compressed(
+            f, format=FORMAT, pixel_mean=mean, pixel_std=std, **arrays
+        )
     return path
 
 
@@ -55,36 +62,54 @@ def load(path: str | pathlib.Path) -> list[dict[str, np.ndarray]]:
     except ValueError as e:  # not an npz (or a pickled one)
         raise ValueError(f"{path}: not a batch file ({e})") from None
     with npz:
-        missing = [k for k in ("format", "pixel_mean", "pixel_std", _PIXELS)
-                   + tuple(k for k in sharding.MODEL_INPUTS if k != "image")
-                   if k not in npz.files]
+        missing = [
+            k
+            for k in ("format", "pixel_mean", "pixel_std", _PIXELS)
+            + tuple(k for k in sharding.MODEL_INPUTS if k != "image")
+            if k not in npz.files
+        ]
         if missing:
-            raise ValueError(f"{path}: not a batch file of this project "
-                             f"(missing {', '.join(missing)})")
+            raise ValueError(
+                f"{path}: not a batch file of this project "
+                f"(missing {', '.join(missing)})"
+            )
         if int(npz["format"]) != FORMAT:
-            raise ValueError(f"{path}: batch file format {int(npz['format'])}"
-                             f", this version reads {FORMAT}")
-        images = ((npz[_PIXELS].astype(np.float32) - npz["pixel_mean"]) /
-                  npz["pixel_std"])
+            raise ValueError(
+                f"{path}: batch file format {int(npz['format'])}"
+                f", this version reads {FORMAT}"
+            )
+        images = (npz[_PIXELS].astype(np.float32) - npz["pixel_mean"]) / npz[
+            "pixel_std"
+        ]
         arrays = {k: npz[k] for k in sharding.MODEL_INPUTS if k != "image"}
     arrays["image"] = images
-    return [{k: arrays[k][i] for k in sharding.MODEL_INPUTS}
-            for i in range(len(images))]
+    return [
+        {k: arrays[k][i] for k in sharding.MODEL_INPUTS}
+        for i in range(len(images))
+    ]
 
 
-def expected_shapes(config: ml_collections.ConfigDict
-                    ) -> dict[str, tuple[int, ...]]:
+def expected_shapes(
+    config: ml_collections.ConfigDict,
+) -> dict[str, tuple[int, ...]]:
     """Per-batch shapes of the model inputs the pipeline makes for `config`."""
     data = config.data
     b, m, s = config.train.batch_size, data.max_instances, data.gt_mask_size
-    return {"image": (b, *data.image_size, 3), "boxes": (b, m, 4),
-            "classes": (b, m), "valid": (b, m), "masks": (b, m, s, s),
-            "mask_valid": (b, m)}
+    return {
+        "image": (b, *data.image_size, 3),
+        "boxes": (b, m, 4),
+        "classes": (b, m),
+        "valid": (b, m),
+        "masks": (b, m, s, s),
+        "mask_valid": (b, m),
+    }
 
 
-def check_shapes(batches: Sequence[dict[str, np.ndarray]],
-                 config: ml_collections.ConfigDict,
-                 path: str | pathlib.Path) -> None:
+def check_shapes(
+    batches: Sequence[dict[str, np.ndarray]],
+    config: ml_collections.ConfigDict,
+    path: str | pathlib.Path,
+) -> None:
     """ValueError naming the file and entry if a shape differs from config's."""
     for key, want in expected_shapes(config).items():
         got = batches[0][key].shape
@@ -93,4 +118,5 @@ def check_shapes(batches: Sequence[dict[str, np.ndarray]],
                 f"{path}: {key} has shape {got}, the config's pipeline makes "
                 f"{want} (train.batch_size, data.image_size, "
                 f"data.max_instances, data.gt_mask_size); save the batches "
-                f"with the same config")
+                f"with the same config"
+            )

@@ -1,6 +1,7 @@
 """What the content checksums add to a checkpoint save, and to a restore.
 
-    python benchmarks/checkpoint_bench.py [--config=configs/shapes.py] [--reps 5]
+    python benchmarks/checkpoint_bench.py [--config=configs/shapes.py] \
+        [--reps 5]
 
 Builds the training-state tree of a config (params, BatchNorm values and
 optimizer slots, random values of the real shapes) and times, as medians
@@ -38,11 +39,14 @@ from detector import model as model_lib  # noqa: E402
 from detector import train_state as state_lib  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", str(_REPO / "configs" / "shapes.py"), "Config whose state to "
-    "save.")
+    "config",
+    str(_REPO / "configs" / "shapes.py"),
+    "Config whose state to save.",
+)
 _REPS = flags.DEFINE_integer("reps", 5, "Timed repetitions per quantity.")
-_OUT = flags.DEFINE_string("out", "benchmarks/out/checkpoint_bench.json",
-                           "Output JSON.")
+_OUT = flags.DEFINE_string(
+    "out", "benchmarks/out/checkpoint_bench.json", "Output JSON."
+)
 
 
 def state_tree(config) -> dict:
@@ -57,9 +61,14 @@ def state_tree(config) -> dict:
     shapes = jax.eval_shape(build)
     leaves, treedef = jax.tree.flatten(shapes)
     rng = np.random.default_rng(0)
-    arrays = [jax.device_put(rng.standard_normal(s.shape).astype(s.dtype)
-                             if np.issubdtype(s.dtype, np.floating) else
-                             np.zeros(s.shape, s.dtype)) for s in leaves]
+    arrays = [
+        jax.device_put(
+            rng.standard_normal(s.shape).astype(s.dtype)
+            if np.issubdtype(s.dtype, np.floating)
+            else np.zeros(s.shape, s.dtype)
+        )
+        for s in leaves
+    ]
     return jax.tree.unflatten(treedef, arrays)
 
 
@@ -83,8 +92,10 @@ def main(argv: list[str]) -> None:
     work = pathlib.Path(tempfile.mkdtemp())
     ckpt = checkpoint.Checkpointer(work / "ours", max_to_keep=2)
     plain = ocp.CheckpointManager(
-        work / "plain", options=ocp.CheckpointManagerOptions(max_to_keep=2),
-        item_handlers=ocp.StandardCheckpointHandler())
+        work / "plain",
+        options=ocp.CheckpointManagerOptions(max_to_keep=2),
+        item_handlers=ocp.StandardCheckpointHandler(),
+    )
     steps = iter(range(1, 10_000))
 
     def save_call():
@@ -102,22 +113,26 @@ def main(argv: list[str]) -> None:
         "arrays": len(jax.tree.leaves(tree)),
         "mbytes": sum(x.nbytes for x in jax.tree.leaves(tree)) / 2**20,
         "checksum_ms": median_ms(
-            lambda: checkpoint.content_checksums(tree), reps),
+            lambda: checkpoint.content_checksums(tree), reps
+        ),
         # The previous save's write finishes untimed first.
         "save_call_ms": median_ms(save_call, reps, before=ckpt.wait),
     }
     ckpt.wait()
     results["orbax_save_call_ms"] = median_ms(
-        orbax_save_call, reps, before=plain.wait_until_finished)
+        orbax_save_call, reps, before=plain.wait_until_finished
+    )
     plain.wait_until_finished()
     results["save_to_disk_ms"] = median_ms(save_to_disk, reps)
     abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype,
-                                       sharding=x.sharding), tree)
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+        tree,
+    )
     restored = ckpt.restore(abstract)
     results["restore_ms"] = median_ms(lambda: ckpt.restore(abstract), reps)
     results["verify_ms"] = median_ms(
-        lambda: ckpt.verify(restored, ckpt.latest_step()), reps)
+        lambda: ckpt.verify(restored, ckpt.latest_step()), reps
+    )
     ckpt.close()
     plain.close()
     shutil.rmtree(work)

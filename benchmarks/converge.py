@@ -29,11 +29,18 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LOSSES = ("total", "rpn_cls", "rpn_box", "cls", "box", "mask")
 
 
-def train(backend: str, workdir: pathlib.Path, config: str,
-          overrides: list[str]) -> float:
+def train(
+    backend: str, workdir: pathlib.Path, config: str, overrides: list[str]
+) -> float:
     """Runs train.py for one backend; returns its wall time in seconds."""
-    command = [sys.executable, str(ROOT / "train.py"), f"--config={config}",
-               f"--workdir={workdir}", f"--nms={backend}", *overrides]
+    command = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        f"--config={config}",
+        f"--workdir={workdir}",
+        f"--nms={backend}",
+        *overrides,
+    ]
     print("+", " ".join(command), flush=True)
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True)
@@ -52,15 +59,19 @@ def read_run(workdir: pathlib.Path) -> dict:
         if record.get("eval"):
             evals[record["step"]] = {
                 "box_ap": record["bbox"]["AP"],
-                "mask_ap": record.get("segm", {}).get("AP", float("nan"))}
+                "mask_ap": record.get("segm", {}).get("AP", float("nan")),
+            }
         else:
             steps[record["step"]] = record  # a resumed run rewrites a step
     losses = {name: [steps[s][name] for s in sorted(steps)] for name in LOSSES}
-    return {"steps": sorted(steps), "losses": losses,
-            "step_time_ms": [steps[s]["step_time_ms"] for s in sorted(steps)],
-            "eval_steps": sorted(evals),
-            "box_ap": [evals[s]["box_ap"] for s in sorted(evals)],
-            "mask_ap": [evals[s]["mask_ap"] for s in sorted(evals)]}
+    return {
+        "steps": sorted(steps),
+        "losses": losses,
+        "step_time_ms": [steps[s]["step_time_ms"] for s in sorted(steps)],
+        "eval_steps": sorted(evals),
+        "box_ap": [evals[s]["box_ap"] for s in sorted(evals)],
+        "mask_ap": [evals[s]["mask_ap"] for s in sorted(evals)],
+    }
 
 
 def finished(workdir: pathlib.Path) -> bool:
@@ -77,32 +88,51 @@ def loss_table(runs: dict, every: int) -> str:
     """Total loss per backend at every `every`-th logged step."""
     names = list(runs)
     first = runs[names[0]]
-    lines = ["| step | " + " | ".join(names) + " | max difference |",
-             "|---" * (len(names) + 2) + "|"]
+    lines = [
+        "| step | " + " | ".join(names) + " | max difference |",
+        "|---" * (len(names) + 2) + "|",
+    ]
     for i, step in enumerate(first["steps"]):
         if (i + 1) % every and i + 1 != len(first["steps"]):
             continue
-        values = [r["losses"]["total"][i] if i < len(r["steps"]) else
-                  float("nan") for r in runs.values()]
+        values = [
+            r["losses"]["total"][i] if i < len(r["steps"]) else float("nan")
+            for r in runs.values()
+        ]
         spread = max(values) - min(values)
-        lines.append(f"| {step} | " + " | ".join(f"{v:.6f}" for v in values)
-                     + f" | {spread:.2e} |")
+        lines.append(
+            f"| {step} | "
+            + " | ".join(f"{v:.6f}" for v in values)
+            + f" | {spread:.2e} |"
+        )
     return "\n".join(lines)
 
 
 def plot(runs: dict, path: pathlib.Path, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = ["-", "--", ":", "-."]
     for i, (name, run) in enumerate(runs.items()):
         style = styles[i % len(styles)]
         left.plot(run["steps"], run["losses"]["total"], style, label=name)
-        right.plot(run["eval_steps"], run["box_ap"], style, marker="o",
-                   label=f"box AP ({name})")
-        right.plot(run["eval_steps"], run["mask_ap"], style, marker="s",
-                   label=f"mask AP ({name})")
+        right.plot(
+            run["eval_steps"],
+            run["box_ap"],
+            style,
+            marker="o",
+            label=f"box AP ({name})",
+        )
+        right.plot(
+            run["eval_steps"],
+            run["mask_ap"],
+            style,
+            marker="s",
+            label=f"mask AP ({name})",
+        )
     left.set_yscale("log")
     left.set_xlabel("step")
     left.set_ylabel("total loss (log scale)")
@@ -119,21 +149,34 @@ def plot(runs: dict, path: pathlib.Path, title: str) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default="configs/shapes.py")
-    parser.add_argument("--backends", default="auto",
-                        help="comma-separated NMS backends to train")
-    parser.add_argument("--root", type=pathlib.Path,
-                        default=pathlib.Path("workdirs/converge"))
-    parser.add_argument("--override", action="append", default=[],
-                        help="extra train.py flag, e.g. "
-                        "--override=--config.train.num_steps=500")
+    parser.add_argument(
+        "--backends",
+        default="auto",
+        help="comma-separated NMS backends to train",
+    )
+    parser.add_argument(
+        "--root", type=pathlib.Path, default=pathlib.Path("workdirs/converge")
+    )
+    parser.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        help="extra train.py flag, e.g. "
+        "--override=--config.train.num_steps=500",
+    )
     parser.add_argument("--retrain", action="store_true")
     parser.add_argument("--min_box_ap", type=float, default=0.70)
     parser.add_argument("--min_mask_ap", type=float, default=0.65)
     parser.add_argument("--max_minutes", type=float, default=0.0)
-    parser.add_argument("--table_every", type=int, default=4,
-                        help="loss table row every N logged steps")
-    parser.add_argument("--out", type=pathlib.Path,
-                        default=pathlib.Path("benchmarks/out"))
+    parser.add_argument(
+        "--table_every",
+        type=int,
+        default=4,
+        help="loss table row every N logged steps",
+    )
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=pathlib.Path("benchmarks/out")
+    )
     args = parser.parse_args()
 
     runs, minutes, failures = {}, {}, []
@@ -142,31 +185,51 @@ def main() -> int:
         if args.retrain or not finished(workdir):
             if workdir.exists() and args.retrain:
                 subprocess.run(["rm", "-rf", str(workdir)], check=True)
-            minutes[backend] = train(backend, workdir, args.config,
-                                     args.override) / 60
+            minutes[backend] = (
+                train(backend, workdir, args.config, args.override) / 60
+            )
         runs[backend] = read_run(workdir)
         run = runs[backend]
         box_ap, mask_ap = run["box_ap"][-1], run["mask_ap"][-1]
-        took = (f"{minutes[backend]:.1f} min wall" if backend in minutes
-                else "read from an earlier run")
-        print(f"{backend}: step {run['eval_steps'][-1]}, box AP "
-              f"{box_ap:.3f}, mask AP {mask_ap:.3f} ({took})")
+        took = (
+            f"{minutes[backend]:.1f} min wall"
+            if backend in minutes
+            else "read from an earlier run"
+        )
+        print(
+            f"{backend}: step {run['eval_steps'][-1]}, box AP "
+            f"{box_ap:.3f}, mask AP {mask_ap:.3f} ({took})"
+        )
         if box_ap < args.min_box_ap:
-            failures.append(f"{backend}: box AP {box_ap:.3f} < "
-                            f"{args.min_box_ap}")
+            failures.append(
+                f"{backend}: box AP {box_ap:.3f} < {args.min_box_ap}"
+            )
         if not mask_ap >= args.min_mask_ap:
-            failures.append(f"{backend}: mask AP {mask_ap:.3f} < "
-                            f"{args.min_mask_ap}")
+            failures.append(
+                f"{backend}: mask AP {mask_ap:.3f} < {args.min_mask_ap}"
+            )
         if args.max_minutes and minutes.get(backend, 0) > args.max_minutes:
-            failures.append(f"{backend}: {minutes[backend]:.1f} min > "
-                            f"{args.max_minutes}")
+            failures.append(
+                f"{backend}: {minutes[backend]:.1f} min > {args.max_minutes}"
+            )
 
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "converge.json").write_text(json.dumps(
-        {"config": args.config, "overrides": args.override,
-         "wall_minutes": minutes, "runs": runs}, indent=2))
-    plot(runs, args.out / "converge.png",
-         f"{args.config}: loss and COCO AP per NMS backend")
+    (args.out / "converge.json").write_text(
+        json.dumps(
+            {
+                "config": args.config,
+                "overrides": args.override,
+                "wall_minutes": minutes,
+                "runs": runs,
+            },
+            indent=2,
+        )
+    )
+    plot(
+        runs,
+        args.out / "converge.png",
+        f"{args.config}: loss and COCO AP per NMS backend",
+    )
     print("\nTotal loss at fixed steps\n")
     print(loss_table(runs, args.table_every))
     for failure in failures:

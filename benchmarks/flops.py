@@ -47,7 +47,8 @@ def _conv_flops(eqn) -> float:
     rhs_spec = eqn.params["dimension_numbers"].rhs_spec
     # rhs_spec: (out feature dim, in feature dim, spatial dims...).
     macs_per_output = rhs.shape[rhs_spec[1]] * math.prod(
-        rhs.shape[d] for d in rhs_spec[2:])
+        rhs.shape[d] for d in rhs_spec[2:]
+    )
     dilation = math.prod(eqn.params.get("lhs_dilation") or (1,))
     del lhs
     return 2.0 * math.prod(out.shape) * macs_per_output / dilation
@@ -57,12 +58,17 @@ def _dot_flops(eqn) -> float:
     lhs = eqn.invars[0].aval
     out = eqn.outvars[0].aval
     (lhs_contract, _), _ = eqn.params["dimension_numbers"]
-    return 2.0 * math.prod(out.shape) * math.prod(
-        lhs.shape[d] for d in lhs_contract)
+    return (
+        2.0
+        * math.prod(out.shape)
+        * math.prod(lhs.shape[d] for d in lhs_contract)
+    )
 
 
-_COUNTERS = {"conv_general_dilated": ("conv", _conv_flops),
-             "dot_general": ("dot", _dot_flops)}
+_COUNTERS = {
+    "conv_general_dilated": ("conv", _conv_flops),
+    "dot_general": ("dot", _dot_flops),
+}
 
 
 def _sub_jaxprs(value: Any) -> Iterator[Any]:
@@ -116,5 +122,6 @@ def xla_flops(compiled: jax.stages.Compiled) -> float | None:
         return None
     if isinstance(analysis, list | tuple):
         analysis = analysis[0] if analysis else None
-    return float(analysis["flops"]) if analysis and "flops" in analysis \
-        else None
+    return (
+        float(analysis["flops"]) if analysis and "flops" in analysis else None
+    )

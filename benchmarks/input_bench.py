@@ -34,20 +34,27 @@ from benchmarks import nms_bench  # noqa: E402
 from detector.data import pipeline, shapes  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", str(_REPO / "configs" / "coco_r50_fpn.py"),
-    "Config whose train pipeline is timed.")
-_DATASET = flags.DEFINE_enum("dataset", "shapes", ["shapes", "jpeg"],
-                             "Which COCO-format folder to read.")
-_JPEG_ROOT = flags.DEFINE_string("jpeg_root", "data/shapes_jpeg",
-                                 "Where the 640x480 JPEG folder lives.")
-_JPEG_IMAGES = flags.DEFINE_integer("jpeg_images", 256,
-                                    "Images in the JPEG folder.")
+    "config",
+    str(_REPO / "configs" / "coco_r50_fpn.py"),
+    "Config whose train pipeline is timed.",
+)
+_DATASET = flags.DEFINE_enum(
+    "dataset", "shapes", ["shapes", "jpeg"], "Which COCO-format folder to read."
+)
+_JPEG_ROOT = flags.DEFINE_string(
+    "jpeg_root", "data/shapes_jpeg", "Where the 640x480 JPEG folder lives."
+)
+_JPEG_IMAGES = flags.DEFINE_integer(
+    "jpeg_images", 256, "Images in the JPEG folder."
+)
 _BATCHES = flags.DEFINE_integer("batches", 20, "Timed batches.")
 _WARMUP = flags.DEFINE_integer("warmup", 3, "Untimed batches first.")
-_TARGET = flags.DEFINE_float("target", 145.0,
-                             "Step images/s the input must sustain.")
-_HOST_CORES = flags.DEFINE_integer("host_cores", 16,
-                                   "Cores of the GPU host to project to.")
+_TARGET = flags.DEFINE_float(
+    "target", 145.0, "Step images/s the input must sustain."
+)
+_HOST_CORES = flags.DEFINE_integer(
+    "host_cores", 16, "Cores of the GPU host to project to."
+)
 _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
 
 JPEG_SIZE = (480, 640)  # (height, width)
@@ -61,8 +68,7 @@ def write_jpeg_folder(root: str, count: int, seed: int = 0) -> str:
     rows; instances left with no visible pixel are dropped. Returns the
     split's JSON path; an existing folder with the same info is reused.
     """
-    info = {"description": JPEG_DESCRIPTION, "num_images": count,
-            "seed": seed}
+    info = {"description": JPEG_DESCRIPTION, "num_images": count, "seed": seed}
     path = shapes.annotation_path(root, "train")
     if os.path.exists(path):
         with open(path) as f:
@@ -78,18 +84,35 @@ def write_jpeg_folder(root: str, count: int, seed: int = 0) -> str:
         image_id = index + 1
         file_name = f"{image_id:06d}.jpg"
         Image.fromarray(pixels[:height]).save(
-            os.path.join(root, "train", file_name), quality=90)
-        images.append({"id": image_id, "file_name": file_name,
-                       "height": height, "width": width})
+            os.path.join(root, "train", file_name), quality=90
+        )
+        images.append(
+            {
+                "id": image_id,
+                "file_name": file_name,
+                "height": height,
+                "width": width,
+            }
+        )
         for category, mask in instances:
             mask = mask[:height]
             if mask.any():
-                annotations.append(shapes._annotation(
-                    mask, category, len(annotations) + 1, image_id))
+                annotations.append(
+                    shapes._annotation(
+                        mask, category, len(annotations) + 1, image_id
+                    )
+                )
     with open(path, "w") as f:
-        json.dump({"info": info, "licenses": [], "images": images,
-                   "annotations": annotations,
-                   "categories": list(shapes.CATEGORIES)}, f)
+        json.dump(
+            {
+                "info": info,
+                "licenses": [],
+                "images": images,
+                "annotations": annotations,
+                "categories": list(shapes.CATEGORIES),
+            },
+            f,
+        )
     return path
 
 
@@ -117,10 +140,14 @@ def measure(config, batches: int, warmup: int) -> dict:
         next(source)
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     images = batches * config.train.batch_size
-    return {"images": images, "wall_s": wall, "cpu_s": cpu,
-            "images_per_sec": images / wall,
-            "cores_busy": cpu / wall,
-            "images_per_sec_per_core": images / cpu}
+    return {
+        "images": images,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "images_per_sec": images / wall,
+        "cores_busy": cpu / wall,
+        "images_per_sec_per_core": images / cpu,
+    }
 
 
 def main(argv) -> None:
@@ -130,20 +157,26 @@ def main(argv) -> None:
     result = measure(config, _BATCHES.value, _WARMUP.value)
     per_core = result["images_per_sec_per_core"]
     result.update(
-        dataset=_DATASET.value, image_size=list(config.data.image_size),
-        batch_size=config.train.batch_size, machine=nms_bench.machine(),
+        dataset=_DATASET.value,
+        image_size=list(config.data.image_size),
+        batch_size=config.train.batch_size,
+        machine=nms_bench.machine(),
         projected_host_images_per_sec=per_core * _HOST_CORES.value,
-        cores_for_target=_TARGET.value / per_core)
+        cores_for_target=_TARGET.value / per_core,
+    )
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"input_bench_{_DATASET.value}.json").write_text(
-        json.dumps(result, indent=2))
-    print(f"\n{_DATASET.value}: {result['images_per_sec']:.1f} img/s on "
-          f"{result['cores_busy']:.2f} busy cores of "
-          f"{result['machine']['cpu_count']}; {per_core:.1f} img/s per core "
-          f"-> {result['projected_host_images_per_sec']:.0f} img/s on "
-          f"{_HOST_CORES.value} cores; {result['cores_for_target']:.1f} cores "
-          f"feed {_TARGET.value:g} img/s")
+        json.dumps(result, indent=2)
+    )
+    print(
+        f"\n{_DATASET.value}: {result['images_per_sec']:.1f} img/s on "
+        f"{result['cores_busy']:.2f} busy cores of "
+        f"{result['machine']['cpu_count']}; {per_core:.1f} img/s per core "
+        f"-> {result['projected_host_images_per_sec']:.0f} img/s on "
+        f"{_HOST_CORES.value} cores; {result['cores_for_target']:.1f} cores "
+        f"feed {_TARGET.value:g} img/s"
+    )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,9 @@ class Workload:
 def _rpn_boxes(rng, shape, extent=800.0):
     centres = rng.uniform(0.0, extent, shape + (2,))
     sizes = rng.uniform(10.0, 200.0, shape + (2,))
-    return np.concatenate([centres - sizes / 2, centres + sizes / 2],
-                          axis=-1).astype(np.float32)
+    return np.concatenate(
+        [centres - sizes / 2, centres + sizes / 2], axis=-1
+    ).astype(np.float32)
 
 
 def make_workloads(seed: int = 0) -> list[Workload]:
@@ -64,15 +65,39 @@ def make_workloads(seed: int = 0) -> list[Workload]:
     sizes = rng.uniform(1.0, 1024.0, (1024, 2))
     w1 = np.concatenate([top_left, np.minimum(top_left + sizes, 1023.0)], -1)
     return [
-        Workload("W1 seed", w1.astype(np.float32),
-                 rng.random(1024, dtype=np.float32), None, 128, 0.1),
-        Workload("W2 rpn", _rpn_boxes(rng, (6000,)),
-                 rng.random(6000, dtype=np.float32), None, 1000, 0.7),
-        Workload("W3 rpn-batch", _rpn_boxes(rng, (8, 2000)),
-                 rng.random((8, 2000), dtype=np.float32), None, 1000, 0.7),
-        Workload("W4 detect", _rpn_boxes(rng, (5000,), extent=1000.0),
-                 rng.random(5000, dtype=np.float32),
-                 rng.integers(0, 80, 5000).astype(np.int32), 100, 0.5, 0.05),
+        Workload(
+            "W1 seed",
+            w1.astype(np.float32),
+            rng.random(1024, dtype=np.float32),
+            None,
+            128,
+            0.1,
+        ),
+        Workload(
+            "W2 rpn",
+            _rpn_boxes(rng, (6000,)),
+            rng.random(6000, dtype=np.float32),
+            None,
+            1000,
+            0.7,
+        ),
+        Workload(
+            "W3 rpn-batch",
+            _rpn_boxes(rng, (8, 2000)),
+            rng.random((8, 2000), dtype=np.float32),
+            None,
+            1000,
+            0.7,
+        ),
+        Workload(
+            "W4 detect",
+            _rpn_boxes(rng, (5000,), extent=1000.0),
+            rng.random(5000, dtype=np.float32),
+            rng.integers(0, 80, 5000).astype(np.int32),
+            100,
+            0.5,
+            0.05,
+        ),
     ]
 
 
@@ -86,32 +111,46 @@ def time_call(fn: Callable[[], object], reps: int, warmup: int) -> dict:
         fn()
         times.append((time.perf_counter() - start) * 1e3)
     p10, median, p90 = np.percentile(times, [10, 50, 90])
-    return {"median_ms": float(median), "p10_ms": float(p10),
-            "p90_ms": float(p90), "reps": reps}
+    return {
+        "median_ms": float(median),
+        "p10_ms": float(p10),
+        "p90_ms": float(p90),
+        "reps": reps,
+    }
 
 
 def ours(w: Workload, backend: str) -> Callable[[], object]:
     """A synchronised call of our operator, checked against the reference."""
-    call = jax.jit(functools.partial(
-        nms_lib.nms, max_output_size=w.max_output_size,
-        iou_threshold=w.iou_threshold, score_threshold=w.score_threshold,
-        backend=backend))
+    call = jax.jit(
+        functools.partial(
+            nms_lib.nms,
+            max_output_size=w.max_output_size,
+            iou_threshold=w.iou_threshold,
+            score_threshold=w.score_threshold,
+            backend=backend,
+        )
+    )
     args = jax.device_put((w.boxes, w.scores, w.classes))
     indices, num = call(args[0], args[1], classes=args[2])
-    want = reference.nms(w.boxes, w.scores, classes=w.classes,
-                         max_output_size=w.max_output_size,
-                         iou_threshold=w.iou_threshold,
-                         score_threshold=w.score_threshold)
-    np.testing.assert_array_equal(np.asarray(indices), want[0],
-                                  err_msg=f"{backend} on {w.name}")
-    return lambda: jax.block_until_ready(call(args[0], args[1],
-                                              classes=args[2]))
+    want = reference.nms(
+        w.boxes,
+        w.scores,
+        classes=w.classes,
+        max_output_size=w.max_output_size,
+        iou_threshold=w.iou_threshold,
+        score_threshold=w.score_threshold,
+    )
+    np.testing.assert_array_equal(
+        np.asarray(indices), want[0], err_msg=f"{backend} on {w.name}"
+    )
+    return lambda: jax.block_until_ready(
+        call(args[0], args[1], classes=args[2])
+    )
 
 
 def _offset_by_class(boxes, classes):
     """The usual class-aware trick for class-agnostic NMS ops."""
-    return boxes + (classes[:, None] * (boxes.max() + 1.0)).astype(
-        boxes.dtype)
+    return boxes + (classes[:, None] * (boxes.max() + 1.0)).astype(boxes.dtype)
 
 
 @functools.cache
@@ -120,8 +159,10 @@ def _tensorflow():
     try:
         import tensorflow as tf
     except ImportError:
-        print("tensorflow is not installed: skipping the TensorFlow C++ "
-              "anchor", flush=True)
+        print(
+            "tensorflow is not installed: skipping the TensorFlow C++ anchor",
+            flush=True,
+        )
         return None
     tf.config.set_visible_devices([], "GPU")
     return tf
@@ -132,18 +173,27 @@ def tensorflow_cpu(w: Workload) -> Callable[[], object] | None:
     tf = _tensorflow()
     if tf is None:
         return None
-    boxes = w.boxes if w.classes is None else _offset_by_class(w.boxes,
-                                                               w.classes)
+    boxes = (
+        w.boxes if w.classes is None else _offset_by_class(w.boxes, w.classes)
+    )
     boxes = boxes.reshape(-1, boxes.shape[-2], 4)[..., [1, 0, 3, 2]]
     scores = w.scores.reshape(-1, w.scores.shape[-1])
-    threshold = (float("-inf") if w.score_threshold is None else
-                 w.score_threshold)
+    threshold = (
+        float("-inf") if w.score_threshold is None else w.score_threshold
+    )
 
     @tf.function
     def run(boxes, scores):
-        return [tf.image.non_max_suppression(
-            boxes[i], scores[i], w.max_output_size, w.iou_threshold,
-            threshold) for i in range(boxes.shape[0])]
+        return [
+            tf.image.non_max_suppression(
+                boxes[i],
+                scores[i],
+                w.max_output_size,
+                w.iou_threshold,
+                threshold,
+            )
+            for i in range(boxes.shape[0])
+        ]
 
     with tf.device("/CPU:0"):
         args = tf.constant(boxes), tf.constant(scores)
@@ -172,9 +222,13 @@ def torchvision_cuda(w: Workload) -> Callable[[], object] | None:
         if w.score_threshold is not None:
             mask = scores > w.score_threshold
             keep_scores, keep_boxes, keep_groups = (
-                scores[mask], boxes[mask], groups[mask])
-        keep = torchvision.ops.batched_nms(keep_boxes, keep_scores,
-                                           keep_groups, w.iou_threshold)
+                scores[mask],
+                boxes[mask],
+                groups[mask],
+            )
+        keep = torchvision.ops.batched_nms(
+            keep_boxes, keep_scores, keep_groups, w.iou_threshold
+        )
         torch.cuda.synchronize()
         return keep
 
@@ -183,10 +237,14 @@ def torchvision_cuda(w: Workload) -> Callable[[], object] | None:
 
 def machine() -> dict:
     device = jax.devices()[0]
-    return {"platform": device.platform, "device_kind": device.device_kind,
-            "processor": platform.processor() or platform.machine(),
-            "cpu_count": os.cpu_count(), "jax": jax.__version__,
-            "python": platform.python_version()}
+    return {
+        "platform": device.platform,
+        "device_kind": device.device_kind,
+        "processor": platform.processor() or platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "jax": jax.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def run_all(reps: int, warmup: int, backends: list[str]) -> dict:
@@ -195,44 +253,57 @@ def run_all(reps: int, warmup: int, backends: list[str]) -> dict:
         row = {}
         for backend in backends:
             row[backend] = time_call(ours(w, backend), reps, warmup)
-        for name, make in (("tensorflow (C++ CPU)", tensorflow_cpu),
-                           ("torchvision (CUDA)", torchvision_cuda)):
+        for name, make in (
+            ("tensorflow (C++ CPU)", tensorflow_cpu),
+            ("torchvision (CUDA)", torchvision_cuda),
+        ):
             fn = make(w)
             if fn is not None:
                 row[name] = time_call(fn, reps, warmup)
         results[w.name] = row
-        print(f"{w.name}: " + ", ".join(
-            f"{k} {v['median_ms']:.3f} ms" for k, v in row.items()),
-              flush=True)
+        print(
+            f"{w.name}: "
+            + ", ".join(f"{k} {v['median_ms']:.3f} ms" for k, v in row.items()),
+            flush=True,
+        )
     return results
 
 
 def table(results: dict) -> str:
     names = list(next(iter(results.values())))
-    lines = ["| workload | " + " | ".join(names) + " | pallas vs "
-             "while_loop |", "|---" * (len(names) + 2) + "|"]
+    lines = [
+        "| workload | " + " | ".join(names) + " | pallas vs while_loop |",
+        "|---" * (len(names) + 2) + "|",
+    ]
     for workload, row in results.items():
-        cells = [f"{row[n]['median_ms']:.3f}" if n in row else "-"
-                 for n in names]
-        speedup = (row["while_loop"]["median_ms"] /
-                   row["pallas"]["median_ms"]
-                   if "pallas" in row and "while_loop" in row else
-                   float("nan"))
-        lines.append(f"| {workload} | " + " | ".join(cells) +
-                     f" | {speedup:.1f}x |")
+        cells = [
+            f"{row[n]['median_ms']:.3f}" if n in row else "-" for n in names
+        ]
+        speedup = (
+            row["while_loop"]["median_ms"] / row["pallas"]["median_ms"]
+            if "pallas" in row and "while_loop" in row
+            else float("nan")
+        )
+        lines.append(
+            f"| {workload} | " + " | ".join(cells) + f" | {speedup:.1f}x |"
+        )
     return "\n".join(lines)
 
 
 def plot(results: dict, path: pathlib.Path, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     names = list(next(iter(results.values())))
     fig, ax = plt.subplots(figsize=(9, 4.5))
     width = 0.8 / len(names)
     for i, name in enumerate(names):
-        values = [row.get(name, {}).get("median_ms", np.nan)
-                  for row in results.values()]
+        values = [
+            row.get(name, {}).get("median_ms", np.nan)
+            for row in results.values()
+        ]
         ax.bar(np.arange(len(results)) + i * width, values, width, label=name)
     ax.set_xticks(np.arange(len(results)) + width * (len(names) - 1) / 2)
     ax.set_xticklabels(list(results))
@@ -249,16 +320,20 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--backends", default="cpu,while_loop,pallas")
-    parser.add_argument("--out", type=pathlib.Path,
-                        default=pathlib.Path("benchmarks/out"))
+    parser.add_argument(
+        "--out", type=pathlib.Path, default=pathlib.Path("benchmarks/out")
+    )
     args = parser.parse_args()
     info = machine()
     results = run_all(args.reps, args.warmup, args.backends.split(","))
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "nms_bench.json").write_text(json.dumps(
-        {"machine": info, "results": results}, indent=2))
-    title = (f"NMS backends on {info['platform']} ({info['device_kind']}, "
-             f"{info['cpu_count']} cores)")
+    (args.out / "nms_bench.json").write_text(
+        json.dumps({"machine": info, "results": results}, indent=2)
+    )
+    title = (
+        f"NMS backends on {info['platform']} ({info['device_kind']}, "
+        f"{info['cpu_count']} cores)"
+    )
     plot(results, args.out / "nms_bench.png", title)
     print(f"\n{title}, median ms of {args.reps} runs\n")
     print(table(results))

@@ -53,28 +53,43 @@ from detector import train_step as step_lib  # noqa: E402
 from ops import host_audit  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", str(_REPO / "configs" / "shapes.py"), "Config to time.")
+    "config", str(_REPO / "configs" / "shapes.py"), "Config to time."
+)
 _STEPS = flags.DEFINE_integer("steps", 30, "Timed steps per backend.")
 _WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps per backend.")
-_NUM_BATCHES = flags.DEFINE_integer("num_batches", 8,
-                                    "Distinct batches to cycle (or save).")
+_NUM_BATCHES = flags.DEFINE_integer(
+    "num_batches", 8, "Distinct batches to cycle (or save)."
+)
 _SAVE_BATCHES = flags.DEFINE_string(
-    "save_batches", None, "Write --num_batches batches of the config's "
-    "pipeline to this .npz file and exit.")
+    "save_batches",
+    None,
+    "Write --num_batches batches of the config's "
+    "pipeline to this .npz file and exit.",
+)
 _LOAD_BATCHES = flags.DEFINE_string(
-    "batches", None, "Time on the batches saved in this .npz file (no "
-    "TensorFlow needed) instead of running the pipeline.")
-_BACKENDS = flags.DEFINE_list("backends", "cpu,while_loop,pallas,topk",
-                              "Backends to time ('topk' is the baseline).")
+    "batches",
+    None,
+    "Time on the batches saved in this .npz file (no "
+    "TensorFlow needed) instead of running the pipeline.",
+)
+_BACKENDS = flags.DEFINE_list(
+    "backends",
+    "cpu,while_loop,pallas,topk",
+    "Backends to time ('topk' is the baseline).",
+)
 _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
 _PARTS = flags.DEFINE_bool("parts", False, "Time the step stage by stage.")
-_PARTS_BACKEND = flags.DEFINE_string("parts_backend", "pallas",
-                                     "NMS backend of the --parts breakdown.")
+_PARTS_BACKEND = flags.DEFINE_string(
+    "parts_backend", "pallas", "NMS backend of the --parts breakdown."
+)
 _FLOPS_ONLY = flags.DEFINE_bool(
-    "flops_only", False, "Print the model GFLOP of each stage (from shapes, "
-    "nothing runs) and exit.")
-_TRACE = flags.DEFINE_string("trace", None,
-                             "Write a jax.profiler trace of 3 steps here.")
+    "flops_only",
+    False,
+    "Print the model GFLOP of each stage (from shapes, nothing runs) and exit.",
+)
+_TRACE = flags.DEFINE_string(
+    "trace", None, "Write a jax.profiler trace of 3 steps here."
+)
 
 
 def time_backend(config, backend: str, batches, mesh) -> dict:
@@ -87,7 +102,8 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     step_fn = step_lib.make_train_step(graphdef, tx, schedule, mesh)
     compiled, findings = host_audit.compile_audited(
-        step_fn, state, batches[0], key, program=f"train_step[{backend}]")
+        step_fn, state, batches[0], key, program=f"train_step[{backend}]"
+    )
     times = []
     with host_audit.device_only_transfers():
         for i in range(_WARMUP.value + _STEPS.value):
@@ -97,11 +113,14 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
             if i >= _WARMUP.value:
                 times.append((time.perf_counter() - started) * 1e3)
     median, p90 = np.median(times), np.percentile(times, 90)
-    return {"median_ms": float(median), "p90_ms": float(p90),
-            "images_per_sec": config.train.batch_size / (median / 1e3),
-            "host_roundtrips_per_step": len(findings),
-            "host_roundtrip_ops": [str(f) for f in findings],
-            "final_total_loss": float(jax.device_get(metrics["total"]))}
+    return {
+        "median_ms": float(median),
+        "p90_ms": float(p90),
+        "images_per_sec": config.train.batch_size / (median / 1e3),
+        "host_roundtrips_per_step": len(findings),
+        "host_roundtrip_ops": [str(f) for f in findings],
+        "final_total_loss": float(jax.device_get(metrics["total"])),
+    }
 
 
 def nms_share(results: dict, backend: str) -> dict | None:
@@ -125,22 +144,32 @@ def relative_config_path(path: str) -> str:
 
 
 def table(results: dict) -> str:
-    lines = ["| backend | step median ms | p90 ms | images/s | NMS share "
-             "| host round-trips/step |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| backend | step median ms | p90 ms | images/s | NMS share "
+        "| host round-trips/step |",
+        "|---|---|---|---|---|---|",
+    ]
     for backend, r in results.items():
         share = r.get("nms_share")
-        share = ("baseline" if share is None else
-                 f"{share['ms']:.1f} ms ({share['percent']:.0f}%)")
-        lines.append(f"| {backend} | {r['median_ms']:.1f} | "
-                     f"{r['p90_ms']:.1f} | {r['images_per_sec']:.1f} | "
-                     f"{share} | {r['host_roundtrips_per_step']} |")
+        share = (
+            "baseline"
+            if share is None
+            else f"{share['ms']:.1f} ms ({share['percent']:.0f}%)"
+        )
+        lines.append(
+            f"| {backend} | {r['median_ms']:.1f} | "
+            f"{r['p90_ms']:.1f} | {r['images_per_sec']:.1f} | "
+            f"{share} | {r['host_roundtrips_per_step']} |"
+        )
     return "\n".join(lines)
 
 
 def plot(results: dict, path: pathlib.Path, title: str) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     names = list(results)
     base = results.get("topk", {}).get("median_ms", 0.0)
     medians = np.array([results[n]["median_ms"] for n in names])
@@ -157,26 +186,42 @@ def plot(results: dict, path: pathlib.Path, title: str) -> None:
 
 def run_parts(config, batch, mesh) -> None:
     """--parts: the stage breakdown table and step_parts.json."""
-    results = step_parts.run_parts(config, batch, mesh, reps=_STEPS.value,
-                                   warmup=_WARMUP.value,
-                                   backend=_PARTS_BACKEND.value,
-                                   trace_dir=_TRACE.value)
+    results = step_parts.run_parts(
+        config,
+        batch,
+        mesh,
+        reps=_STEPS.value,
+        warmup=_WARMUP.value,
+        backend=_PARTS_BACKEND.value,
+        trace_dir=_TRACE.value,
+    )
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     info = nms_bench.machine()
-    (out / "step_parts.json").write_text(json.dumps(
-        {"machine": info, "config": relative_config_path(
-            config_flags.get_config_filename(flags.FLAGS["config"])),
-         **results}, indent=2))
-    print(f"\nTrain step by stage, {info['device_kind']} "
-          f"({info['cpu_count']} cores), batch {config.train.batch_size}, "
-          f"median of {_STEPS.value}\n")
+    (out / "step_parts.json").write_text(
+        json.dumps(
+            {
+                "machine": info,
+                "config": relative_config_path(
+                    config_flags.get_config_filename(flags.FLAGS["config"])
+                ),
+                **results,
+            },
+            indent=2,
+        )
+    )
+    print(
+        f"\nTrain step by stage, {info['device_kind']} "
+        f"({info['cpu_count']} cores), batch {config.train.batch_size}, "
+        f"median of {_STEPS.value}\n"
+    )
     print(step_parts.table(results))
 
 
 def pipeline_batches(config, count: int) -> list[dict]:
     """`count` batches of the config's input pipeline (imports TensorFlow)."""
     from detector.data import pipeline
+
     pipeline.prepare(config)
     source = pipeline.train_batches(config)
     return [next(source) for _ in range(count)]
@@ -190,10 +235,13 @@ def file_batches(config, path: str) -> list[dict]:
 
 
 def save(config, path: str) -> None:
-    path = batch_file.save(path, pipeline_batches(config, _NUM_BATCHES.value),
-                           config.data)
-    print(f"wrote {_NUM_BATCHES.value} batches of {config.train.batch_size} "
-          f"to {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    path = batch_file.save(
+        path, pipeline_batches(config, _NUM_BATCHES.value), config.data
+    )
+    print(
+        f"wrote {_NUM_BATCHES.value} batches of {config.train.batch_size} "
+        f"to {path} ({path.stat().st_size / 2**20:.1f} MiB)"
+    )
 
 
 def main(argv) -> None:
@@ -202,15 +250,18 @@ def main(argv) -> None:
     determinism.apply(config.train.deterministic)  # before any backend
     if _FLOPS_ONLY.value:
         for name, gflop in step_parts.count_parts(
-                config, sharding.make_mesh()).items():
+            config, sharding.make_mesh()
+        ).items():
             print(f"{name}: {gflop:.1f} GFLOP")
         return
     with cli.one_line_errors():
         if _SAVE_BATCHES.value:
             return save(config, _SAVE_BATCHES.value)
-        batches = (file_batches(config, _LOAD_BATCHES.value)
-                   if _LOAD_BATCHES.value else
-                   pipeline_batches(config, _NUM_BATCHES.value))
+        batches = (
+            file_batches(config, _LOAD_BATCHES.value)
+            if _LOAD_BATCHES.value
+            else pipeline_batches(config, _NUM_BATCHES.value)
+        )
     mesh = sharding.make_mesh()
     batches = [sharding.put_batch(b, mesh) for b in batches]
     if _PARTS.value:  # traces the step it times
@@ -231,16 +282,27 @@ def report(config, results: dict) -> None:
     info = nms_bench.machine()
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "step_bench.json").write_text(json.dumps(
-        {"machine": info, "config": relative_config_path(
-            config_flags.get_config_filename(flags.FLAGS["config"])),
-         "batch_size": config.train.batch_size,
-         "batches": _LOAD_BATCHES.value or "pipeline",
-         "deterministic": determinism.enabled(),
-         "steps": _STEPS.value, "results": results}, indent=2))
-    title = (f"Train step per NMS backend, {info['platform']} "
-             f"({info['device_kind']}, {info['cpu_count']} cores), "
-             f"batch {config.train.batch_size}")
+    (out / "step_bench.json").write_text(
+        json.dumps(
+            {
+                "machine": info,
+                "config": relative_config_path(
+                    config_flags.get_config_filename(flags.FLAGS["config"])
+                ),
+                "batch_size": config.train.batch_size,
+                "batches": _LOAD_BATCHES.value or "pipeline",
+                "deterministic": determinism.enabled(),
+                "steps": _STEPS.value,
+                "results": results,
+            },
+            indent=2,
+        )
+    )
+    title = (
+        f"Train step per NMS backend, {info['platform']} "
+        f"({info['device_kind']}, {info['cpu_count']} cores), "
+        f"batch {config.train.batch_size}"
+    )
     plot(results, out / "step_bench.png", title)
     print(f"\n{title}, median of {_STEPS.value} steps\n")
     print(table(results))

@@ -48,13 +48,24 @@ from detector import train_state as state_lib
 from detector import train_step as step_lib
 from ops import roi_align
 
-STAGES = ("backbone_fpn", "rpn", "proposals", "roi_sampling", "roi_align",
-          "box_head", "mask", "optimizer")
+STAGES = (
+    "backbone_fpn",
+    "rpn",
+    "proposals",
+    "roi_sampling",
+    "roi_align",
+    "box_head",
+    "mask",
+    "optimizer",
+)
 
 
 def _sum(tree) -> jax.Array:
-    return sum(jnp.sum(x.astype(jnp.float32)) for x in jax.tree.leaves(tree)
-               if jnp.issubdtype(x.dtype, jnp.inexact))
+    return sum(
+        jnp.sum(x.astype(jnp.float32))
+        for x in jax.tree.leaves(tree)
+        if jnp.issubdtype(x.dtype, jnp.inexact)
+    )
 
 
 class _Stages:
@@ -80,39 +91,50 @@ class _Stages:
         targets = m._sample_rois(proposals, valid, batch, roi_key)
         pyramid = m._roi_pyramid(features)
         roi = m.cfg.roi
-        mask_rois = targets.rois[:, :m.num_mask_rois()]
-        return {"features": features, "logits": logits, "deltas": deltas,
-                "proposals": proposals, "proposal_valid": valid,
-                "targets": targets, "rpn_key": rpn_key, "roi_key": roi_key,
-                "pyramid_features": pyramid.features,
-                "box_pooled": m._pool(pyramid, targets.rois, roi.pool_size),
-                "mask_pooled": m._pool(pyramid, mask_rois,
-                                       roi.mask_pool_size)}
+        mask_rois = targets.rois[:, : m.num_mask_rois()]
+        return {
+            "features": features,
+            "logits": logits,
+            "deltas": deltas,
+            "proposals": proposals,
+            "proposal_valid": valid,
+            "targets": targets,
+            "rpn_key": rpn_key,
+            "roi_key": roi_key,
+            "pyramid_features": pyramid.features,
+            "box_pooled": m._pool(pyramid, targets.rois, roi.pool_size),
+            "mask_pooled": m._pool(pyramid, mask_rois, roi.mask_pool_size),
+        }
 
     def backbone_fpn(self, params, inputs, batch):
         del inputs
 
         def loss(p):
             return _sum(self.model(p)._features(batch["image"]))
+
         return jax.grad(loss)(params)
 
     def rpn(self, params, inputs, batch):
         def loss(p, features):
             m = self.model(p)
             logits, deltas = m.rpn_head(features)
-            return _sum(m._rpn_losses(logits, deltas, batch,
-                                      inputs["rpn_key"]))
+            return _sum(m._rpn_losses(logits, deltas, batch, inputs["rpn_key"]))
+
         return jax.grad(loss, argnums=(0, 1))(params, inputs["features"])
 
     def proposals(self, params, inputs, batch):
         del batch
         return self.model(params)._proposals(
-            inputs["logits"], inputs["deltas"], training=True)
+            inputs["logits"], inputs["deltas"], training=True
+        )
 
     def roi_sampling(self, params, inputs, batch):
         return self.model(params)._sample_rois(
-            inputs["proposals"], inputs["proposal_valid"], batch,
-            inputs["roi_key"])
+            inputs["proposals"],
+            inputs["proposal_valid"],
+            batch,
+            inputs["roi_key"],
+        )
 
     def roi_align(self, params, inputs, batch):
         del batch
@@ -122,9 +144,12 @@ class _Stages:
 
         def loss(flat):
             p = pyramid._replace(features=flat)
-            return (_sum(m._pool(p, targets.rois, roi.pool_size)) +
-                    _sum(m._pool(p, targets.rois[:, :m.num_mask_rois()],
-                                 roi.mask_pool_size)))
+            return _sum(m._pool(p, targets.rois, roi.pool_size)) + _sum(
+                m._pool(
+                    p, targets.rois[:, : m.num_mask_rois()], roi.mask_pool_size
+                )
+            )
+
         return jax.grad(loss)(inputs["pyramid_features"])
 
     def box_head(self, params, inputs, batch):
@@ -134,16 +159,25 @@ class _Stages:
         def loss(p, pooled):
             m = self.model(p)
             class_logits, box_deltas = m.box_head(pooled)
-            return _sum(losses.box_head_losses(
-                class_logits, box_deltas, targets.classes,
-                targets.box_targets, targets.is_valid,
-                beta=m.cfg.loss.box_beta))
+            return _sum(
+                losses.box_head_losses(
+                    class_logits,
+                    box_deltas,
+                    targets.classes,
+                    targets.box_targets,
+                    targets.is_valid,
+                    beta=m.cfg.loss.box_beta,
+                )
+            )
+
         return jax.grad(loss, argnums=(0, 1))(params, inputs["box_pooled"])
 
     def mask(self, params, inputs, batch):
         def loss(p, pooled):
             return self.model(p)._mask_loss_of_pooled(
-                pooled, inputs["targets"], batch)
+                pooled, inputs["targets"], batch
+            )
+
         return jax.grad(loss, argnums=(0, 1))(params, inputs["mask_pooled"])
 
 
@@ -157,8 +191,14 @@ def _time(fn: Callable, args: tuple, reps: int, warmup: int) -> list[float]:
     return times
 
 
-def _measure(fn: Callable, args: tuple, reps: int, warmup: int,
-             donate: bool = False, trace_dir: str | None = None) -> dict:
+def _measure(
+    fn: Callable,
+    args: tuple,
+    reps: int,
+    warmup: int,
+    donate: bool = False,
+    trace_dir: str | None = None,
+) -> dict:
     """Compiles fn(*args); median ms, model FLOPs and XLA's FLOPs.
 
     With `donate` (the train step) the first argument is threaded through
@@ -181,14 +221,17 @@ def _measure(fn: Callable, args: tuple, reps: int, warmup: int,
     else:
         times = _time(compiled, args, reps, warmup)
     xla = flops_lib.xla_flops(compiled)
-    return {"median_ms": float(np.median(times)),
-            "p90_ms": float(np.percentile(times, 90)),
-            "model_gflop": counted["total"] / 1e9,
-            "xla_gflop": None if xla is None else xla / 1e9}
+    return {
+        "median_ms": float(np.median(times)),
+        "p90_ms": float(np.percentile(times, 90)),
+        "model_gflop": counted["total"] / 1e9,
+        "xla_gflop": None if xla is None else xla / 1e9,
+    }
 
 
-def _with_backend(config: ml_collections.ConfigDict,
-                  backend: str) -> ml_collections.ConfigDict:
+def _with_backend(
+    config: ml_collections.ConfigDict, backend: str
+) -> ml_collections.ConfigDict:
     config = copy.deepcopy(config)
     config_lib.set_nms_backend(config, backend, allow_baselines=True)
     return config
@@ -217,13 +260,19 @@ def _build(config: ml_collections.ConfigDict) -> model_lib.MaskRCNN:
 
 def _graphdef(config: ml_collections.ConfigDict) -> nnx.GraphDef:
     """The train-mode graphdef of `config`'s model, without initialising."""
-    return nnx.split(nnx.eval_shape(lambda: _build(config)), nnx.Param,
-                     ...)[0]
+    return nnx.split(nnx.eval_shape(lambda: _build(config)), nnx.Param, ...)[0]
 
 
-def run_parts(config: ml_collections.ConfigDict, batch: dict,
-              mesh: jax.sharding.Mesh, *, reps: int, warmup: int,
-              backend: str, trace_dir: str | None = None) -> dict:
+def run_parts(
+    config: ml_collections.ConfigDict,
+    batch: dict,
+    mesh: jax.sharding.Mesh,
+    *,
+    reps: int,
+    warmup: int,
+    backend: str,
+    trace_dir: str | None = None,
+) -> dict:
     """Times every stage, the whole step and predict for one NMS backend.
 
     `trace_dir`: also write a jax.profiler trace of 3 whole steps there.
@@ -246,44 +295,67 @@ def run_parts(config: ml_collections.ConfigDict, batch: dict,
             def update(p, o):  # the params stand in for their gradients
                 updates, o = tx.update(p, o, p)
                 return optax.apply_updates(p, updates), o
+
             results[name] = _measure(update, (params, opt_state), reps, warmup)
         else:
-            results[name] = _measure(getattr(stages, name),
-                                     (params, inputs, batch), reps, warmup)
+            results[name] = _measure(
+                getattr(stages, name), (params, inputs, batch), reps, warmup
+            )
         print(f"  {name}: {results[name]['median_ms']:.2f} ms", flush=True)
     variants = {}
     for label, stage, override in _variants(config):
         variant = _Stages(_graphdef(override), rest)
-        variants[label] = _measure(getattr(variant, stage),
-                                   (params, inputs, batch), reps, warmup)
-        print(f"  {label}: {variants[label]['median_ms']:.2f} ms",
-              flush=True)
+        variants[label] = _measure(
+            getattr(variant, stage), (params, inputs, batch), reps, warmup
+        )
+        print(f"  {label}: {variants[label]['median_ms']:.2f} ms", flush=True)
     eval_graphdef = state_lib.eval_graphdef(graphdef, params, rest)
     predict = _measure(
         lambda p, images: nnx.merge(eval_graphdef, p, rest).predict(images),
-        (params, batch["image"]), reps, warmup)
+        (params, batch["image"]),
+        reps,
+        warmup,
+    )
     # Last: the step donates its state, which may share the params' buffers.
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     step_fn = step_lib.make_train_step(graphdef, tx, schedule, mesh)
-    step = _measure(step_fn, (state, batch, sharding.replicate(key, mesh)),
-                    reps, warmup, donate=True, trace_dir=trace_dir)
+    step = _measure(
+        step_fn,
+        (state, batch, sharding.replicate(key, mesh)),
+        reps,
+        warmup,
+        donate=True,
+        trace_dir=trace_dir,
+    )
     device = jax.devices()[0]
-    return {"stages": results, "step": step, "predict": predict,
-            "variants": variants,
-            "nms_ms": (results["proposals"]["median_ms"] -
-                       variants[_TOPK]["median_ms"]),
-            "backend": backend, "batch_size": int(batch["image"].shape[0]),
-            "dtype": model_lib.resolve_dtype(config.model.dtype).name,
-            "device_kind": device.device_kind}
+    return {
+        "stages": results,
+        "step": step,
+        "predict": predict,
+        "variants": variants,
+        "nms_ms": (
+            results["proposals"]["median_ms"] - variants[_TOPK]["median_ms"]
+        ),
+        "backend": backend,
+        "batch_size": int(batch["image"].shape[0]),
+        "dtype": model_lib.resolve_dtype(config.model.dtype).name,
+        "device_kind": device.device_kind,
+    }
 
 
-_BATCH_DTYPES = {"image": jnp.float32, "boxes": jnp.float32,
-                 "classes": jnp.int32, "valid": jnp.bool_,
-                 "masks": jnp.uint8, "mask_valid": jnp.bool_}
+_BATCH_DTYPES = {
+    "image": jnp.float32,
+    "boxes": jnp.float32,
+    "classes": jnp.int32,
+    "valid": jnp.bool_,
+    "masks": jnp.uint8,
+    "mask_valid": jnp.bool_,
+}
 
 
-def count_parts(config: ml_collections.ConfigDict,
-                mesh: jax.sharding.Mesh) -> dict[str, float]:
+def count_parts(
+    config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh
+) -> dict[str, float]:
     """Model GFLOP of each stage, the train step and predict, from shapes.
 
     Everything is traced abstractly (nothing is initialised, compiled or
@@ -291,25 +363,44 @@ def count_parts(config: ml_collections.ConfigDict,
     """
     tx, schedule = optimizer.make_optimizer(config.train)
     graphdef, params, rest = nnx.split(
-        nnx.eval_shape(lambda: _build(config)), nnx.Param, ...)
-    batch = {k: jax.ShapeDtypeStruct(shape, _BATCH_DTYPES[k]) for k, shape
-             in batch_file.expected_shapes(config).items()}
+        nnx.eval_shape(lambda: _build(config)), nnx.Param, ...
+    )
+    batch = {
+        k: jax.ShapeDtypeStruct(shape, _BATCH_DTYPES[k])
+        for k, shape in batch_file.expected_shapes(config).items()
+    }
     key = jax.eval_shape(lambda: jax.random.key(0))
     stages = _Stages(graphdef, rest)
     inputs = jax.eval_shape(stages.forward, params, batch, key)
     gflop = {}
     for name in STAGES[:-1]:
-        gflop[name] = flops_lib.count_flops(
-            getattr(stages, name), params, inputs, batch)["total"] / 1e9
+        gflop[name] = (
+            flops_lib.count_flops(getattr(stages, name), params, inputs, batch)[
+                "total"
+            ]
+            / 1e9
+        )
     state = jax.eval_shape(
-        lambda p, r: state_lib.init_state(p, r, tx), params, rest)
-    gflop["train step"] = flops_lib.count_flops(
-        step_lib.make_train_step(graphdef, tx, schedule, mesh), state, batch,
-        key)["total"] / 1e9
+        lambda p, r: state_lib.init_state(p, r, tx), params, rest
+    )
+    gflop["train step"] = (
+        flops_lib.count_flops(
+            step_lib.make_train_step(graphdef, tx, schedule, mesh),
+            state,
+            batch,
+            key,
+        )["total"]
+        / 1e9
+    )
     eval_graphdef = state_lib.eval_graphdef(graphdef, params, rest)
-    gflop["predict"] = flops_lib.count_flops(
-        lambda p, images: nnx.merge(eval_graphdef, p, rest).predict(images),
-        params, batch["image"])["total"] / 1e9
+    gflop["predict"] = (
+        flops_lib.count_flops(
+            lambda p, images: nnx.merge(eval_graphdef, p, rest).predict(images),
+            params,
+            batch["image"],
+        )["total"]
+        / 1e9
+    )
     return gflop
 
 
@@ -323,14 +414,21 @@ def table(results: dict) -> str:
     """Markdown: each stage's ms, share of the step, GFLOP and TFLOP/s."""
     step_ms = results["step"]["median_ms"]
     peak = flops_lib.peak_tflops(results["device_kind"], results["dtype"])
-    lines = [("| stage | median ms | % of step | model GFLOP | XLA GFLOP | "
-              "TFLOP/s (% of peak) |"), "|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| stage | median ms | % of step | model GFLOP | XLA GFLOP | "
+            "TFLOP/s (% of peak) |"
+        ),
+        "|---|---|---|---|---|---|",
+    ]
 
     def row(name, t):
         xla = "-" if t["xla_gflop"] is None else f"{t['xla_gflop']:.1f}"
-        lines.append(f"| {name} | {t['median_ms']:.2f} | "
-                     f"{100 * t['median_ms'] / step_ms:.1f} | "
-                     f"{t['model_gflop']:.1f} | {xla} | {_rate(t, peak)} |")
+        lines.append(
+            f"| {name} | {t['median_ms']:.2f} | "
+            f"{100 * t['median_ms'] / step_ms:.1f} | "
+            f"{t['model_gflop']:.1f} | {xla} | {_rate(t, peak)} |"
+        )
 
     for name, t in results["stages"].items():
         row(name, t)
@@ -338,8 +436,10 @@ def table(results: dict) -> str:
         row(f"({name})", t)
     stage_sum = sum(t["median_ms"] for t in results["stages"].values())
     outside = step_ms - results["stages"]["backbone_fpn"]["median_ms"]
-    lines.append(f"| sum of stages | {stage_sum:.2f} | "
-                 f"{100 * stage_sum / step_ms:.1f} | | | |")
+    lines.append(
+        f"| sum of stages | {stage_sum:.2f} | "
+        f"{100 * stage_sum / step_ms:.1f} | | | |"
+    )
     row("**whole train step**", results["step"])
     row("predict", results["predict"])
     images = results["batch_size"] / (step_ms / 1e3)
@@ -350,13 +450,18 @@ def table(results: dict) -> str:
         f"({results['backend']}) {results['nms_ms']:.2f} ms "
         f"({100 * results['nms_ms'] / step_ms:.1f}%); peak "
         f"{'unknown' if peak is None else f'{peak:.0f} TFLOP/s'} "
-        f"({results['device_kind']}, {results['dtype']}).")
+        f"({results['device_kind']}, {results['dtype']})."
+    )
     return "\n".join(lines)
 
 
-def trace_steps(config: ml_collections.ConfigDict, batch: dict,
-                mesh: jax.sharding.Mesh, directory: str, steps: int = 3
-                ) -> None:
+def trace_steps(
+    config: ml_collections.ConfigDict,
+    batch: dict,
+    mesh: jax.sharding.Mesh,
+    directory: str,
+    steps: int = 3,
+) -> None:
     """Writes a jax.profiler trace of `steps` train steps (after warm-up)."""
     tx, schedule = optimizer.make_optimizer(config.train)
     graphdef, params, rest = state_lib.create_model(config, config.seed)
@@ -369,8 +474,9 @@ def trace_steps(config: ml_collections.ConfigDict, batch: dict,
     _trace(step_fn, state, (batch, key), directory, steps)
 
 
-def _trace(step_fn: Callable, state, args: tuple, directory: str,
-           steps: int = 3) -> None:
+def _trace(
+    step_fn: Callable, state, args: tuple, directory: str, steps: int = 3
+) -> None:
     """Traces `steps` step calls into `directory` (TensorBoard, Perfetto)."""
     with jax.profiler.trace(directory, create_perfetto_trace=True):
         for i in range(steps):

@@ -74,8 +74,10 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     _set_1x_schedule(config.train)
     for name in (arg or "").split(","):
         if name not in VARIANTS and name:
-            raise ValueError(f"configs/coco_r50_fpn.py: unknown variant "
-                             f"{name!r}; known: {', '.join(VARIANTS)}")
+            raise ValueError(
+                f"configs/coco_r50_fpn.py: unknown variant "
+                f"{name!r}; known: {', '.join(VARIANTS)}"
+            )
         if name:
             VARIANTS[name](config)
     return config

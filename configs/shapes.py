@@ -21,8 +21,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     if arg == "runlocal":
         _shrink_to_runlocal(config)
     elif arg:
-        raise ValueError(f"configs/shapes.py: unknown variant {arg!r}; "
-                         "known: runlocal")
+        raise ValueError(
+            f"configs/shapes.py: unknown variant {arg!r}; known: runlocal"
+        )
     return config
 
 

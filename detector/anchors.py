@@ -15,9 +15,12 @@ import numpy as np
 
 
 @functools.cache
-def level_anchors(image_size: tuple[int, int], level: int,
-                  anchor_scale: float,
-                  aspect_ratios: tuple[float, ...]) -> np.ndarray:
+def level_anchors(
+    image_size: tuple[int, int],
+    level: int,
+    anchor_scale: float,
+    aspect_ratios: tuple[float, ...],
+) -> np.ndarray:
     """Anchors f32[N_l, 4] (x1, y1, x2, y2) of one level in input pixels."""
     stride = 2**level
     height, width = image_size[0] // stride, image_size[1] // stride
@@ -29,17 +32,25 @@ def level_anchors(image_size: tuple[int, int], level: int,
     cx = (np.arange(width) + 0.5) * stride
     cy, cx = np.meshgrid(cy, cx, indexing="ij")  # [H, W]
     cx, cy = cx[..., None], cy[..., None]  # [H, W, 1]
-    anchors = np.stack([cx - half_w, cy - half_h, cx + half_w, cy + half_h],
-                       axis=-1)  # [H, W, A, 4]
+    anchors = np.stack(
+        [cx - half_w, cy - half_h, cx + half_w, cy + half_h], axis=-1
+    )  # [H, W, A, 4]
     anchors = anchors.reshape(-1, 4).astype(np.float32)
     anchors.flags.writeable = False
     return anchors
 
 
-def pyramid_anchors(image_size: tuple[int, int], min_level: int,
-                    max_level: int, anchor_scale: float,
-                    aspect_ratios: tuple[float, ...]) -> list[np.ndarray]:
+def pyramid_anchors(
+    image_size: tuple[int, int],
+    min_level: int,
+    max_level: int,
+    anchor_scale: float,
+    aspect_ratios: tuple[float, ...],
+) -> list[np.ndarray]:
     """Per-level anchors [f32[N_l, 4] for l in min_level..max_level]."""
-    return [level_anchors(tuple(image_size), level, float(anchor_scale),
-                          tuple(aspect_ratios))
-            for level in range(min_level, max_level + 1)]
+    return [
+        level_anchors(
+            tuple(image_size), level, float(anchor_scale), tuple(aspect_ratios)
+        )
+        for level in range(min_level, max_level + 1)
+    ]

@@ -57,8 +57,13 @@ class FrozenStat(nnx.Variable):
 class FrozenBatchNorm(nnx.Module):
     """BatchNorm with fixed statistics and affine terms: y = x * a + b."""
 
-    def __init__(self, num_features: int, *, epsilon: float = 1e-5,
-                 dtype: jnp.dtype = jnp.float32):
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        epsilon: float = 1e-5,
+        dtype: jnp.dtype = jnp.float32,
+    ):
         self.scale = FrozenStat(jnp.ones((num_features,), jnp.float32))
         self.bias = FrozenStat(jnp.zeros((num_features,), jnp.float32))
         self.mean = FrozenStat(jnp.zeros((num_features,), jnp.float32))
@@ -67,26 +72,32 @@ class FrozenBatchNorm(nnx.Module):
         self.dtype = dtype
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        multiplier = self.scale[...] * jax.lax.rsqrt(self.var[...] +
-                                                     self.epsilon)
+        multiplier = self.scale[...] * jax.lax.rsqrt(
+            self.var[...] + self.epsilon
+        )
         offset = self.bias[...] - self.mean[...] * multiplier
-        return (x * multiplier.astype(self.dtype) +
-                offset.astype(self.dtype)).astype(self.dtype)
+        return (
+            x * multiplier.astype(self.dtype) + offset.astype(self.dtype)
+        ).astype(self.dtype)
 
 
 _NORM_LAYERS = {
     "group": lambda channels, groups, dtype, rngs: nnx.GroupNorm(
-        channels, num_groups=groups, epsilon=1e-5, dtype=dtype, rngs=rngs),
+        channels, num_groups=groups, epsilon=1e-5, dtype=dtype, rngs=rngs
+    ),
     "batch": lambda channels, groups, dtype, rngs: nnx.BatchNorm(
-        channels, momentum=0.9, epsilon=1e-5, dtype=dtype, rngs=rngs),
+        channels, momentum=0.9, epsilon=1e-5, dtype=dtype, rngs=rngs
+    ),
     "frozen_batch": lambda channels, groups, dtype, rngs: FrozenBatchNorm(
-        channels, dtype=dtype),
+        channels, dtype=dtype
+    ),
 }
 assert tuple(_NORM_LAYERS) == NORMS
 
 
-def make_norm(kind: str, channels: int, *, groups: int, dtype: jnp.dtype,
-              rngs: nnx.Rngs) -> nnx.Module:
+def make_norm(
+    kind: str, channels: int, *, groups: int, dtype: jnp.dtype, rngs: nnx.Rngs
+) -> nnx.Module:
     """A normalisation layer over the channel (last) axis."""
     if kind not in _NORM_LAYERS:
         raise ValueError(f"unknown norm {kind!r}; known: {', '.join(NORMS)}")
@@ -96,16 +107,34 @@ def make_norm(kind: str, channels: int, *, groups: int, dtype: jnp.dtype,
 class ConvNorm(nnx.Module):
     """Conv (no bias) -> norm -> optional ReLU."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel: int, *,
-                 stride: int = 1, relu: bool = True, norm: str, groups: int,
-                 dtype: jnp.dtype, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel: int,
+        *,
+        stride: int = 1,
+        relu: bool = True,
+        norm: str,
+        groups: int,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
         pad = kernel // 2
-        self.conv = nnx.Conv(in_channels, out_channels, (kernel, kernel),
-                             strides=stride, padding=((pad, pad), (pad, pad)),
-                             use_bias=False, kernel_init=conv_init,
-                             dtype=dtype, rngs=rngs)
-        self.norm = make_norm(norm, out_channels, groups=groups, dtype=dtype,
-                              rngs=rngs)
+        self.conv = nnx.Conv(
+            in_channels,
+            out_channels,
+            (kernel, kernel),
+            strides=stride,
+            padding=((pad, pad), (pad, pad)),
+            use_bias=False,
+            kernel_init=conv_init,
+            dtype=dtype,
+            rngs=rngs,
+        )
+        self.norm = make_norm(
+            norm, out_channels, groups=groups, dtype=dtype, rngs=rngs
+        )
         self.relu = relu
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -116,25 +145,49 @@ class ConvNorm(nnx.Module):
 class ResidualBlock(nnx.Module):
     """A basic (two 3x3) or bottleneck (1x1, 3x3, 1x1) residual block."""
 
-    def __init__(self, in_channels: int, width: int, *, stride: int,
-                 bottleneck: bool, **layer_kwargs):
+    def __init__(
+        self,
+        in_channels: int,
+        width: int,
+        *,
+        stride: int,
+        bottleneck: bool,
+        **layer_kwargs,
+    ):
         if bottleneck:
             out_channels = width * _BOTTLENECK_EXPANSION
-            self.layers = nnx.List([
-                ConvNorm(in_channels, width, 1, **layer_kwargs),
-                ConvNorm(width, width, 3, stride=stride, **layer_kwargs),
-                ConvNorm(width, out_channels, 1, relu=False, **layer_kwargs),
-            ])
+            self.layers = nnx.List(
+                [
+                    ConvNorm(in_channels, width, 1, **layer_kwargs),
+                    ConvNorm(width, width, 3, stride=stride, **layer_kwargs),
+                    ConvNorm(
+                        width, out_channels, 1, relu=False, **layer_kwargs
+                    ),
+                ]
+            )
         else:
             out_channels = width
-            self.layers = nnx.List([
-                ConvNorm(in_channels, width, 3, stride=stride, **layer_kwargs),
-                ConvNorm(width, width, 3, relu=False, **layer_kwargs),
-            ])
+            self.layers = nnx.List(
+                [
+                    ConvNorm(
+                        in_channels, width, 3, stride=stride, **layer_kwargs
+                    ),
+                    ConvNorm(width, width, 3, relu=False, **layer_kwargs),
+                ]
+            )
         needs_projection = stride != 1 or in_channels != out_channels
-        self.shortcut = (ConvNorm(in_channels, out_channels, 1,
-                                  stride=stride, relu=False, **layer_kwargs)
-                         if needs_projection else None)
+        self.shortcut = (
+            ConvNorm(
+                in_channels,
+                out_channels,
+                1,
+                stride=stride,
+                relu=False,
+                **layer_kwargs,
+            )
+            if needs_projection
+            else None
+        )
         self.out_channels = out_channels
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -152,31 +205,54 @@ class ResNet(nnx.Module):
     the output of the stem (1) or of stage freeze_at - 1 (C_freeze_at).
     """
 
-    def __init__(self, name: str, *, width: int, norm: str, groups: int,
-                 dtype: jnp.dtype, rngs: nnx.Rngs, top_level: int = 5,
-                 freeze_at: int = 0):
+    def __init__(
+        self,
+        name: str,
+        *,
+        width: int,
+        norm: str,
+        groups: int,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+        top_level: int = 5,
+        freeze_at: int = 0,
+    ):
         if name not in RESNETS:
-            raise ValueError(f"unknown backbone {name!r}; known: "
-                             f"{', '.join(RESNETS)}")
+            raise ValueError(
+                f"unknown backbone {name!r}; known: {', '.join(RESNETS)}"
+            )
         depths, bottleneck = RESNETS[name]
         frozen_norm = "frozen_batch" if norm == "batch" else norm
         layer_kwargs = {"groups": groups, "dtype": dtype, "rngs": rngs}
-        self.stem = ConvNorm(3, width, 7, stride=2, **layer_kwargs,
-                             norm=frozen_norm if freeze_at >= 1 else norm)
+        self.stem = ConvNorm(
+            3,
+            width,
+            7,
+            stride=2,
+            **layer_kwargs,
+            norm=frozen_norm if freeze_at >= 1 else norm,
+        )
         self.dtype = dtype
         self.freeze_at = freeze_at
         stages = []
         channels = width
         self.out_channels = {}
-        for stage, depth in enumerate(depths[:top_level - 1]):
+        for stage, depth in enumerate(depths[: top_level - 1]):
             level = stage + 2
             stage_norm = frozen_norm if level <= freeze_at else norm
             blocks = []
             for block in range(depth):
                 stride = 2 if stage > 0 and block == 0 else 1
-                blocks.append(ResidualBlock(
-                    channels, width * 2**stage, stride=stride,
-                    bottleneck=bottleneck, norm=stage_norm, **layer_kwargs))
+                blocks.append(
+                    ResidualBlock(
+                        channels,
+                        width * 2**stage,
+                        stride=stride,
+                        bottleneck=bottleneck,
+                        norm=stage_norm,
+                        **layer_kwargs,
+                    )
+                )
                 channels = blocks[-1].out_channels
             stages.append(nnx.List(blocks))
             self.out_channels[level] = channels
@@ -188,8 +264,7 @@ class ResNet(nnx.Module):
 
     def __call__(self, images: jax.Array) -> dict[int, jax.Array]:
         x = self._frozen(self.stem(images.astype(self.dtype)), 1)
-        x = nnx.max_pool(x, (3, 3), strides=(2, 2),
-                         padding=((1, 1), (1, 1)))
+        x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
         features = {}
         for level, stage in enumerate(self.stages, start=2):
             for block in stage:
@@ -198,12 +273,24 @@ class ResNet(nnx.Module):
         return features
 
 
-def _build_resnet(name: str, model: ml_collections.ConfigDict, *,
-                  top_level: int, dtype: jnp.dtype,
-                  rngs: nnx.Rngs) -> ResNet:
-    return ResNet(name, width=model.backbone_width, norm=model.norm,
-                  groups=model.group_norm_groups, dtype=dtype, rngs=rngs,
-                  top_level=top_level, freeze_at=model.freeze_at)
+def _build_resnet(
+    name: str,
+    model: ml_collections.ConfigDict,
+    *,
+    top_level: int,
+    dtype: jnp.dtype,
+    rngs: nnx.Rngs,
+) -> ResNet:
+    return ResNet(
+        name,
+        width=model.backbone_width,
+        norm=model.norm,
+        groups=model.group_norm_groups,
+        dtype=dtype,
+        rngs=rngs,
+        top_level=top_level,
+        freeze_at=model.freeze_at,
+    )
 
 
 def _resnet_frozen_parts(freeze_at: int) -> tuple[str, ...]:
@@ -224,22 +311,27 @@ class BackboneEntry(NamedTuple):
 
 
 BACKBONES: dict[str, BackboneEntry] = {
-    name: BackboneEntry(functools.partial(_build_resnet, name), 2, 5,
-                        _resnet_frozen_parts)
-    for name in RESNETS}
+    name: BackboneEntry(
+        functools.partial(_build_resnet, name), 2, 5, _resnet_frozen_parts
+    )
+    for name in RESNETS
+}
 MAX_FREEZE_AT = 5  # stem + four stages
 
 
 def entry(name: str) -> BackboneEntry:
     """The registry entry of `name` (ValueError naming model.backbone)."""
     if name not in BACKBONES:
-        raise ValueError(f"config.model.backbone={name!r}: unknown backbone; "
-                         f"known: {', '.join(BACKBONES)}")
+        raise ValueError(
+            f"config.model.backbone={name!r}: unknown backbone; "
+            f"known: {', '.join(BACKBONES)}"
+        )
     return BACKBONES[name]
 
 
-def build(model: ml_collections.ConfigDict, *, dtype: jnp.dtype,
-          rngs: nnx.Rngs) -> tuple[nnx.Module, dict[int, int]]:
+def build(
+    model: ml_collections.ConfigDict, *, dtype: jnp.dtype, rngs: nnx.Rngs
+) -> tuple[nnx.Module, dict[int, int]]:
     """(module, channels per level) of `model.backbone`.
 
     The module maps images [B, H, W, 3] to {level: [B, H / 2**level,
@@ -247,9 +339,12 @@ def build(model: ml_collections.ConfigDict, *, dtype: jnp.dtype,
     min(model.max_level, the backbone's coarsest level).
     """
     spec = entry(model.backbone)
-    module = spec.build(model, top_level=min(model.max_level,
-                                             spec.max_level),
-                        dtype=dtype, rngs=rngs)
+    module = spec.build(
+        model,
+        top_level=min(model.max_level, spec.max_level),
+        dtype=dtype,
+        rngs=rngs,
+    )
     return module, dict(module.out_channels)
 
 

@@ -37,8 +37,12 @@ from detector import backbone
 # layout conversion from torchvision's layout to ours).
 _OIHW_TO_HWIO = (2, 3, 1, 0)
 _CONV = {"weight": ("kernel", lambda w: w.transpose(_OIHW_TO_HWIO))}
-_NORM = {"weight": ("scale", None), "bias": ("bias", None),
-         "running_mean": ("mean", None), "running_var": ("var", None)}
+_NORM = {
+    "weight": ("scale", None),
+    "bias": ("bias", None),
+    "running_mean": ("mean", None),
+    "running_var": ("var", None),
+}
 _TABLES = {"conv": _CONV, "norm": _NORM}
 _IGNORED_PREFIXES = ("fc.",)  # the ImageNet classifier
 _COUNTER_SUFFIX = ".num_batches_tracked"  # BatchNorm bookkeeping
@@ -48,44 +52,59 @@ _LISTED = 8  # names listed in an error before "and N more"
 Converter = Callable[[np.ndarray], np.ndarray] | None
 
 
-def module_table(depths: tuple[int, ...], bottleneck: bool,
-                 num_stages: int) -> dict[str, tuple[str, str]]:
+def module_table(
+    depths: tuple[int, ...], bottleneck: bool, num_stages: int
+) -> dict[str, tuple[str, str]]:
     """torchvision module name -> (our module path, 'conv' | 'norm').
 
     Covers the stem and the first `num_stages` stages of a ResNet with
     `depths` blocks per stage; block 0 of a stage has a projection shortcut
     where our ResidualBlock has one (stride 2, or a channel change).
     """
-    table = {"conv1": ("backbone/stem/conv", "conv"),
-             "bn1": ("backbone/stem/norm", "norm")}
+    table = {
+        "conv1": ("backbone/stem/conv", "conv"),
+        "bn1": ("backbone/stem/norm", "norm"),
+    }
     convs = 3 if bottleneck else 2
     for s, depth in enumerate(depths[:num_stages]):
         for b in range(depth):
             ours, theirs = f"backbone/stages/{s}/{b}", f"layer{s + 1}.{b}"
             for j in range(convs):
-                table[f"{theirs}.conv{j + 1}"] = (f"{ours}/layers/{j}/conv",
-                                                  "conv")
-                table[f"{theirs}.bn{j + 1}"] = (f"{ours}/layers/{j}/norm",
-                                                "norm")
+                table[f"{theirs}.conv{j + 1}"] = (
+                    f"{ours}/layers/{j}/conv",
+                    "conv",
+                )
+                table[f"{theirs}.bn{j + 1}"] = (
+                    f"{ours}/layers/{j}/norm",
+                    "norm",
+                )
             if b == 0 and (s > 0 or bottleneck):
-                table[f"{theirs}.downsample.0"] = (f"{ours}/shortcut/conv",
-                                                   "conv")
-                table[f"{theirs}.downsample.1"] = (f"{ours}/shortcut/norm",
-                                                   "norm")
+                table[f"{theirs}.downsample.0"] = (
+                    f"{ours}/shortcut/conv",
+                    "conv",
+                )
+                table[f"{theirs}.downsample.1"] = (
+                    f"{ours}/shortcut/norm",
+                    "norm",
+                )
     return table
 
 
-def tensor_table(model: ml_collections.ConfigDict, num_stages: int
-                 ) -> dict[str, tuple[str, Converter]]:
+def tensor_table(
+    model: ml_collections.ConfigDict, num_stages: int
+) -> dict[str, tuple[str, Converter]]:
     """torchvision tensor name -> (our variable path, layout conversion)."""
     if model.backbone not in backbone.RESNETS:
-        raise ValueError(f"config.model.backbone_init: no torchvision layout "
-                         f"for model.backbone={model.backbone!r}; known: "
-                         f"{', '.join(backbone.RESNETS)}")
+        raise ValueError(
+            f"config.model.backbone_init: no torchvision layout "
+            f"for model.backbone={model.backbone!r}; known: "
+            f"{', '.join(backbone.RESNETS)}"
+        )
     depths, bottleneck = backbone.RESNETS[model.backbone]
     tensors = {}
-    for theirs, (ours, kind) in module_table(depths, bottleneck,
-                                             num_stages).items():
+    for theirs, (ours, kind) in module_table(
+        depths, bottleneck, num_stages
+    ).items():
         for field, (variable, convert) in _TABLES[kind].items():
             tensors[f"{theirs}.{field}"] = (f"{ours}/{variable}", convert)
     return tensors
@@ -93,6 +112,7 @@ def tensor_table(model: ml_collections.ConfigDict, num_stages: int
 
 def _read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
+
     return load_file(path)
 
 
@@ -108,14 +128,19 @@ def _read_pth(path: pathlib.Path) -> dict[str, np.ndarray]:
         raise ValueError(
             f"config.model.backbone_init={str(path)!r}: reading .pth needs "
             "torch, which is not installed; convert it to .safetensors "
-            "(README: Train on COCO)") from None
+            "(README: Train on COCO)"
+        ) from None
     state = torch.load(path, map_location="cpu", weights_only=True)
     state = state.get("state_dict", state.get("model", state))
     return {name: value.numpy() for name, value in state.items()}
 
 
-_READERS = {".safetensors": _read_safetensors, ".npz": _read_npz,
-            ".pth": _read_pth, ".pt": _read_pth}
+_READERS = {
+    ".safetensors": _read_safetensors,
+    ".npz": _read_npz,
+    ".pth": _read_pth,
+    ".pt": _read_pth,
+}
 
 
 def read_state_dict(path: str | pathlib.Path) -> dict[str, np.ndarray]:
@@ -126,16 +151,19 @@ def read_state_dict(path: str | pathlib.Path) -> dict[str, np.ndarray]:
         raise FileNotFoundError(f"{where}: no such file")
     reader = _READERS.get(path.suffix)
     if reader is None:
-        raise ValueError(f"{where}: unknown file type {path.suffix!r}; "
-                         f"known: {', '.join(_READERS)}")
+        raise ValueError(
+            f"{where}: unknown file type {path.suffix!r}; "
+            f"known: {', '.join(_READERS)}"
+        )
     try:
         return reader(path)
     except Exception as e:  # each reader's own errors, as one line
         if str(e).startswith(where):
             raise
-        raise ValueError(f"{where}: not a readable {path.suffix} file "
-                         f"({' '.join(str(e).split()) or type(e).__name__})"
-                         ) from None
+        raise ValueError(
+            f"{where}: not a readable {path.suffix} file "
+            f"({' '.join(str(e).split()) or type(e).__name__})"
+        ) from None
 
 
 def _listed(names: list[str]) -> str:
@@ -144,36 +172,50 @@ def _listed(names: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _check_names(where: str, model: ml_collections.ConfigDict,
-                 state: dict[str, np.ndarray],
-                 tensors: dict[str, tuple[str, Converter]],
-                 unbuilt: set[str]) -> None:
+def _check_names(
+    where: str,
+    model: ml_collections.ConfigDict,
+    state: dict[str, np.ndarray],
+    tensors: dict[str, tuple[str, Converter]],
+    unbuilt: set[str],
+) -> None:
     """Raises on GN + BN statistics, unknown names and missing names."""
-    if model.norm == "group" and any(name.endswith(_BN_STATISTICS)
-                                     for name in state):
-        raise ValueError(f"{where}: holds BatchNorm statistics (running_mean,"
-                         " running_var), which model.norm='group' cannot "
-                         "take (GroupNorm has no running statistics); use "
-                         "model.norm='frozen_batch' or 'batch'")
-    unknown = [name for name in state if name not in tensors and
-               name not in unbuilt and not _ignored(name)]
+    if model.norm == "group" and any(
+        name.endswith(_BN_STATISTICS) for name in state
+    ):
+        raise ValueError(
+            f"{where}: holds BatchNorm statistics (running_mean,"
+            " running_var), which model.norm='group' cannot "
+            "take (GroupNorm has no running statistics); use "
+            "model.norm='frozen_batch' or 'batch'"
+        )
+    unknown = [
+        name
+        for name in state
+        if name not in tensors and name not in unbuilt and not _ignored(name)
+    ]
     if unknown:
-        raise ValueError(f"{where}: {len(unknown)} unknown names for "
-                         f"{model.backbone}: {_listed(unknown)}")
+        raise ValueError(
+            f"{where}: {len(unknown)} unknown names for "
+            f"{model.backbone}: {_listed(unknown)}"
+        )
     missing = [name for name in tensors if name not in state]
     if missing:
-        raise ValueError(f"{where}: {len(missing)} names of {model.backbone} "
-                         f"missing: {_listed(missing)}")
+        raise ValueError(
+            f"{where}: {len(missing)} names of {model.backbone} "
+            f"missing: {_listed(missing)}"
+        )
 
 
 def _ignored(name: str) -> bool:
-    return name.startswith(_IGNORED_PREFIXES) or name.endswith(
-        _COUNTER_SUFFIX)
+    return name.startswith(_IGNORED_PREFIXES) or name.endswith(_COUNTER_SUFFIX)
 
 
-def load(path: str | pathlib.Path, model: ml_collections.ConfigDict,
-         target_shapes: dict[str, tuple[int, ...]]
-         ) -> dict[str, np.ndarray]:
+def load(
+    path: str | pathlib.Path,
+    model: ml_collections.ConfigDict,
+    target_shapes: dict[str, tuple[int, ...]],
+) -> dict[str, np.ndarray]:
     """Our variable path -> float32 array in our layout, for the backbone.
 
     Args:
@@ -187,8 +229,13 @@ def load(path: str | pathlib.Path, model: ml_collections.ConfigDict,
         problem (for a shape: the first mismatched name and both shapes).
     """
     where = f"config.model.backbone_init={str(path)!r}"
-    num_stages = len({name.split("/")[2] for name in target_shapes
-                      if name.startswith("backbone/stages/")})
+    num_stages = len(
+        {
+            name.split("/")[2]
+            for name in target_shapes
+            if name.startswith("backbone/stages/")
+        }
+    )
     state = read_state_dict(path)
     tensors = tensor_table(model, num_stages)
     unbuilt = set(tensor_table(model, 4)) - set(tensors)
@@ -200,9 +247,11 @@ def load(path: str | pathlib.Path, model: ml_collections.ConfigDict,
             if convert is not None:  # our layout back to theirs
                 wanted = tuple(wanted[i] for i in np.argsort(_OIHW_TO_HWIO))
             if theirs != wanted:
-                raise ValueError(f"{where}: {name} has shape {theirs}, but "
-                                 f"{model.backbone} (backbone_width="
-                                 f"{model.backbone_width}) needs {wanted}")
+                raise ValueError(
+                    f"{where}: {name} has shape {theirs}, but "
+                    f"{model.backbone} (backbone_width="
+                    f"{model.backbone_width}) needs {wanted}"
+                )
     _check_names(where, model, state, tensors, unbuilt)
     arrays = {}
     for name, (ours, convert) in tensors.items():
@@ -213,15 +262,21 @@ def load(path: str | pathlib.Path, model: ml_collections.ConfigDict,
 
 
 def _log(path, state: dict, tensors: dict, unbuilt: set[str]) -> None:
-    ignored = sorted((name for name in state
-                      if name.startswith(_IGNORED_PREFIXES)),
-                     key=lambda n: (n.rsplit(".", 1)[0], n.endswith("bias")))
+    ignored = sorted(
+        (name for name in state if name.startswith(_IGNORED_PREFIXES)),
+        key=lambda n: (n.rsplit(".", 1)[0], n.endswith("bias")),
+    )
     counters = sum(name.endswith(_COUNTER_SUFFIX) for name in state)
     if counters:
         ignored.append(f"{counters} BatchNorm num_batches_tracked counters")
     skipped = [name for name in state if name in unbuilt]
     if skipped:
-        ignored.append(f"{len(skipped)} tensors of stages this pyramid does "
-                       "not build")
-    logging.info("backbone_init: %d tensors loaded from %s, ignored: %s",
-                 len(tensors), path, ", ".join(ignored) or "nothing")
+        ignored.append(
+            f"{len(skipped)} tensors of stages this pyramid does not build"
+        )
+    logging.info(
+        "backbone_init: %d tensors loaded from %s, ignored: %s",
+        len(tensors),
+        path,
+        ", ".join(ignored) or "nothing",
+    )

@@ -37,14 +37,15 @@ class DamagedCheckpointError(Exception):
 
 
 def _path_name(path) -> str:
-    return "/".join(str(getattr(k, "key", getattr(k, "idx", k)))
-                    for k in path)
+    return "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path)
 
 
 def _flat_shapes(tree) -> dict[str, tuple]:
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {_path_name(path): tuple(getattr(leaf, "shape", np.shape(leaf)))
-            for path, leaf in leaves}
+    return {
+        _path_name(path): tuple(getattr(leaf, "shape", np.shape(leaf)))
+        for path, leaf in leaves
+    }
 
 
 def _words(x: jax.Array) -> jax.Array:
@@ -58,7 +59,8 @@ def _words(x: jax.Array) -> jax.Array:
     if bits == 64:
         return jnp.ravel(lax.bitcast_convert_type(x, jnp.uint32))
     return lax.bitcast_convert_type(x, jnp.dtype(f"uint{bits}")).astype(
-        jnp.uint32)
+        jnp.uint32
+    )
 
 
 def _checksum(x: jax.Array) -> jax.Array:
@@ -73,8 +75,12 @@ def _checksum(x: jax.Array) -> jax.Array:
     """
     words = _words(x)
     weights = 2 * jnp.arange(words.size, dtype=jnp.uint32) + 1
-    return jnp.stack([jnp.sum(words * weights, dtype=jnp.uint32),
-                      jnp.sum(words * words * weights, dtype=jnp.uint32)])
+    return jnp.stack(
+        [
+            jnp.sum(words * weights, dtype=jnp.uint32),
+            jnp.sum(words * words * weights, dtype=jnp.uint32),
+        ]
+    )
 
 
 def _is_finite(x: jax.Array) -> jax.Array:
@@ -86,8 +92,10 @@ def _is_finite(x: jax.Array) -> jax.Array:
 @jax.jit
 def _fingerprints(leaves: list[jax.Array]) -> tuple[jax.Array, jax.Array]:
     """(uint32[L, 2] checksums, bool[L] all-finite) of each leaf."""
-    return (jnp.stack([_checksum(x) for x in leaves]),
-            jnp.stack([_is_finite(x) for x in leaves]))
+    return (
+        jnp.stack([_checksum(x) for x in leaves]),
+        jnp.stack([_is_finite(x) for x in leaves]),
+    )
 
 
 def _fingerprint_tree(tree) -> tuple[dict[str, str], dict[str, bool]]:
@@ -95,10 +103,16 @@ def _fingerprint_tree(tree) -> tuple[dict[str, str], dict[str, bool]]:
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
     names = [_path_name(path) for path, _ in flat]
     with jax.transfer_guard("allow"):  # the fingerprints come to the host
-        sums, finite = jax.device_get(_fingerprints(
-            [jnp.asarray(leaf) for _, leaf in flat]))
-    return ({n: f"{int(a):08x}{int(b):08x}" for n, (a, b) in zip(names, sums)},
-            dict(zip(names, (bool(f) for f in finite))))
+        sums, finite = jax.device_get(
+            _fingerprints([jnp.asarray(leaf) for _, leaf in flat])
+        )
+    return (
+        {
+            n: f"{int(a):08x}{int(b):08x}"
+            for n, (a, b) in zip(names, sums, strict=True)
+        },
+        dict(zip(names, (bool(f) for f in finite), strict=True)),
+    )
 
 
 def content_checksums(tree) -> dict[str, str]:
@@ -124,7 +138,7 @@ def _quiet_orbax(collect: bool = False) -> Iterator[None]:
     finally:
         if collect:
             gc.collect()
-        for logger, level in zip(loggers, levels):
+        for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
 
 
@@ -132,8 +146,7 @@ def _damage_reason(error: BaseException) -> str:
     """The first line of the innermost cause of `error`, at most 160 chars."""
     while error.__cause__ is not None:
         error = error.__cause__
-    lines = [line.strip() for line in str(error).splitlines()
-             if line.strip()]
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     text = lines[0] if lines else type(error).__name__
     return text if len(text) <= 160 else text[:157] + "..."
 
@@ -156,15 +169,23 @@ class Checkpointer:
     skipped but left where it is.
     """
 
-    def __init__(self, directory: str | pathlib.Path, *, max_to_keep: int,
-                 create: bool = True):
+    def __init__(
+        self,
+        directory: str | pathlib.Path,
+        *,
+        max_to_keep: int,
+        create: bool = True,
+    ):
         self.directory = pathlib.Path(directory).absolute()
         self._writer = create
         with _quiet_orbax():  # its warnings about damaged step folders
             self._manager = ocp.CheckpointManager(
-                self.directory, options=ocp.CheckpointManagerOptions(
-                    max_to_keep=max_to_keep, create=create),
-                item_handlers=ocp.StandardCheckpointHandler())
+                self.directory,
+                options=ocp.CheckpointManagerOptions(
+                    max_to_keep=max_to_keep, create=create
+                ),
+                item_handlers=ocp.StandardCheckpointHandler(),
+            )
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -177,8 +198,11 @@ class Checkpointer:
         """
         checksums = content_checksums(tree)
         with jax.transfer_guard("allow"):  # saving reads arrays on purpose
-            self._manager.save(step, args=ocp.args.StandardSave(tree),
-                               custom_metadata={CHECKSUMS_KEY: checksums})
+            self._manager.save(
+                step,
+                args=ocp.args.StandardSave(tree),
+                custom_metadata={CHECKSUMS_KEY: checksums},
+            )
 
     def _where(self, step: int) -> str:
         return f"checkpoint {self.directory}/{step}"
@@ -195,21 +219,29 @@ class Checkpointer:
         wanted = _flat_shapes(abstract_tree)
         where = self._where(step)
         # Report model arrays before optimizer slots of the same shape.
-        for name in sorted(set(stored) | set(wanted),
-                           key=lambda n: (n.startswith("opt_state"), n)):
+        for name in sorted(
+            set(stored) | set(wanted),
+            key=lambda n: (n.startswith("opt_state"), n),
+        ):
             if name not in wanted:
-                raise ValueError(f"{where} has {name!r}, which this config's "
-                                 "model does not: written by a different "
-                                 "config")
+                raise ValueError(
+                    f"{where} has {name!r}, which this config's "
+                    "model does not: written by a different "
+                    "config"
+                )
             if name not in stored:
-                raise ValueError(f"{where} lacks {name!r}, which this "
-                                 "config's model has: written by a different "
-                                 "config")
+                raise ValueError(
+                    f"{where} lacks {name!r}, which this "
+                    "config's model has: written by a different "
+                    "config"
+                )
             if stored[name] != wanted[name]:
-                raise ValueError(f"{where} holds {name!r} with shape "
-                                 f"{stored[name]}, but this config needs "
-                                 f"{wanted[name]}: written by a different "
-                                 "config")
+                raise ValueError(
+                    f"{where} holds {name!r} with shape "
+                    f"{stored[name]}, but this config needs "
+                    f"{wanted[name]}: written by a different "
+                    "config"
+                )
 
     def _saved_checksums(self, step: int) -> dict[str, str] | None:
         try:
@@ -224,19 +256,23 @@ class Checkpointer:
         checksums, finite = _fingerprint_tree(tree)
         saved = self._saved_checksums(step)
         if saved is None:
-            logging.warning("%s has no content checksums (written by an "
-                            "older version): checked for finite values only",
-                            self._where(step))
+            logging.warning(
+                "%s has no content checksums (written by an "
+                "older version): checked for finite values only",
+                self._where(step),
+            )
         else:
             changed = [n for n in checksums if saved.get(n) != checksums[n]]
             if changed:
                 raise DamagedCheckpointError(
                     f"{len(changed)} of {len(checksums)} arrays differ from "
-                    f"their checksums at save time, first {changed[0]!r}")
+                    f"their checksums at save time, first {changed[0]!r}"
+                )
         bad = [name for name, ok in finite.items() if not ok]
         if bad:
             raise DamagedCheckpointError(
-                f"{len(bad)} arrays hold NaN or Inf, first {bad[0]!r}")
+                f"{len(bad)} arrays hold NaN or Inf, first {bad[0]!r}"
+            )
 
     def restore(self, abstract_tree: dict, step: int | None = None) -> dict:
         """Restores `step` (default: the latest) into `abstract_tree`'s shapes.
@@ -256,10 +292,12 @@ class Checkpointer:
         try:
             with _quiet_orbax(collect=True), jax.transfer_guard("allow"):
                 tree = self._manager.restore(
-                    step, args=ocp.args.StandardRestore(abstract_tree))
+                    step, args=ocp.args.StandardRestore(abstract_tree)
+                )
         except Exception as e:  # noqa: BLE001 (any failure: unreadable)
             raise DamagedCheckpointError(
-                f"its data is unreadable ({_damage_reason(e)})") from None
+                f"its data is unreadable ({_damage_reason(e)})"
+            ) from None
         self.verify(tree, step)
         return tree
 
@@ -280,12 +318,18 @@ class Checkpointer:
             except DamagedCheckpointError as e:
                 damaged.append(f"{step} ({e})")
                 moved = self._move_aside(step)
-                logging.error("%s is damaged: %s%s; falling back to the "
-                              "previous checkpoint", self._where(step), e,
-                              f"; moved to {moved.name}" if moved else "")
+                logging.error(
+                    "%s is damaged: %s%s; falling back to the "
+                    "previous checkpoint",
+                    self._where(step),
+                    e,
+                    f"; moved to {moved.name}" if moved else "",
+                )
         if damaged:
-            raise ValueError(f"{self.directory}: no intact checkpoint; "
-                             f"damaged: {'; '.join(damaged)}")
+            raise ValueError(
+                f"{self.directory}: no intact checkpoint; "
+                f"damaged: {'; '.join(damaged)}"
+            )
         return None
 
     def _move_aside(self, step: int) -> pathlib.Path | None:

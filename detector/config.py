@@ -218,8 +218,12 @@ def _eval_config() -> ml_collections.ConfigDict:
     return evaluation
 
 
-def set_nms_backend(config: ml_collections.ConfigDict, backend: str, *,
-                    allow_baselines: bool = False) -> None:
+def set_nms_backend(
+    config: ml_collections.ConfigDict,
+    backend: str,
+    *,
+    allow_baselines: bool = False,
+) -> None:
     """Points both NMS sites (RPN proposals, detections) at one backend.
 
     `allow_baselines` also admits ops.nms.BASELINES ('topk', no suppression),
@@ -235,8 +239,10 @@ def host_nms_advice(finding: host_audit.HostRoundTrip) -> str:
     the flags that keep NMS on the device."""
     if "nms" not in finding.op_name:
         return ""
-    return ("the NMS backend 'cpu' runs on the host; use --nms=pallas or "
-            "--nms=while_loop")
+    return (
+        "the NMS backend 'cpu' runs on the host; use --nms=pallas or "
+        "--nms=while_loop"
+    )
 
 
 # Integer fields that must be at least this value: (key, minimum, meaning).
@@ -270,31 +276,41 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for key, minimum, meaning in _MINIMUMS:
         value = _get(config, key)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"config.{key}={value!r}: must be an integer "
-                             f"({meaning})")
+            raise ValueError(
+                f"config.{key}={value!r}: must be an integer ({meaning})"
+            )
         if value < minimum:
-            raise ValueError(f"config.{key}={value}: must be >= {minimum} "
-                             f"({meaning})")
+            raise ValueError(
+                f"config.{key}={value}: must be >= {minimum} ({meaning})"
+            )
     check_image_size(config.data.image_size)
 
 
 def check_image_size(size) -> None:
     """Raises ValueError unless `size` is (height, width), both positive."""
     if not isinstance(size, tuple | list) or len(size) != 2:
-        raise ValueError(f"config.data.image_size={size!r}: must be "
-                         "(height, width), two integers")
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s > 0
-               for s in size):
-        raise ValueError(f"config.data.image_size={tuple(size)!r}: height and "
-                         "width must be positive integers")
+        raise ValueError(
+            f"config.data.image_size={size!r}: must be "
+            "(height, width), two integers"
+        )
+    if not all(
+        isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size
+    ):
+        raise ValueError(
+            f"config.data.image_size={tuple(size)!r}: height and "
+            "width must be positive integers"
+        )
 
 
-def _merge_json(target: ml_collections.ConfigDict, values: dict,
-                prefix: str) -> None:
+def _merge_json(
+    target: ml_collections.ConfigDict, values: dict, prefix: str
+) -> None:
     for key, value in values.items():
         if key not in target:
-            raise ValueError(f"{prefix}{key}: not a config field (written "
-                             "by another version?)")
+            raise ValueError(
+                f"{prefix}{key}: not a config field (written "
+                "by another version?)"
+            )
         if isinstance(value, dict):
             _merge_json(target[key], value, f"{prefix}{key}.")
         elif isinstance(target[key], tuple) and isinstance(value, list):
@@ -307,9 +323,11 @@ def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
     """Reads a workdir's config.json back into the schema's types."""
     path = pathlib.Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no config.json here; pass "
-                                "--config=... or a workdir written by "
-                                "train.py")
+        raise FileNotFoundError(
+            f"{path}: no config.json here; pass "
+            "--config=... or a workdir written by "
+            "train.py"
+        )
     config = base_config()
     _merge_json(config, json.loads(path.read_text()), f"{path}: ")
     return config
@@ -317,8 +335,10 @@ def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
 
 def nms_backend_name(config: ml_collections.ConfigDict) -> str:
     """Both NMS sites' backend, with what 'auto' resolves to on this host."""
-    rpn, det = (_resolved(config.model.rpn.nms_backend),
-                _resolved(config.model.detection.nms_backend))
+    rpn, det = (
+        _resolved(config.model.rpn.nms_backend),
+        _resolved(config.model.detection.nms_backend),
+    )
     return rpn if rpn == det else f"rpn={rpn},detection={det}"
 
 

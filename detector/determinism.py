@@ -56,5 +56,6 @@ def apply(deterministic: bool) -> None:
     if _backends_started():
         raise RuntimeError(
             "config.train.deterministic=True must be applied before JAX "
-            "starts a backend (XLA reads XLA_FLAGS once)")
+            "starts a backend (XLA reads XLA_FLAGS once)"
+        )
     os.environ[_ENV] = with_flag(os.environ.get(_ENV))

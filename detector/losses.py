@@ -22,8 +22,11 @@ LOSS_NAMES = TERM_NAMES + ("total",)
 def sigmoid_bce(logits: jax.Array, targets: jax.Array) -> jax.Array:
     """Elementwise binary cross-entropy of logits against targets in [0, 1]."""
     logits = logits.astype(jnp.float32)
-    return (jnp.maximum(logits, 0.0) - logits * targets +
-            jnp.log1p(jnp.exp(-jnp.abs(logits))))
+    return (
+        jnp.maximum(logits, 0.0)
+        - logits * targets
+        + jnp.log1p(jnp.exp(-jnp.abs(logits)))
+    )
 
 
 def smooth_l1(diff: jax.Array, beta: float) -> jax.Array:
@@ -31,8 +34,9 @@ def smooth_l1(diff: jax.Array, beta: float) -> jax.Array:
     abs_diff = jnp.abs(diff.astype(jnp.float32))
     if beta <= 0.0:
         return abs_diff
-    return jnp.where(abs_diff < beta, 0.5 * abs_diff**2 / beta,
-                     abs_diff - 0.5 * beta)
+    return jnp.where(
+        abs_diff < beta, 0.5 * abs_diff**2 / beta, abs_diff - 0.5 * beta
+    )
 
 
 def softmax_cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
@@ -52,9 +56,15 @@ def count(mask: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
 
 
-def rpn_losses(logits: jax.Array, deltas: jax.Array, is_positive: jax.Array,
-               is_valid: jax.Array, box_targets: jax.Array, *,
-               beta: float) -> dict[str, jax.Array]:
+def rpn_losses(
+    logits: jax.Array,
+    deltas: jax.Array,
+    is_positive: jax.Array,
+    is_valid: jax.Array,
+    box_targets: jax.Array,
+    *,
+    beta: float,
+) -> dict[str, jax.Array]:
     """RPN objectness BCE and box smooth-L1 over the sampled anchors.
 
     Both terms are normalised by the number of sample slots (B * S), as in
@@ -68,17 +78,24 @@ def rpn_losses(logits: jax.Array, deltas: jax.Array, is_positive: jax.Array,
       beta: smooth-L1 beta.
     """
     normaliser = float(is_valid.size)
-    cls = masked_sum(sigmoid_bce(logits, is_positive.astype(jnp.float32)),
-                     is_valid)
-    box = masked_sum(smooth_l1(deltas - box_targets, beta),
-                     is_positive & is_valid)
+    cls = masked_sum(
+        sigmoid_bce(logits, is_positive.astype(jnp.float32)), is_valid
+    )
+    box = masked_sum(
+        smooth_l1(deltas - box_targets, beta), is_positive & is_valid
+    )
     return {"rpn_cls": cls / normaliser, "rpn_box": box / normaliser}
 
 
-def box_head_losses(class_logits: jax.Array, deltas: jax.Array,
-                    class_targets: jax.Array, box_targets: jax.Array,
-                    is_valid: jax.Array, *, beta: float
-                    ) -> dict[str, jax.Array]:
+def box_head_losses(
+    class_logits: jax.Array,
+    deltas: jax.Array,
+    class_targets: jax.Array,
+    box_targets: jax.Array,
+    is_valid: jax.Array,
+    *,
+    beta: float,
+) -> dict[str, jax.Array]:
     """Classification CE and class-specific box smooth-L1 over sampled rois.
 
     Args:
@@ -94,18 +111,23 @@ def box_head_losses(class_logits: jax.Array, deltas: jax.Array,
       foreground rois' coordinates / number of valid rois}.
     """
     normaliser = count(is_valid)
-    cls = masked_sum(softmax_cross_entropy(class_logits, class_targets),
-                     is_valid) / normaliser
+    cls = (
+        masked_sum(softmax_cross_entropy(class_logits, class_targets), is_valid)
+        / normaliser
+    )
     foreground = is_valid & (class_targets > 0)
     class_index = jnp.maximum(class_targets - 1, 0)[..., None, None]
     class_deltas = jnp.take_along_axis(deltas, class_index, axis=-2)[..., 0, :]
-    box = masked_sum(smooth_l1(class_deltas - box_targets, beta),
-                     foreground) / normaliser
+    box = (
+        masked_sum(smooth_l1(class_deltas - box_targets, beta), foreground)
+        / normaliser
+    )
     return {"cls": cls, "box": box}
 
 
-def mask_loss(logits: jax.Array, targets: jax.Array,
-              is_valid: jax.Array) -> jax.Array:
+def mask_loss(
+    logits: jax.Array, targets: jax.Array, is_valid: jax.Array
+) -> jax.Array:
     """Per-pixel BCE of the GT class's mask, mean over pixels and valid rois.
 
     Args:
@@ -117,10 +139,10 @@ def mask_loss(logits: jax.Array, targets: jax.Array,
     return masked_sum(per_roi, is_valid) / count(is_valid)
 
 
-def total_loss(terms: dict[str, jax.Array],
-               weights: dict[str, float]) -> dict[str, jax.Array]:
+def total_loss(
+    terms: dict[str, jax.Array], weights: dict[str, float]
+) -> dict[str, jax.Array]:
     """Adds 'total', the weighted sum of the named terms, as float32."""
     terms = {name: value.astype(jnp.float32) for name, value in terms.items()}
-    terms["total"] = sum(weights[name] * terms[name]
-                         for name in TERM_NAMES)
+    terms["total"] = sum(weights[name] * terms[name] for name in TERM_NAMES)
     return terms

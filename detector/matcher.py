@@ -17,9 +17,15 @@ import jax.numpy as jnp
 FOREGROUND, BACKGROUND, IGNORED = 1, 0, -1
 
 
-def match(iou: jax.Array, gt_valid: jax.Array, *, fg_iou: float,
-          bg_iou_low: float, bg_iou_high: float,
-          low_quality: bool = False) -> tuple[jax.Array, jax.Array]:
+def match(
+    iou: jax.Array,
+    gt_valid: jax.Array,
+    *,
+    fg_iou: float,
+    bg_iou_low: float,
+    bg_iou_high: float,
+    low_quality: bool = False,
+) -> tuple[jax.Array, jax.Array]:
     """Labels and matched GT index of each box.
 
     Args:
@@ -38,8 +44,9 @@ def match(iou: jax.Array, gt_valid: jax.Array, *, fg_iou: float,
     best_iou = jnp.max(iou, axis=-1)
     matched = jnp.argmax(iou, axis=-1).astype(jnp.int32)
     labels = jnp.full(best_iou.shape, IGNORED, jnp.int32)
-    labels = jnp.where((best_iou >= bg_iou_low) & (best_iou < bg_iou_high),
-                       BACKGROUND, labels)
+    labels = jnp.where(
+        (best_iou >= bg_iou_low) & (best_iou < bg_iou_high), BACKGROUND, labels
+    )
     labels = jnp.where(best_iou >= fg_iou, FOREGROUND, labels)
     if low_quality:
         best_per_gt = jnp.max(iou, axis=-2, keepdims=True)  # [..., 1, G]

@@ -27,9 +27,8 @@ import numpy as np
 from flax import nnx
 
 from detector import anchors as anchors_lib
-from detector import backbone
+from detector import backbone, fpn, losses, roi_heads, rpn
 from detector import config as config_lib
-from detector import fpn, losses, roi_heads, rpn
 from ops import nms as nms_lib
 from ops import roi_align
 
@@ -55,8 +54,12 @@ def resolve_dtype(name: str, platform: str | None = None) -> jnp.dtype:
     Raises:
       ValueError: one line naming model.dtype, for an unknown name.
     """
-    _check(name in DTYPES, "model.dtype", name,
-           f"unknown dtype; known: {', '.join(DTYPES)}")
+    _check(
+        name in DTYPES,
+        "model.dtype",
+        name,
+        f"unknown dtype; known: {', '.join(DTYPES)}",
+    )
     if name == "auto":
         platform = platform or jax.default_backend()
         name = _AUTO_DTYPES.get(platform, "float32")
@@ -68,60 +71,118 @@ def validate_config(config: ml_collections.ConfigDict) -> None:
     model, data = config.model, config.data
     roi, rpn_cfg, det = model.roi, model.rpn, model.detection
     levels = backbone.entry(model.backbone)
-    _check(model.norm in backbone.NORMS, "model.norm", model.norm,
-           f"unknown norm; known: {', '.join(backbone.NORMS)}")
+    _check(
+        model.norm in backbone.NORMS,
+        "model.norm",
+        model.norm,
+        f"unknown norm; known: {', '.join(backbone.NORMS)}",
+    )
     resolve_dtype(model.dtype)
-    _check(levels.min_level <= model.min_level <= levels.max_level,
-           "model.min_level", model.min_level,
-           f"must be in [{levels.min_level}, {levels.max_level}] (the "
-           f"feature levels model.backbone={model.backbone!r} provides)")
-    _check(0 <= model.freeze_at <= backbone.MAX_FREEZE_AT, "model.freeze_at",
-           model.freeze_at, f"must be in [0, {backbone.MAX_FREEZE_AT}] "
-           "(0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...)")
-    _check(not (model.backbone_init and model.init_checkpoint),
-           "model.init_checkpoint", model.init_checkpoint,
-           "set at most one of model.backbone_init and model.init_checkpoint")
-    _check(model.max_level >= model.min_level, "model.max_level",
-           model.max_level, "must be >= model.min_level")
+    _check(
+        levels.min_level <= model.min_level <= levels.max_level,
+        "model.min_level",
+        model.min_level,
+        f"must be in [{levels.min_level}, {levels.max_level}] (the "
+        f"feature levels model.backbone={model.backbone!r} provides)",
+    )
+    _check(
+        0 <= model.freeze_at <= backbone.MAX_FREEZE_AT,
+        "model.freeze_at",
+        model.freeze_at,
+        f"must be in [0, {backbone.MAX_FREEZE_AT}] "
+        "(0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...)",
+    )
+    _check(
+        not (model.backbone_init and model.init_checkpoint),
+        "model.init_checkpoint",
+        model.init_checkpoint,
+        "set at most one of model.backbone_init and model.init_checkpoint",
+    )
+    _check(
+        model.max_level >= model.min_level,
+        "model.max_level",
+        model.max_level,
+        "must be >= model.min_level",
+    )
     stride = 2**model.max_level
     config_lib.check_image_size(data.image_size)
     size = tuple(data.image_size)
-    _check(all(s % stride == 0 for s in size),
-           "data.image_size", size, f"(height, width) must be divisible by "
-           f"the coarsest stride 2**model.max_level={stride}")
-    _check(data.num_classes >= 1, "data.num_classes", data.num_classes,
-           "must be >= 1")
+    _check(
+        all(s % stride == 0 for s in size),
+        "data.image_size",
+        size,
+        f"(height, width) must be divisible by "
+        f"the coarsest stride 2**model.max_level={stride}",
+    )
+    _check(
+        data.num_classes >= 1,
+        "data.num_classes",
+        data.num_classes,
+        "must be >= 1",
+    )
     # Baselines (no suppression) are admitted for the benchmarks.
-    for key, backend in (("model.rpn.nms_backend", rpn_cfg.nms_backend),
-                         ("model.detection.nms_backend", det.nms_backend)):
+    for key, backend in (
+        ("model.rpn.nms_backend", rpn_cfg.nms_backend),
+        ("model.detection.nms_backend", det.nms_backend),
+    ):
         nms_lib.check_backend(backend, name=f"config.{key}")
     if model.norm == "group":
         groups = model.group_norm_groups
-        for key, channels in (("backbone_width", model.backbone_width),
-                              ("fpn_channels", model.fpn_channels),
-                              ("roi.mask_head_dim", roi.mask_head_dim)):
-            _check(channels % groups == 0, f"model.{key}", channels,
-                   f"must be divisible by model.group_norm_groups={groups}")
-    _check(roi.mask_size == 2 * roi.mask_pool_size, "model.roi.mask_size",
-           roi.mask_size, "must be 2 * model.roi.mask_pool_size")
-    _check(roi.align_implementation == "auto" or
-           roi.align_implementation in roi_align.IMPLEMENTATIONS,
-           "model.roi.align_implementation", roi.align_implementation,
-           f"unknown implementation; known: auto, "
-           f"{', '.join(roi_align.IMPLEMENTATIONS)}")
-    _check(roi.sampling_ratio >= 1, "model.roi.sampling_ratio",
-           roi.sampling_ratio, "must be >= 1")
-    _check(int(roi.num_rois * roi.fg_fraction) >= 1, "model.roi.fg_fraction",
-           roi.fg_fraction, "must leave room for >= 1 foreground roi")
-    _check(0.0 <= rpn_cfg.approx_top_k_recall < 1.0,
-           "model.rpn.approx_top_k_recall", rpn_cfg.approx_top_k_recall,
-           "must be 0 (exact top-k) or a recall target in (0, 1)")
-    _check(0.0 < rpn_cfg.positive_fraction <= 1.0,
-           "model.rpn.positive_fraction", rpn_cfg.positive_fraction,
-           "must be in (0, 1]")
-    _check(len(model.aspect_ratios) >= 1 and min(model.aspect_ratios) > 0,
-           "model.aspect_ratios", model.aspect_ratios,
-           "must be a non-empty tuple of positive ratios")
+        for key, channels in (
+            ("backbone_width", model.backbone_width),
+            ("fpn_channels", model.fpn_channels),
+            ("roi.mask_head_dim", roi.mask_head_dim),
+        ):
+            _check(
+                channels % groups == 0,
+                f"model.{key}",
+                channels,
+                f"must be divisible by model.group_norm_groups={groups}",
+            )
+    _check(
+        roi.mask_size == 2 * roi.mask_pool_size,
+        "model.roi.mask_size",
+        roi.mask_size,
+        "must be 2 * model.roi.mask_pool_size",
+    )
+    _check(
+        roi.align_implementation == "auto"
+        or roi.align_implementation in roi_align.IMPLEMENTATIONS,
+        "model.roi.align_implementation",
+        roi.align_implementation,
+        f"unknown implementation; known: auto, "
+        f"{', '.join(roi_align.IMPLEMENTATIONS)}",
+    )
+    _check(
+        roi.sampling_ratio >= 1,
+        "model.roi.sampling_ratio",
+        roi.sampling_ratio,
+        "must be >= 1",
+    )
+    _check(
+        int(roi.num_rois * roi.fg_fraction) >= 1,
+        "model.roi.fg_fraction",
+        roi.fg_fraction,
+        "must leave room for >= 1 foreground roi",
+    )
+    _check(
+        0.0 <= rpn_cfg.approx_top_k_recall < 1.0,
+        "model.rpn.approx_top_k_recall",
+        rpn_cfg.approx_top_k_recall,
+        "must be 0 (exact top-k) or a recall target in (0, 1)",
+    )
+    _check(
+        0.0 < rpn_cfg.positive_fraction <= 1.0,
+        "model.rpn.positive_fraction",
+        rpn_cfg.positive_fraction,
+        "must be in (0, 1]",
+    )
+    _check(
+        len(model.aspect_ratios) >= 1 and min(model.aspect_ratios) > 0,
+        "model.aspect_ratios",
+        model.aspect_ratios,
+        "must be a non-empty tuple of positive ratios",
+    )
 
 
 # Params whose shapes follow data.num_classes (path prefixes).
@@ -131,40 +192,59 @@ CLASS_DEPENDENT = ("box_head/classes", "box_head/deltas", "mask_head/logits")
 class MaskRCNN(nnx.Module):
     """Mask R-CNN with a backbone-FPN; see the module docstring."""
 
-    def __init__(self, config: ml_collections.ConfigDict, *,
-                 rngs: nnx.Rngs):
+    def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
         validate_config(config)
         model = config.model
         self.cfg = ml_collections.FrozenConfigDict(model)
         self.image_size = tuple(int(s) for s in config.data.image_size)
         self.num_classes = int(config.data.num_classes)
         dtype = resolve_dtype(model.dtype)
-        norm_kwargs = dict(norm=model.norm, groups=model.group_norm_groups,
-                           dtype=dtype, rngs=rngs)
-        self.backbone, channels = backbone.build(model, dtype=dtype,
-                                                 rngs=rngs)
-        self.fpn = fpn.FPN(channels,
-                           channels=model.fpn_channels,
-                           min_level=model.min_level,
-                           max_level=model.max_level, **norm_kwargs)
-        self.rpn_head = rpn.RPNHead(model.fpn_channels,
-                                    len(model.aspect_ratios), dtype=dtype,
-                                    rngs=rngs)
+        norm_kwargs = dict(
+            norm=model.norm,
+            groups=model.group_norm_groups,
+            dtype=dtype,
+            rngs=rngs,
+        )
+        self.backbone, channels = backbone.build(model, dtype=dtype, rngs=rngs)
+        self.fpn = fpn.FPN(
+            channels,
+            channels=model.fpn_channels,
+            min_level=model.min_level,
+            max_level=model.max_level,
+            **norm_kwargs,
+        )
+        self.rpn_head = rpn.RPNHead(
+            model.fpn_channels, len(model.aspect_ratios), dtype=dtype, rngs=rngs
+        )
         roi = model.roi
         self.box_head = roi_heads.BoxHead(
-            roi.pool_size**2 * model.fpn_channels, roi.box_head_dim,
-            self.num_classes, dtype=dtype, rngs=rngs)
+            roi.pool_size**2 * model.fpn_channels,
+            roi.box_head_dim,
+            self.num_classes,
+            dtype=dtype,
+            rngs=rngs,
+        )
         self.mask_head = roi_heads.MaskHead(
-            model.fpn_channels, roi.mask_head_dim, roi.mask_head_convs,
-            self.num_classes, norm=fpn.head_norm(model.norm),
-            groups=model.group_norm_groups, dtype=dtype, rngs=rngs)
+            model.fpn_channels,
+            roi.mask_head_dim,
+            roi.mask_head_convs,
+            self.num_classes,
+            norm=fpn.head_norm(model.norm),
+            groups=model.group_norm_groups,
+            dtype=dtype,
+            rngs=rngs,
+        )
 
     # ----------------------------------------------------------- pieces
     def _anchors(self) -> list[np.ndarray]:
         cfg = self.cfg
         return anchors_lib.pyramid_anchors(
-            self.image_size, cfg.min_level, cfg.max_level, cfg.anchor_scale,
-            tuple(cfg.aspect_ratios))
+            self.image_size,
+            cfg.min_level,
+            cfg.max_level,
+            cfg.anchor_scale,
+            tuple(cfg.aspect_ratios),
+        )
 
     def _features(self, images: jax.Array) -> list[jax.Array]:
         with jax.named_scope("backbone"):
@@ -172,36 +252,51 @@ class MaskRCNN(nnx.Module):
         with jax.named_scope("fpn"):
             return self.fpn(features)
 
-    def _roi_pyramid(self, features: list[jax.Array]
-                     ) -> roi_align.FlatPyramid:
+    def _roi_pyramid(self, features: list[jax.Array]) -> roi_align.FlatPyramid:
         """The levels rois pool from: min_level..the backbone's top level."""
         return roi_align.flatten_pyramid(
-            features[:self.fpn.top_level - self.cfg.min_level + 1],
-            self.cfg.min_level)
+            features[: self.fpn.top_level - self.cfg.min_level + 1],
+            self.cfg.min_level,
+        )
 
-    def _pool(self, pyramid: roi_align.FlatPyramid, boxes: jax.Array,
-              output_size: int) -> jax.Array:
+    def _pool(
+        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array, output_size: int
+    ) -> jax.Array:
         roi = self.cfg.roi
         return roi_heads.pool_rois(
-            pyramid, boxes, output_size=output_size,
+            pyramid,
+            boxes,
+            output_size=output_size,
             sampling_ratio=roi.sampling_ratio,
             canonical_size=roi.canonical_size,
             canonical_level=roi.canonical_level,
-            implementation=roi.align_implementation)
+            implementation=roi.align_implementation,
+        )
 
     def _proposals(self, logits, deltas, *, training: bool):
         rpn_cfg = self.cfg.rpn
         with jax.named_scope("rpn"):
             return rpn.generate_proposals(
-                logits, deltas, self._anchors(),
-                pre_nms_top_k=(rpn_cfg.pre_nms_top_k_train if training else
-                               rpn_cfg.pre_nms_top_k_test),
-                post_nms_top_k=(rpn_cfg.post_nms_top_k_train if training else
-                                rpn_cfg.post_nms_top_k_test),
-                nms_iou=rpn_cfg.nms_iou, min_size=rpn_cfg.min_box_size,
-                image_size=self.image_size, weights=rpn_cfg.box_weights,
+                logits,
+                deltas,
+                self._anchors(),
+                pre_nms_top_k=(
+                    rpn_cfg.pre_nms_top_k_train
+                    if training
+                    else rpn_cfg.pre_nms_top_k_test
+                ),
+                post_nms_top_k=(
+                    rpn_cfg.post_nms_top_k_train
+                    if training
+                    else rpn_cfg.post_nms_top_k_test
+                ),
+                nms_iou=rpn_cfg.nms_iou,
+                min_size=rpn_cfg.min_box_size,
+                image_size=self.image_size,
+                weights=rpn_cfg.box_weights,
                 backend=rpn_cfg.nms_backend,
-                approx_recall=rpn_cfg.approx_top_k_recall or None)
+                approx_recall=rpn_cfg.approx_top_k_recall or None,
+            )
 
     def num_mask_rois(self) -> int:
         """Rm: the first sampled rois (foreground first) the mask head sees."""
@@ -213,56 +308,84 @@ class MaskRCNN(nnx.Module):
         rpn_cfg = self.cfg.rpn
         with jax.named_scope("rpn_targets"):
             samples = rpn.rpn_targets(
-                np.concatenate(self._anchors()), batch["boxes"],
-                batch["valid"].astype(bool), key, fg_iou=rpn_cfg.fg_iou,
-                bg_iou=rpn_cfg.bg_iou, num_samples=rpn_cfg.num_samples,
+                np.concatenate(self._anchors()),
+                batch["boxes"],
+                batch["valid"].astype(bool),
+                key,
+                fg_iou=rpn_cfg.fg_iou,
+                bg_iou=rpn_cfg.bg_iou,
+                num_samples=rpn_cfg.num_samples,
                 positive_fraction=rpn_cfg.positive_fraction,
-                weights=rpn_cfg.box_weights)
+                weights=rpn_cfg.box_weights,
+            )
         sampled_logits, sampled_deltas = rpn.gather_samples(
-            logits, deltas, samples.indices)
+            logits, deltas, samples.indices
+        )
         return losses.rpn_losses(
-            sampled_logits, sampled_deltas, samples.is_positive,
-            samples.is_valid, samples.box_targets,
-            beta=self.cfg.loss.rpn_box_beta)
+            sampled_logits,
+            sampled_deltas,
+            samples.is_positive,
+            samples.is_valid,
+            samples.box_targets,
+            beta=self.cfg.loss.rpn_box_beta,
+        )
 
     def _sample_rois(self, proposals, proposal_valid, batch, key):
         roi = self.cfg.roi
         with jax.named_scope("roi_sampler"):
             return roi_heads.sample_rois(
-                proposals, proposal_valid, batch["boxes"],
+                proposals,
+                proposal_valid,
+                batch["boxes"],
                 batch["classes"].astype(jnp.int32),
-                batch["valid"].astype(bool), key, num_rois=roi.num_rois,
-                fg_fraction=roi.fg_fraction, fg_iou=roi.fg_iou,
-                bg_iou_low=roi.bg_iou_low, bg_iou_high=roi.bg_iou_high,
-                weights=roi.box_weights)
+                batch["valid"].astype(bool),
+                key,
+                num_rois=roi.num_rois,
+                fg_fraction=roi.fg_fraction,
+                fg_iou=roi.fg_iou,
+                bg_iou_low=roi.bg_iou_low,
+                bg_iou_high=roi.bg_iou_high,
+                weights=roi.box_weights,
+            )
 
     def _mask_loss(self, pyramid, targets: roi_heads.RoiTargets, batch):
-        rois = targets.rois[:, :self.num_mask_rois()]
+        rois = targets.rois[:, : self.num_mask_rois()]
         return self._mask_loss_of_pooled(
-            self._pool(pyramid, rois, self.cfg.roi.mask_pool_size), targets,
-            batch)
+            self._pool(pyramid, rois, self.cfg.roi.mask_pool_size),
+            targets,
+            batch,
+        )
 
-    def _mask_loss_of_pooled(self, pooled, targets: roi_heads.RoiTargets,
-                             batch):
+    def _mask_loss_of_pooled(
+        self, pooled, targets: roi_heads.RoiTargets, batch
+    ):
         """Mask targets, head and loss of the first Rm rois, pooled [B, Rm]."""
         count = self.num_mask_rois()
         rois = targets.rois[:, :count]
         matched = targets.matched[:, :count]
         classes = targets.classes[:, :count]
-        has_mask = jnp.take_along_axis(batch["mask_valid"].astype(bool),
-                                       matched, axis=1)
+        has_mask = jnp.take_along_axis(
+            batch["mask_valid"].astype(bool), matched, axis=1
+        )
         is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
         mask_logits = self.mask_head(pooled)
         mask_targets = roi_heads.mask_targets(
-            rois, matched, batch["boxes"], batch["masks"],
+            rois,
+            matched,
+            batch["boxes"],
+            batch["masks"],
             mask_size=self.cfg.roi.mask_size,
-            sampling_ratio=self.cfg.roi.sampling_ratio)
+            sampling_ratio=self.cfg.roi.sampling_ratio,
+        )
         return losses.mask_loss(
-            roi_heads.class_mask_logits(mask_logits, classes), mask_targets,
-            is_valid)
+            roi_heads.class_mask_logits(mask_logits, classes),
+            mask_targets,
+            is_valid,
+        )
 
-    def losses(self, batch: dict[str, jax.Array],
-               key: jax.Array) -> dict[str, jax.Array]:
+    def losses(
+        self, batch: dict[str, jax.Array], key: jax.Array
+    ) -> dict[str, jax.Array]:
         """Training losses (float32 scalars) of a batch (module docstring).
 
         Args:
@@ -280,24 +403,34 @@ class MaskRCNN(nnx.Module):
         features = self._features(batch["image"])
         logits, deltas = self.rpn_head(features)
         terms = self._rpn_losses(logits, deltas, batch, rpn_key)
-        proposals, proposal_valid = self._proposals(logits, deltas,
-                                                    training=True)
-        targets = self._sample_rois(proposals, proposal_valid, batch,
-                                    roi_key)
+        proposals, proposal_valid = self._proposals(
+            logits, deltas, training=True
+        )
+        targets = self._sample_rois(proposals, proposal_valid, batch, roi_key)
         pyramid = self._roi_pyramid(features)
         class_logits, box_deltas = self.box_head(
-            self._pool(pyramid, targets.rois, cfg.roi.pool_size))
-        terms.update(losses.box_head_losses(
-            class_logits, box_deltas, targets.classes, targets.box_targets,
-            targets.is_valid, beta=cfg.loss.box_beta))
+            self._pool(pyramid, targets.rois, cfg.roi.pool_size)
+        )
+        terms.update(
+            losses.box_head_losses(
+                class_logits,
+                box_deltas,
+                targets.classes,
+                targets.box_targets,
+                targets.is_valid,
+                beta=cfg.loss.box_beta,
+            )
+        )
         terms["mask"] = self._mask_loss(pyramid, targets, batch)
-        weights = {name: cfg.loss[f"{name}_weight"]
-                   for name in losses.TERM_NAMES}
+        weights = {
+            name: cfg.loss[f"{name}_weight"] for name in losses.TERM_NAMES
+        }
         return losses.total_loss(terms, weights)
 
     # --------------------------------------------------------- predict
-    def proposals(self, images: jax.Array, *, training: bool = False
-                  ) -> tuple[jax.Array, jax.Array]:
+    def proposals(
+        self, images: jax.Array, *, training: bool = False
+    ) -> tuple[jax.Array, jax.Array]:
         """RPN proposals: boxes f32[B, P, 4], valid bool[B, P].
 
         P is rpn.post_nms_top_k_test, or with `training` the train-mode
@@ -310,16 +443,23 @@ class MaskRCNN(nnx.Module):
     def _detect(self, pyramid, proposals, proposal_valid):
         cfg = self.cfg
         class_logits, box_deltas = self.box_head(
-            self._pool(pyramid, proposals, cfg.roi.pool_size))
+            self._pool(pyramid, proposals, cfg.roi.pool_size)
+        )
         det_cfg = cfg.detection
         with jax.named_scope("detection"):
             return roi_heads.detect(
-                class_logits, box_deltas, proposals, proposal_valid,
-                image_size=self.image_size, weights=cfg.roi.box_weights,
+                class_logits,
+                box_deltas,
+                proposals,
+                proposal_valid,
+                image_size=self.image_size,
+                weights=cfg.roi.box_weights,
                 score_threshold=det_cfg.score_threshold,
                 pre_nms_top_k=det_cfg.pre_nms_top_k,
                 max_detections=det_cfg.max_detections,
-                nms_iou=det_cfg.nms_iou, backend=det_cfg.nms_backend)
+                nms_iou=det_cfg.nms_iou,
+                backend=det_cfg.nms_backend,
+            )
 
     def predict(self, images: jax.Array) -> dict[str, jax.Array]:
         """Detections of images f32[B, H, W, 3] (module docstring).
@@ -331,15 +471,23 @@ class MaskRCNN(nnx.Module):
         """
         features = self._features(images)
         proposals, proposal_valid = self._proposals(
-            *self.rpn_head(features), training=False)
+            *self.rpn_head(features), training=False
+        )
         pyramid = self._roi_pyramid(features)
         detections = self._detect(pyramid, proposals, proposal_valid)
         mask_logits = self.mask_head(
-            self._pool(pyramid, detections.boxes, self.cfg.roi.mask_pool_size))
-        masks = jax.nn.sigmoid(roi_heads.class_mask_logits(
-            mask_logits, detections.classes).astype(jnp.float32))
-        masks = jnp.where((detections.classes > 0)[..., None, None], masks,
-                          0.0)
-        return {"boxes": detections.boxes, "scores": detections.scores,
-                "classes": detections.classes, "masks": masks,
-                "num_detections": detections.num_detections}
+            self._pool(pyramid, detections.boxes, self.cfg.roi.mask_pool_size)
+        )
+        masks = jax.nn.sigmoid(
+            roi_heads.class_mask_logits(mask_logits, detections.classes).astype(
+                jnp.float32
+            )
+        )
+        masks = jnp.where((detections.classes > 0)[..., None, None], masks, 0.0)
+        return {
+            "boxes": detections.boxes,
+            "scores": detections.scores,
+            "classes": detections.classes,
+            "masks": masks,
+            "num_detections": detections.num_detections,
+        }

@@ -29,9 +29,11 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 # Setting -> its environment variable; a flag wins over the variable.
-ENV_VARS = {"coordinator_address": "JAX_COORDINATOR_ADDRESS",
-            "num_processes": "JAX_NUM_PROCESSES",
-            "process_id": "JAX_PROCESS_ID"}
+ENV_VARS = {
+    "coordinator_address": "JAX_COORDINATOR_ADDRESS",
+    "num_processes": "JAX_NUM_PROCESSES",
+    "process_id": "JAX_PROCESS_ID",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,8 +49,7 @@ class Cluster:
         return bool(self.coordinator_address or (self.num_processes or 0) > 1)
 
 
-def _setting(name: str, value: Any, env: Mapping[str, str]
-             ) -> tuple[Any, str]:
+def _setting(name: str, value: Any, env: Mapping[str, str]) -> tuple[Any, str]:
     """(value, where it came from): the flag's, else the environment's."""
     if value is not None and value != "":
         return value, f"--{name}"
@@ -62,28 +63,35 @@ def _as_int(name: str, value: Any, source: str) -> int | None:
     try:
         return int(value)
     except ValueError:
-        raise ValueError(f"{source}={value!r}: {name} must be an integer"
-                         ) from None
+        raise ValueError(
+            f"{source}={value!r}: {name} must be an integer"
+        ) from None
 
 
 def _check_address(address: str, source: str) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{source}={address!r}: expected HOST:PORT, e.g. "
-                         "10.0.0.1:1234 (the host of process 0)")
+        raise ValueError(
+            f"{source}={address!r}: expected HOST:PORT, e.g. "
+            "10.0.0.1:1234 (the host of process 0)"
+        )
 
 
-def resolve_cluster(coordinator_address: str | None,
-                    num_processes: int | None, process_id: int | None,
-                    env: Mapping[str, str]) -> Cluster:
+def resolve_cluster(
+    coordinator_address: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+    env: Mapping[str, str],
+) -> Cluster:
     """The job's settings from flags (None: unset) and the environment.
 
     Raises:
       ValueError: a malformed address, a count below 1 or an id outside
         [0, count), naming the flag or variable it came from.
     """
-    address, address_source = _setting("coordinator_address",
-                                       coordinator_address, env)
+    address, address_source = _setting(
+        "coordinator_address", coordinator_address, env
+    )
     count, count_source = _setting("num_processes", num_processes, env)
     index, index_source = _setting("process_id", process_id, env)
     count = _as_int("num_processes", count, count_source)
@@ -91,13 +99,16 @@ def resolve_cluster(coordinator_address: str | None,
     if address is not None:
         _check_address(address, address_source)
     if count is not None and count < 1:
-        raise ValueError(f"{count_source}={count}: the process count must "
-                         "be at least 1")
-    if index is not None and (index < 0 or
-                              (count is not None and index >= count)):
+        raise ValueError(
+            f"{count_source}={count}: the process count must be at least 1"
+        )
+    if index is not None and (
+        index < 0 or (count is not None and index >= count)
+    ):
         bound = f"[0, {count}) ({count_source}={count})" if count else ">= 0"
-        raise ValueError(f"{index_source}={index}: the process id must be "
-                         f"in {bound}")
+        raise ValueError(
+            f"{index_source}={index}: the process id must be in {bound}"
+        )
     return Cluster(address, count, index)
 
 
@@ -123,7 +134,8 @@ def wait_for_coordinator(address: str, timeout_s: float) -> None:
             raise TimeoutError(
                 f"--coordinator_address={address}: no coordinator answered "
                 f"within {timeout_s:g} s ({reason}); start process 0 there, "
-                "or check the address and the firewall")
+                "or check the address and the firewall"
+            )
         time.sleep(0.2)
 
 
@@ -139,8 +151,10 @@ def initialize(cluster: Cluster, timeout_s: int) -> None:
         wait_for_coordinator(cluster.coordinator_address, timeout_s)
     jax.distributed.initialize(
         coordinator_address=cluster.coordinator_address,
-        num_processes=cluster.num_processes, process_id=cluster.process_id,
-        initialization_timeout=timeout_s)
+        num_processes=cluster.num_processes,
+        process_id=cluster.process_id,
+        initialization_timeout=timeout_s,
+    )
 
 
 def _allgather_bytes(data: bytes) -> list[bytes]:
@@ -149,17 +163,19 @@ def _allgather_bytes(data: bytes) -> list[bytes]:
     with jax.transfer_guard("allow"):  # host values in, host values out
         sizes = multihost_utils.process_allgather(np.int64(buffer.size))
         padded = np.zeros(int(np.max(sizes)), np.uint8)
-        padded[:buffer.size] = buffer
+        padded[: buffer.size] = buffer
         rows = multihost_utils.process_allgather(padded)
-    return [bytes(row[:size]) for row, size in zip(rows, sizes)]
+    return [bytes(row[:size]) for row, size in zip(rows, sizes, strict=True)]
 
 
 def gather_json(value: Any) -> list[Any]:
     """Every process's JSON-serialisable `value`, in process order."""
     if jax.process_count() == 1:
         return [value]
-    return [json.loads(part) for part in
-            _allgather_bytes(json.dumps(value).encode())]
+    return [
+        json.loads(part)
+        for part in _allgather_bytes(json.dumps(value).encode())
+    ]
 
 
 def config_hash(config: ml_collections.ConfigDict) -> str:
@@ -177,12 +193,14 @@ def check_same_config(config: ml_collections.ConfigDict) -> None:
     """
     if jax.process_count() == 1:
         return
-    hashes = [part.decode() for part in
-              _allgather_bytes(config_hash(config).encode())]
+    hashes = [
+        part.decode() for part in _allgather_bytes(config_hash(config).encode())
+    ]
     for index, digest in enumerate(hashes):
         if digest != hashes[0]:
             raise ValueError(
                 f"the config differs across processes: process {index} has "
                 f"config hash {digest[:12]}, process 0 has {hashes[0][:12]}; "
                 "start every process with the same --config, overrides and "
-                "--nms")
+                "--nms"
+            )

@@ -26,25 +26,32 @@ def step_boundaries(train: ml_collections.ConfigDict) -> tuple[int, ...]:
     if not train.step_fractions:
         return tuple(int(b) for b in train.step_boundaries)
     if train.step_boundaries:
-        raise ValueError("config.train.step_fractions="
-                         f"{tuple(train.step_fractions)!r}: set either it or "
-                         "config.train.step_boundaries, not both")
+        raise ValueError(
+            "config.train.step_fractions="
+            f"{tuple(train.step_fractions)!r}: set either it or "
+            "config.train.step_boundaries, not both"
+        )
     if not all(0.0 < f < 1.0 for f in train.step_fractions):
-        raise ValueError("config.train.step_fractions="
-                         f"{tuple(train.step_fractions)!r}: each must be in "
-                         "(0, 1)")
+        raise ValueError(
+            "config.train.step_fractions="
+            f"{tuple(train.step_fractions)!r}: each must be in "
+            "(0, 1)"
+        )
     return tuple(round(f * train.num_steps) for f in train.step_fractions)
 
 
 def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
     """Linear warmup from warmup_init_factor * lr, then step or cosine decay."""
     if train.schedule not in SCHEDULES:
-        raise ValueError(f"config.train.schedule={train.schedule!r} is not "
-                         f"known; choose one of {', '.join(SCHEDULES)}")
+        raise ValueError(
+            f"config.train.schedule={train.schedule!r} is not "
+            f"known; choose one of {', '.join(SCHEDULES)}"
+        )
     base, warmup = train.learning_rate, train.warmup_steps
     if train.schedule == "cosine":
         decay = optax.cosine_decay_schedule(
-            base, max(train.num_steps - warmup, 1))
+            base, max(train.num_steps - warmup, 1)
+        )
     else:
         # Steps count from the end of warmup; a boundary inside warmup acts
         # as soon as it ends.
@@ -55,8 +62,7 @@ def learning_rate_schedule(train: ml_collections.ConfigDict) -> optax.Schedule:
         decay = optax.piecewise_constant_schedule(base, scales)
     if warmup <= 0:
         return decay
-    ramp = optax.linear_schedule(base * train.warmup_init_factor, base,
-                                 warmup)
+    ramp = optax.linear_schedule(base * train.warmup_init_factor, base, warmup)
     return optax.join_schedules([ramp, decay], [warmup])
 
 
@@ -76,8 +82,11 @@ def is_frozen(name: str, prefixes: tuple[str, ...]) -> bool:
 
 def _labels(params, prefixes: tuple[str, ...]):
     return jax.tree_util.tree_map_with_path(
-        lambda path, _: FROZEN if is_frozen(path_name(path), prefixes)
-        else TRAINABLE, params)
+        lambda path, _: (
+            FROZEN if is_frozen(path_name(path), prefixes) else TRAINABLE
+        ),
+        params,
+    )
 
 
 def _decay_mask(params):
@@ -85,27 +94,34 @@ def _decay_mask(params):
     return jax.tree.map(lambda p: jnp.ndim(p) > 1, params)
 
 
-def _update_rule(train: ml_collections.ConfigDict,
-                 schedule: optax.Schedule) -> optax.GradientTransformation:
+def _update_rule(
+    train: ml_collections.ConfigDict, schedule: optax.Schedule
+) -> optax.GradientTransformation:
     """Clip, optimizer and weight decay of the trainable params."""
     if train.optimizer not in OPTIMIZERS:
-        raise ValueError(f"config.train.optimizer={train.optimizer!r} is not "
-                         f"known; choose one of {', '.join(OPTIMIZERS)}")
+        raise ValueError(
+            f"config.train.optimizer={train.optimizer!r} is not "
+            f"known; choose one of {', '.join(OPTIMIZERS)}"
+        )
     if train.optimizer == "adamw":
-        core = optax.adamw(schedule, weight_decay=train.weight_decay,
-                           mask=_decay_mask)
+        core = optax.adamw(
+            schedule, weight_decay=train.weight_decay, mask=_decay_mask
+        )
     else:
         core = optax.chain(
             optax.add_decayed_weights(train.weight_decay, mask=_decay_mask),
-            optax.sgd(schedule, momentum=train.momentum))
+            optax.sgd(schedule, momentum=train.momentum),
+        )
     if train.grad_clip_norm > 0:
-        core = optax.chain(optax.clip_by_global_norm(train.grad_clip_norm),
-                           core)
+        core = optax.chain(
+            optax.clip_by_global_norm(train.grad_clip_norm), core
+        )
     return core
 
 
-def make_optimizer(config: ml_collections.ConfigDict
-                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+def make_optimizer(
+    config: ml_collections.ConfigDict,
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The optax transformation of `config` and its learning-rate schedule.
 
     Params under backbone.frozen_prefixes(config.model) are frozen: no state,
@@ -118,5 +134,6 @@ def make_optimizer(config: ml_collections.ConfigDict
         return rule, schedule
     tx = optax.multi_transform(
         {TRAINABLE: rule, FROZEN: optax.set_to_zero()},
-        functools.partial(_labels, prefixes=prefixes))
+        functools.partial(_labels, prefixes=prefixes),
+    )
     return tx, schedule

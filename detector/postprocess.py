@@ -13,8 +13,9 @@ import numpy as np
 from pycocotools import mask as mask_utils
 
 
-def _interpolation_matrix(start: float, stop: float, first: int, last: int,
-                          size: int) -> np.ndarray:
+def _interpolation_matrix(
+    start: float, stop: float, first: int, last: int, size: int
+) -> np.ndarray:
     """Linear interpolation weights f64[last - first, size] of pixel centres.
 
     Pixel i (centre i + 0.5) of the image maps to mask coordinate
@@ -42,8 +43,13 @@ def _pixel_span(start: float, stop: float, limit: int) -> tuple[int, int]:
     return first, last
 
 
-def paste_masks(masks: np.ndarray, boxes: np.ndarray, height: int,
-                width: int, threshold: float = 0.5) -> np.ndarray:
+def paste_masks(
+    masks: np.ndarray,
+    boxes: np.ndarray,
+    height: int,
+    width: int,
+    threshold: float = 0.5,
+) -> np.ndarray:
     """Pastes box-relative masks into full images.
 
     Args:
@@ -67,8 +73,7 @@ def paste_masks(masks: np.ndarray, boxes: np.ndarray, height: int,
             continue
         rows = _interpolation_matrix(y1, y2, top, bottom, mask.shape[0])
         cols = _interpolation_matrix(x1, x2, left, right, mask.shape[1])
-        pasted[d, top:bottom, left:right] = (rows @ mask @ cols.T >=
-                                             threshold)
+        pasted[d, top:bottom, left:right] = rows @ mask @ cols.T >= threshold
     return pasted
 
 
@@ -108,24 +113,38 @@ def _encode_rle(mask: np.ndarray) -> dict:
     return rle
 
 
-def _image_results(predictions: dict, i: int, image_id: int,
-                   orig_size: np.ndarray, scale: float,
-                   category_ids: list[int], with_masks: bool) -> list[dict]:
+def _image_results(
+    predictions: dict,
+    i: int,
+    image_id: int,
+    orig_size: np.ndarray,
+    scale: float,
+    category_ids: list[int],
+    with_masks: bool,
+) -> list[dict]:
     """COCO results of row i of a batch of predictions."""
     height, width = (int(v) for v in orig_size)
     count = int(predictions["num_detections"][i])
     classes = np.asarray(predictions["classes"][i][:count])
     keep = np.nonzero(classes > 0)[0]
     factor_y, factor_x = resize_factors(orig_size, scale)
-    boxes = (np.asarray(predictions["boxes"][i][keep], np.float64)
-             / [factor_x, factor_y, factor_x, factor_y])
-    clipped = np.stack([np.clip(boxes[:, 0], 0, width),
-                        np.clip(boxes[:, 1], 0, height),
-                        np.clip(boxes[:, 2], 0, width),
-                        np.clip(boxes[:, 3], 0, height)], axis=-1)
+    boxes = np.asarray(predictions["boxes"][i][keep], np.float64) / [
+        factor_x,
+        factor_y,
+        factor_x,
+        factor_y,
+    ]
+    clipped = np.stack(
+        [
+            np.clip(boxes[:, 0], 0, width),
+            np.clip(boxes[:, 1], 0, height),
+            np.clip(boxes[:, 2], 0, width),
+            np.clip(boxes[:, 3], 0, height),
+        ],
+        axis=-1,
+    )
     if with_masks:
-        masks = paste_masks(predictions["masks"][i][keep], boxes, height,
-                            width)
+        masks = paste_masks(predictions["masks"][i][keep], boxes, height, width)
     results = []
     for j, d in enumerate(keep):
         x1, y1, x2, y2 = (float(v) for v in clipped[j])
@@ -141,8 +160,9 @@ def _image_results(predictions: dict, i: int, image_id: int,
     return results
 
 
-def coco_results(predictions: dict, batch: dict, category_ids: list[int],
-                 with_masks: bool) -> list[dict]:
+def coco_results(
+    predictions: dict, batch: dict, category_ids: list[int], with_masks: bool
+) -> list[dict]:
     """COCO result dicts of one predicted batch (numpy arrays).
 
     Args:
@@ -164,6 +184,12 @@ def coco_results(predictions: dict, batch: dict, category_ids: list[int],
         if not bool(batch["image_valid"][i]):
             continue
         results += _image_results(
-            predictions, i, int(batch["image_id"][i]), batch["orig_size"][i],
-            float(batch["scale"][i]), category_ids, with_masks)
+            predictions,
+            i,
+            int(batch["image_id"][i]),
+            batch["orig_size"][i],
+            float(batch["scale"][i]),
+            category_ids,
+            with_masks,
+        )
     return results

@@ -33,16 +33,31 @@ from ops.nms import nms
 class BoxHead(nnx.Module):
     """Two fully connected layers, then class logits and class deltas."""
 
-    def __init__(self, in_features: int, hidden: int, num_classes: int, *,
-                 dtype: jnp.dtype, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_features: int,
+        hidden: int,
+        num_classes: int,
+        *,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
         self.fc1 = nnx.Linear(in_features, hidden, dtype=dtype, rngs=rngs)
         self.fc2 = nnx.Linear(hidden, hidden, dtype=dtype, rngs=rngs)
         self.classes = nnx.Linear(
-            hidden, num_classes + 1, dtype=dtype, rngs=rngs,
-            kernel_init=nnx.initializers.normal(0.01))
+            hidden,
+            num_classes + 1,
+            dtype=dtype,
+            rngs=rngs,
+            kernel_init=nnx.initializers.normal(0.01),
+        )
         self.deltas = nnx.Linear(
-            hidden, 4 * num_classes, dtype=dtype, rngs=rngs,
-            kernel_init=nnx.initializers.normal(0.001))
+            hidden,
+            4 * num_classes,
+            dtype=dtype,
+            rngs=rngs,
+            kernel_init=nnx.initializers.normal(0.001),
+        )
 
     @jax.named_scope("box_head")
     def __call__(self, features: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -52,8 +67,10 @@ class BoxHead(nnx.Module):
         x = jax.nn.relu(self.fc1(x))
         x = jax.nn.relu(self.fc2(x))
         deltas = self.deltas(x).astype(jnp.float32)
-        return (self.classes(x).astype(jnp.float32),
-                deltas.reshape(batch, rois, -1, 4))
+        return (
+            self.classes(x).astype(jnp.float32),
+            deltas.reshape(batch, rois, -1, 4),
+        )
 
 
 class Deconv2x(nnx.Module):
@@ -66,10 +83,19 @@ class Deconv2x(nnx.Module):
     sizes.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, *,
-                 dtype: jnp.dtype, rngs: nnx.Rngs):
-        self.kernel = nnx.Param(backbone.conv_init(
-            rngs.params(), (2, 2, in_channels, out_channels), jnp.float32))
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
+        self.kernel = nnx.Param(
+            backbone.conv_init(
+                rngs.params(), (2, 2, in_channels, out_channels), jnp.float32
+            )
+        )
         self.bias = nnx.Param(jnp.zeros((out_channels,), jnp.float32))
         self.dtype = dtype
 
@@ -98,28 +124,57 @@ def pixel_shuffle(x: jax.Array) -> jax.Array:
 class MaskHead(nnx.Module):
     """conv3x3 stack, 2x deconv, then one mask logit map per class."""
 
-    def __init__(self, in_channels: int, hidden: int, num_convs: int,
-                 num_classes: int, *, norm: str | None, groups: int,
-                 dtype: jnp.dtype, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        in_channels: int,
+        hidden: int,
+        num_convs: int,
+        num_classes: int,
+        *,
+        norm: str | None,
+        groups: int,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
         convs = []
         for i in range(num_convs):
             channels = in_channels if i == 0 else hidden
             if norm is None:
-                convs.append(nnx.Conv(channels, hidden, (3, 3),
-                                      kernel_init=backbone.conv_init,
-                                      dtype=dtype, rngs=rngs))
+                convs.append(
+                    nnx.Conv(
+                        channels,
+                        hidden,
+                        (3, 3),
+                        kernel_init=backbone.conv_init,
+                        dtype=dtype,
+                        rngs=rngs,
+                    )
+                )
             else:
-                convs.append(backbone.ConvNorm(channels, hidden, 3, norm=norm,
-                                               groups=groups, dtype=dtype,
-                                               rngs=rngs))
+                convs.append(
+                    backbone.ConvNorm(
+                        channels,
+                        hidden,
+                        3,
+                        norm=norm,
+                        groups=groups,
+                        dtype=dtype,
+                        rngs=rngs,
+                    )
+                )
         self.convs = nnx.List(convs)
         self.norm_in_convs = norm is not None
-        self.upsample = Deconv2x(hidden if num_convs else in_channels,
-                                 hidden, dtype=dtype, rngs=rngs)
+        self.upsample = Deconv2x(
+            hidden if num_convs else in_channels, hidden, dtype=dtype, rngs=rngs
+        )
         # A 1x1 conv as a Linear over channels (a cheaper gradient on CPU).
-        self.logits = nnx.Linear(hidden, num_classes,
-                                 kernel_init=nnx.initializers.normal(0.001),
-                                 dtype=dtype, rngs=rngs)
+        self.logits = nnx.Linear(
+            hidden,
+            num_classes,
+            kernel_init=nnx.initializers.normal(0.001),
+            dtype=dtype,
+            rngs=rngs,
+        )
 
     @jax.named_scope("mask_head")
     def __call__(self, features: jax.Array) -> jax.Array:
@@ -139,6 +194,7 @@ class MaskHead(nnx.Module):
 
 class RoiTargets(NamedTuple):
     """Sampled rois of every image and what they should predict."""
+
     rois: jax.Array  # f32[B, R, 4]
     is_valid: jax.Array  # bool[B, R]
     classes: jax.Array  # int32[B, R], 0 for background
@@ -146,11 +202,21 @@ class RoiTargets(NamedTuple):
     box_targets: jax.Array  # f32[B, R, 4]
 
 
-def sample_rois(proposals: jax.Array, proposal_valid: jax.Array,
-                gt_boxes: jax.Array, gt_classes: jax.Array,
-                gt_valid: jax.Array, key: jax.Array, *, num_rois: int,
-                fg_fraction: float, fg_iou: float, bg_iou_low: float,
-                bg_iou_high: float, weights: Sequence[float]) -> RoiTargets:
+def sample_rois(
+    proposals: jax.Array,
+    proposal_valid: jax.Array,
+    gt_boxes: jax.Array,
+    gt_classes: jax.Array,
+    gt_valid: jax.Array,
+    key: jax.Array,
+    *,
+    num_rois: int,
+    fg_fraction: float,
+    fg_iou: float,
+    bg_iou_low: float,
+    bg_iou_high: float,
+    weights: Sequence[float],
+) -> RoiTargets:
     """Appends GT to proposals [B, P, 4], matches and samples R per image."""
     keys = jax.random.split(key, proposals.shape[0])
 
@@ -159,28 +225,47 @@ def sample_rois(proposals: jax.Array, proposal_valid: jax.Array,
         candidate_valid = jnp.concatenate([valid, is_gt], axis=0)
         iou = box_ops.pairwise_iou(candidates, gt)
         labels, matched = matcher.match(
-            iou, is_gt, fg_iou=fg_iou, bg_iou_low=bg_iou_low,
-            bg_iou_high=bg_iou_high)
+            iou,
+            is_gt,
+            fg_iou=fg_iou,
+            bg_iou_low=bg_iou_low,
+            bg_iou_high=bg_iou_high,
+        )
         labels = jnp.where(candidate_valid, labels, matcher.IGNORED)
         indices, is_fg, is_valid = sampler.sample_balanced(
-            labels, image_key, num_samples=num_rois,
-            positive_fraction=fg_fraction)
+            labels,
+            image_key,
+            num_samples=num_rois,
+            positive_fraction=fg_fraction,
+        )
         rois = candidates[indices]
         roi_matched = matched[indices]
         targets = box_coder.encode(gt[roi_matched], rois, weights)
         roi_classes = jnp.where(is_fg & is_valid, classes[roi_matched], 0)
-        return RoiTargets(rois, is_valid, roi_classes.astype(jnp.int32),
-                          roi_matched, targets)
+        return RoiTargets(
+            rois, is_valid, roi_classes.astype(jnp.int32), roi_matched, targets
+        )
 
-    return jax.vmap(one_image)(proposals, proposal_valid,
-                               gt_boxes.astype(jnp.float32), gt_classes,
-                               gt_valid, keys)
+    return jax.vmap(one_image)(
+        proposals,
+        proposal_valid,
+        gt_boxes.astype(jnp.float32),
+        gt_classes,
+        gt_valid,
+        keys,
+    )
 
 
 @jax.named_scope("mask_targets")
-def mask_targets(rois: jax.Array, matched: jax.Array, gt_boxes: jax.Array,
-                 gt_masks: jax.Array, *, mask_size: int,
-                 sampling_ratio: int) -> jax.Array:
+def mask_targets(
+    rois: jax.Array,
+    matched: jax.Array,
+    gt_boxes: jax.Array,
+    gt_masks: jax.Array,
+    *,
+    mask_size: int,
+    sampling_ratio: int,
+) -> jax.Array:
     """Binary targets f32[B, Rm, M, M] of rois [B, Rm, 4] from GT crops.
 
     Every crop is zero-padded by one pixel on each side, so samples outside
@@ -198,37 +283,55 @@ def mask_targets(rois: jax.Array, matched: jax.Array, gt_boxes: jax.Array,
       sampling_ratio: ROIAlign samples per bin and axis.
     """
     batch, num_gt, size = gt_masks.shape[:3]
-    gt = jnp.take_along_axis(gt_boxes.astype(jnp.float32),
-                             matched[..., None], axis=1)  # [B, Rm, 4]
+    gt = jnp.take_along_axis(
+        gt_boxes.astype(jnp.float32), matched[..., None], axis=1
+    )  # [B, Rm, 4]
     origin = jnp.concatenate([gt[..., :2], gt[..., :2]], axis=-1)
     gt_w, gt_h = box_ops.widths_heights(gt)
     scale = size / jnp.maximum(jnp.stack([gt_w, gt_h, gt_w, gt_h], -1), 1e-6)
     # Crop pixels, shifted by the one-pixel zero border.
     boxes_in_mask = (rois - origin) * scale + 1.0
     padded = size + 2
-    masks = jnp.pad(gt_masks.astype(jnp.float32),
-                    ((0, 0), (0, 0), (1, 1), (1, 1)))  # [B, G, S+2, S+2]
+    masks = jnp.pad(
+        gt_masks.astype(jnp.float32), ((0, 0), (0, 0), (1, 1), (1, 1))
+    )  # [B, G, S+2, S+2]
     flat = masks.reshape(batch, num_gt * padded * padded, 1)
     sizes = jnp.full(matched.shape, padded, jnp.int32)
     resampled = roi_align.roi_align(
-        flat, boxes_in_mask, matched * (padded * padded), sizes, sizes,
-        output_size=mask_size, sampling_ratio=sampling_ratio)
+        flat,
+        boxes_in_mask,
+        matched * (padded * padded),
+        sizes,
+        sizes,
+        output_size=mask_size,
+        sampling_ratio=sampling_ratio,
+    )
     return (resampled[..., 0] >= 0.5).astype(jnp.float32)
 
 
 class Detections(NamedTuple):
     """Fixed-size detections; empty slots have class 0, score 0, box 0."""
+
     boxes: jax.Array  # f32[B, K, 4]
     scores: jax.Array  # f32[B, K]
     classes: jax.Array  # int32[B, K]
     num_detections: jax.Array  # int32[B]
 
 
-def detect(class_logits: jax.Array, deltas: jax.Array, proposals: jax.Array,
-           proposal_valid: jax.Array, *, image_size: tuple[int, int],
-           weights: Sequence[float], score_threshold: float,
-           pre_nms_top_k: int, max_detections: int, nms_iou: float,
-           backend: str) -> Detections:
+def detect(
+    class_logits: jax.Array,
+    deltas: jax.Array,
+    proposals: jax.Array,
+    proposal_valid: jax.Array,
+    *,
+    image_size: tuple[int, int],
+    weights: Sequence[float],
+    score_threshold: float,
+    pre_nms_top_k: int,
+    max_detections: int,
+    nms_iou: float,
+    backend: str,
+) -> Detections:
     """Class-aware detections from the box head outputs on the proposals.
 
     Args:
@@ -247,39 +350,61 @@ def detect(class_logits: jax.Array, deltas: jax.Array, proposals: jax.Array,
     scores = jnp.where(usable, scores, -1.0).reshape(batch, -1)
     top_k = min(pre_nms_top_k, num_proposals * num_classes)
     candidate_scores, candidates = jax.lax.top_k(scores, top_k)  # [B, N_pre]
-    candidate_boxes = jnp.take_along_axis(boxes.reshape(batch, -1, 4),
-                                          candidates[..., None], axis=1)
+    candidate_boxes = jnp.take_along_axis(
+        boxes.reshape(batch, -1, 4), candidates[..., None], axis=1
+    )
     candidate_classes = (candidates % num_classes + 1).astype(jnp.int32)
     kept, num_detections = nms(
-        candidate_boxes, candidate_scores, classes=candidate_classes,
-        score_threshold=score_threshold, max_output_size=max_detections,
-        iou_threshold=nms_iou, backend=backend)  # [B, K]
+        candidate_boxes,
+        candidate_scores,
+        classes=candidate_classes,
+        score_threshold=score_threshold,
+        max_output_size=max_detections,
+        iou_threshold=nms_iou,
+        backend=backend,
+    )  # [B, K]
     found = kept >= 0
     safe = jnp.maximum(kept, 0)
     return Detections(
-        boxes=jnp.where(found[..., None], jnp.take_along_axis(
-            candidate_boxes, safe[..., None], axis=1), 0.0),
-        scores=jnp.where(found, jnp.take_along_axis(candidate_scores, safe,
-                                                    axis=1), 0.0),
-        classes=jnp.where(found, jnp.take_along_axis(candidate_classes, safe,
-                                                     axis=1), 0),
-        num_detections=num_detections)
+        boxes=jnp.where(
+            found[..., None],
+            jnp.take_along_axis(candidate_boxes, safe[..., None], axis=1),
+            0.0,
+        ),
+        scores=jnp.where(
+            found, jnp.take_along_axis(candidate_scores, safe, axis=1), 0.0
+        ),
+        classes=jnp.where(
+            found, jnp.take_along_axis(candidate_classes, safe, axis=1), 0
+        ),
+        num_detections=num_detections,
+    )
 
 
-def class_mask_logits(mask_logits: jax.Array, classes: jax.Array
-                      ) -> jax.Array:
+def class_mask_logits(mask_logits: jax.Array, classes: jax.Array) -> jax.Array:
     """The mask logits [B, R, M, M] of each roi's class 1..C (any for 0)."""
     index = jnp.maximum(classes - 1, 0)[..., None, None, None]
     return jnp.take_along_axis(mask_logits, index, axis=-1)[..., 0]
 
 
-def pool_rois(pyramid: roi_align.FlatPyramid, boxes: jax.Array, *,
-              output_size: int, sampling_ratio: int, canonical_size: float,
-              canonical_level: int, implementation: str = "auto"
-              ) -> jax.Array:
+def pool_rois(
+    pyramid: roi_align.FlatPyramid,
+    boxes: jax.Array,
+    *,
+    output_size: int,
+    sampling_ratio: int,
+    canonical_size: float,
+    canonical_level: int,
+    implementation: str = "auto",
+) -> jax.Array:
     """Multilevel ROIAlign of boxes [B, R, 4]; gradients reach features."""
     with jax.named_scope("roi_align"):
         return roi_align.multilevel_roi_align(
-            pyramid, jax.lax.stop_gradient(boxes), output_size=output_size,
-            sampling_ratio=sampling_ratio, canonical_size=canonical_size,
-            canonical_level=canonical_level, implementation=implementation)
+            pyramid,
+            jax.lax.stop_gradient(boxes),
+            output_size=output_size,
+            sampling_ratio=sampling_ratio,
+            canonical_size=canonical_size,
+            canonical_level=canonical_level,
+            implementation=implementation,
+        )

@@ -16,9 +16,13 @@ from jax import lax
 from detector import matcher
 
 
-def sample_balanced(labels: jax.Array, key: jax.Array, *, num_samples: int,
-                    positive_fraction: float
-                    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+def sample_balanced(
+    labels: jax.Array,
+    key: jax.Array,
+    *,
+    num_samples: int,
+    positive_fraction: float,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Samples up to num_samples candidates, positives capped at a fraction.
 
     Args:
@@ -34,19 +38,23 @@ def sample_balanced(labels: jax.Array, key: jax.Array, *, num_samples: int,
     """
     num = labels.shape[0]
     if num < num_samples:  # pad with ignored candidates so top_k fits
-        labels = jnp.pad(labels, (0, num_samples - num),
-                         constant_values=matcher.IGNORED)
+        labels = jnp.pad(
+            labels, (0, num_samples - num), constant_values=matcher.IGNORED
+        )
     priority = jax.random.uniform(key, labels.shape)  # [0, 1)
     positive = labels == matcher.FOREGROUND
     cap = min(int(num_samples * positive_fraction), labels.shape[0])
     chosen = jnp.zeros(labels.shape, bool)
     if cap > 0:
         top_values, top_index = lax.top_k(
-            jnp.where(positive, priority, -1.0), cap)
+            jnp.where(positive, priority, -1.0), cap
+        )
         chosen = chosen.at[top_index].set(top_values >= 0.0)
-    rank = jnp.where(chosen, 2.0 + priority,
-                     jnp.where(labels == matcher.BACKGROUND, 1.0 + priority,
-                               -1.0))
+    rank = jnp.where(
+        chosen,
+        2.0 + priority,
+        jnp.where(labels == matcher.BACKGROUND, 1.0 + priority, -1.0),
+    )
     values, indices = lax.top_k(rank, num_samples)
     indices = jnp.minimum(indices, num - 1).astype(jnp.int32)
     return indices, values >= 2.0, values >= 1.0

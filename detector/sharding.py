@@ -40,17 +40,19 @@ def _put_rows(rows: np.ndarray, data_sharding: NamedSharding) -> jax.Array:
     first_row = jax.process_index() * rows.shape[0]
     shards = []
     for device, index in data_sharding.addressable_devices_indices_map(
-            global_shape).items():
+        global_shape
+    ).items():
         rows_here = range(global_shape[0])[index[0]]
-        block = slice(rows_here.start - first_row,
-                      rows_here.stop - first_row)
+        block = slice(rows_here.start - first_row, rows_here.stop - first_row)
         shards.append(jax.device_put(rows[block], device))
-    return jax.make_array_from_single_device_arrays(global_shape,
-                                                    data_sharding, shards)
+    return jax.make_array_from_single_device_arrays(
+        global_shape, data_sharding, shards
+    )
 
 
-def put_batch(batch: dict[str, np.ndarray], mesh: Mesh,
-              keys: Sequence[str] = MODEL_INPUTS) -> dict[str, jax.Array]:
+def put_batch(
+    batch: dict[str, np.ndarray], mesh: Mesh, keys: Sequence[str] = MODEL_INPUTS
+) -> dict[str, jax.Array]:
     """This process's rows of the global batch -> arrays sharded on 'data'."""
     data_sharding = NamedSharding(mesh, P("data"))
     return {k: _put_rows(np.asarray(batch[k]), data_sharding) for k in keys}
@@ -64,10 +66,15 @@ def check_divisible(key: str, size: int, mesh: Mesh) -> None:
     """
     if size <= 0 or size % mesh.size:
         processes = jax.process_count()
-        where = (f"{mesh.size} devices in {processes} processes"
-                 if processes > 1 else f"{mesh.size} devices")
-        raise ValueError(f"config.{key}={size} must be a positive multiple "
-                         f"of the number of devices ({where})")
+        where = (
+            f"{mesh.size} devices in {processes} processes"
+            if processes > 1
+            else f"{mesh.size} devices"
+        )
+        raise ValueError(
+            f"config.{key}={size} must be a positive multiple "
+            f"of the number of devices ({where})"
+        )
 
 
 def replicate(tree: Any, mesh: Mesh) -> Any:
@@ -79,21 +86,27 @@ def replicate(tree: Any, mesh: Mesh) -> Any:
     replicated = NamedSharding(mesh, P())
 
     def put(x):
-        if jax.dtypes.issubdtype(getattr(x, "dtype", None),
-                                 jax.dtypes.prng_key):
+        if jax.dtypes.issubdtype(
+            getattr(x, "dtype", None), jax.dtypes.prng_key
+        ):
             # Typed keys: place the key data, then wrap it again.
-            return jax.random.wrap_key_data(put(jax.random.key_data(x)),
-                                            impl=jax.random.key_impl(x))
-        copies = [jax.device_put(x, device)
-                  for device in replicated.addressable_devices]
-        return jax.make_array_from_single_device_arrays(np.shape(x),
-                                                        replicated, copies)
+            return jax.random.wrap_key_data(
+                put(jax.random.key_data(x)), impl=jax.random.key_impl(x)
+            )
+        copies = [
+            jax.device_put(x, device)
+            for device in replicated.addressable_devices
+        ]
+        return jax.make_array_from_single_device_arrays(
+            np.shape(x), replicated, copies
+        )
 
     return jax.tree.map(put, tree)
 
 
 def local_rows(tree: Any, mesh: Mesh) -> Any:
     """This process's rows of a pytree sharded over 'data', as numpy."""
-    local = multihost_utils.global_array_to_host_local_array(tree, mesh,
-                                                            P("data"))
+    local = multihost_utils.global_array_to_host_local_array(
+        tree, mesh, P("data")
+    )
     return jax.device_get(local)

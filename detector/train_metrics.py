@@ -53,16 +53,27 @@ def drop_lines_after(path: pathlib.Path, step: int) -> None:
     temp = path.with_name(path.name + ".tmp")
     temp.write_text("".join(kept))
     os.replace(temp, path)
-    logging.info("Resuming after step %d: dropped %d line(s) of later steps "
-                 "from %s", step, dropped, path)
+    logging.info(
+        "Resuming after step %d: dropped %d line(s) of later steps from %s",
+        step,
+        dropped,
+        path,
+    )
 
 
 class MetricsLog:
     """Collects step times and writes metrics lines and summaries."""
 
-    def __init__(self, workdir: pathlib.Path, *, backend: str,
-                 host_roundtrips: int, images_per_step: int,
-                 deterministic: bool = False, resume_step: int = 0):
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        *,
+        backend: str,
+        host_roundtrips: int,
+        images_per_step: int,
+        deterministic: bool = False,
+        resume_step: int = 0,
+    ):
         """`resume_step`: the step the run starts after (its checkpoint);
         lines of later steps, written before the run stopped, are dropped.
         """
@@ -75,11 +86,15 @@ class MetricsLog:
         self._closed = False
         self._is_main = jax.process_index() == 0
         self.writer = metric_writers.create_default_writer(
-            str(workdir), just_logging=not self._is_main)
+            str(workdir), just_logging=not self._is_main
+        )
         if self._is_main:
             drop_lines_after(workdir / "metrics.jsonl", resume_step)
-        self._jsonl = (open(workdir / "metrics.jsonl", "a")  # noqa: SIM115
-                       if self._is_main else None)
+        self._jsonl = (
+            open(workdir / "metrics.jsonl", "a")  # noqa: SIM115
+            if self._is_main
+            else None
+        )
 
     def add_step_time(self, seconds: float) -> None:
         self._step_times.append(seconds)
@@ -89,10 +104,14 @@ class MetricsLog:
         self._data_waits.append(seconds)
 
     @staticmethod
-    def check_finite(step: int, loss: ArrayLike,
-                     grad_norm: ArrayLike | None = None,
-                     state_finite: ArrayLike = True, *,
-                     last_checkpoint: int | None = None) -> None:
+    def check_finite(
+        step: int,
+        loss: ArrayLike,
+        grad_norm: ArrayLike | None = None,
+        state_finite: ArrayLike = True,
+        *,
+        last_checkpoint: int | None = None,
+    ) -> None:
         """Stops the run on a NaN/Inf loss, gradient norm or weight.
 
         Called before the step's state is checkpointed: a non-finite gradient
@@ -101,21 +120,26 @@ class MetricsLog:
         nothing saved yet), which the message names.
         """
         loss = float(loss)
-        stop = ("stopping; no checkpoint was saved before it"
-                if last_checkpoint is None else
-                f"stopping; checkpoint {last_checkpoint}, saved before it, "
-                "is intact")
+        stop = (
+            "stopping; no checkpoint was saved before it"
+            if last_checkpoint is None
+            else f"stopping; checkpoint {last_checkpoint}, saved before it, "
+            "is intact"
+        )
         if not math.isfinite(loss):
             raise FloatingPointError(
-                f"total loss is {loss} at step {step}; {stop}")
+                f"total loss is {loss} at step {step}; {stop}"
+            )
         if grad_norm is not None and not math.isfinite(float(grad_norm)):
             raise FloatingPointError(
                 f"gradient norm is {float(grad_norm)} at step {step} (total "
-                f"loss {loss:.4g}); {stop}")
+                f"loss {loss:.4g}); {stop}"
+            )
         if not bool(state_finite):
             raise FloatingPointError(
                 f"the update of step {step} made weights non-finite (total "
-                f"loss {loss:.4g}); {stop}")
+                f"loss {loss:.4g}); {stop}"
+            )
 
     def write(self, step: int, metrics: dict) -> dict:
         """Logs the window's metrics and starts a new window."""
@@ -125,32 +149,49 @@ class MetricsLog:
         median = float(np.median(times))
         line = {"step": step}
         line.update({k: float(v) for k, v in metrics.items()})
-        line.update(step_time_ms=median,
-                    step_time_p90_ms=float(np.percentile(times, 90)),
-                    data_wait_ms=float(np.mean(waits)),
-                    images_per_sec=self.images_per_step / (median / 1e3),
-                    nms_backend=self.backend,
-                    host_roundtrips_per_step=self.host_roundtrips,
-                    deterministic=self.deterministic)
-        scalars = {k: v for k, v in line.items()
-                   if isinstance(v, float | int) and k != "step"}
+        line.update(
+            step_time_ms=median,
+            step_time_p90_ms=float(np.percentile(times, 90)),
+            data_wait_ms=float(np.mean(waits)),
+            images_per_sec=self.images_per_step / (median / 1e3),
+            nms_backend=self.backend,
+            host_roundtrips_per_step=self.host_roundtrips,
+            deterministic=self.deterministic,
+        )
+        scalars = {
+            k: v
+            for k, v in line.items()
+            if isinstance(v, float | int) and k != "step"
+        }
         self.writer.write_scalars(step, scalars)
         self._append(line)
         logging.info(
             "step %d: total %.4f (%s) | %.1f ms/step, %.1f img/s, data "
-            "wait %.1f ms, nms=%s", step, line["total"], ", ".join(
-                f"{k} {line[k]:.4f}" for k in losses.TERM_NAMES),
-            median, line["images_per_sec"], line["data_wait_ms"],
-            self.backend)
+            "wait %.1f ms, nms=%s",
+            step,
+            line["total"],
+            ", ".join(f"{k} {line[k]:.4f}" for k in losses.TERM_NAMES),
+            median,
+            line["images_per_sec"],
+            line["data_wait_ms"],
+            self.backend,
+        )
         return line
 
     def write_eval(self, step: int, results: dict) -> None:
-        scalars = {f"eval/{task}/{name}": value
-                   for task in ("bbox", "segm")
-                   for name, value in results.get(task, {}).items()}
+        scalars = {
+            f"eval/{task}/{name}": value
+            for task in ("bbox", "segm")
+            for name, value in results.get(task, {}).items()
+        }
         self.writer.write_scalars(step, scalars)
-        self._append({"step": step, "eval": True, **{
-            k: v for k, v in results.items() if k in ("bbox", "segm")}})
+        self._append(
+            {
+                "step": step,
+                "eval": True,
+                **{k: v for k, v in results.items() if k in ("bbox", "segm")},
+            }
+        )
 
     def _append(self, line: dict) -> None:
         if self._jsonl:

@@ -30,14 +30,16 @@ class TrainState:
     opt_state: optax.OptState
 
 
-def create_model(config: ml_collections.ConfigDict,
-                 seed: int) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
+def create_model(
+    config: ml_collections.ConfigDict, seed: int
+) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
     """Builds the model and splits it into (graphdef, params, rest).
 
     The initialisers run as one jitted program compiled without backend
     optimisation: building the model eagerly compiles one small program per
     parameter shape, which takes several times longer on CPU.
     """
+
     def build():
         model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(seed))
         model.train()
@@ -46,18 +48,25 @@ def create_model(config: ml_collections.ConfigDict,
     graphdef = nnx.split(nnx.eval_shape(build), nnx.Param, ...)[0]
     init = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[1:])
     params, rest = init.lower().compile(
-        compiler_options={"xla_backend_optimization_level": 0})()
+        compiler_options={"xla_backend_optimization_level": 0}
+    )()
     return graphdef, params, rest
 
 
-def init_state(params: nnx.State, rest: nnx.State,
-               tx: optax.GradientTransformation) -> TrainState:
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                      rest=rest, opt_state=tx.init(params))
+def init_state(
+    params: nnx.State, rest: nnx.State, tx: optax.GradientTransformation
+) -> TrainState:
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        rest=rest,
+        opt_state=tx.init(params),
+    )
 
 
-def eval_graphdef(graphdef: nnx.GraphDef, params: nnx.State,
-                  rest: nnx.State) -> nnx.GraphDef:
+def eval_graphdef(
+    graphdef: nnx.GraphDef, params: nnx.State, rest: nnx.State
+) -> nnx.GraphDef:
     """The graphdef of the same model in eval mode (running BN stats)."""
     model = nnx.merge(graphdef, params, rest)
     model.eval()
@@ -70,10 +79,17 @@ def _is_state(x: Any) -> bool:
 
 def to_tree(state: TrainState) -> dict:
     """Nested dicts of arrays (what checkpoints hold)."""
-    pure = jax.tree.map(lambda s: nnx.to_pure_dict(s) if _is_state(s) else s,
-                        state, is_leaf=_is_state)
-    return {"step": pure.step, "params": pure.params, "rest": pure.rest,
-            "opt_state": serialization.to_state_dict(pure.opt_state)}
+    pure = jax.tree.map(
+        lambda s: nnx.to_pure_dict(s) if _is_state(s) else s,
+        state,
+        is_leaf=_is_state,
+    )
+    return {
+        "step": pure.step,
+        "params": pure.params,
+        "rest": pure.rest,
+        "opt_state": serialization.to_state_dict(pure.opt_state),
+    }
 
 
 def from_tree(template: TrainState, tree: dict) -> TrainState:
@@ -88,20 +104,26 @@ def from_tree(template: TrainState, tree: dict) -> TrainState:
 
     pure_template = jax.tree.map(
         lambda s: nnx.to_pure_dict(s) if _is_state(s) else s,
-        template.opt_state, is_leaf=_is_state)
-    opt_state = serialization.from_state_dict(pure_template,
-                                              tree["opt_state"])
+        template.opt_state,
+        is_leaf=_is_state,
+    )
+    opt_state = serialization.from_state_dict(pure_template, tree["opt_state"])
     return TrainState(
-        step=tree["step"], params=fill(template.params, tree["params"]),
+        step=tree["step"],
+        params=fill(template.params, tree["params"]),
         rest=fill(template.rest, tree["rest"]),
-        opt_state=jax.tree.map(fill, template.opt_state, opt_state,
-                               is_leaf=_is_state))
+        opt_state=jax.tree.map(
+            fill, template.opt_state, opt_state, is_leaf=_is_state
+        ),
+    )
 
 
-def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
-                    ckpt: checkpoint.Checkpointer,
-                    tx: optax.GradientTransformation
-                    ) -> tuple[nnx.GraphDef, TrainState]:
+def restore_or_init(
+    config: ml_collections.ConfigDict,
+    mesh: Mesh,
+    ckpt: checkpoint.Checkpointer,
+    tx: optax.GradientTransformation,
+) -> tuple[nnx.GraphDef, TrainState]:
     """(graphdef, state): the newest intact checkpoint, else a fresh model
     (warm-started from model.backbone_init or model.init_checkpoint).
 
@@ -116,7 +138,8 @@ def restore_or_init(config: ml_collections.ConfigDict, mesh: Mesh,
     replicated = NamedSharding(mesh, P())
     abstract = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
-        to_tree(state))
+        to_tree(state),
+    )
     # The newest intact checkpoint: damaged ones are logged and skipped.
     restored = ckpt.restore_latest(abstract)
     if restored is None:

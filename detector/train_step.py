@@ -30,14 +30,20 @@ STATE_FINITE = "state_finite"
 
 def all_finite(tree: Any) -> jax.Array:
     """bool scalar: every float value of `tree` is finite."""
-    flags = [jnp.isfinite(x).all() for x in jax.tree.leaves(tree)
-             if jnp.issubdtype(x.dtype, jnp.inexact)]
+    flags = [
+        jnp.isfinite(x).all()
+        for x in jax.tree.leaves(tree)
+        if jnp.issubdtype(x.dtype, jnp.inexact)
+    ]
     return jnp.stack(flags).all() if flags else jnp.asarray(True)
 
 
-def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
-                    schedule: optax.Schedule,
-                    mesh: Mesh) -> jax.stages.Wrapped:
+def make_train_step(
+    graphdef: nnx.GraphDef,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    mesh: Mesh,
+) -> jax.stages.Wrapped:
     """jit(shard_map(step)): (state, batch, key) -> (state, metrics).
 
     Besides the logged metrics, `metrics[STATE_FINITE]` says whether the
@@ -51,10 +57,12 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
         return terms["total"], (terms, new_rest)
 
     def local_step(state: state_lib.TrainState, batch, key):
-        key = jax.random.fold_in(jax.random.fold_in(key, state.step),
-                                 lax.axis_index("data"))
+        key = jax.random.fold_in(
+            jax.random.fold_in(key, state.step), lax.axis_index("data")
+        )
         grads, (terms, rest) = jax.grad(loss_fn, has_aux=True)(
-            state.params, state.rest, batch, key)
+            state.params, state.rest, batch, key
+        )
         grads, terms, rest = lax.pmean((grads, terms, rest), "data")
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         metrics = {name: terms[name] for name in losses.LOSS_NAMES}
@@ -62,11 +70,16 @@ def make_train_step(graphdef: nnx.GraphDef, tx: optax.GradientTransformation,
         metrics["grad_norm"] = optax.tree.norm(grads)
         params = optax.apply_updates(state.params, updates)
         metrics[STATE_FINITE] = all_finite((params, rest))
-        new_state = state.replace(step=state.step + 1, params=params,
-                                  rest=rest, opt_state=opt_state)
+        new_state = state.replace(
+            step=state.step + 1, params=params, rest=rest, opt_state=opt_state
+        )
         return new_state, metrics
 
-    sharded = jax.shard_map(local_step, mesh=mesh,
-                            in_specs=(P(), P("data"), P()),
-                            out_specs=(P(), P()), check_vma=False)
+    sharded = jax.shard_map(
+        local_step,
+        mesh=mesh,
+        in_specs=(P(), P("data"), P()),
+        out_specs=(P(), P()),
+        check_vma=False,
+    )
     return jax.jit(sharded, donate_argnums=0)

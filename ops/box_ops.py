@@ -45,9 +45,15 @@ def pairwise_iou(a: jax.Array, b: jax.Array) -> jax.Array:
 def clip_boxes(boxes: jax.Array, height: float, width: float) -> jax.Array:
     """Clips boxes f32[..., 4] to the image [0, width] x [0, height]."""
     x1, y1, x2, y2 = (boxes[..., i] for i in range(4))
-    return jnp.stack([jnp.clip(x1, 0.0, width), jnp.clip(y1, 0.0, height),
-                      jnp.clip(x2, 0.0, width), jnp.clip(y2, 0.0, height)],
-                     axis=-1)
+    return jnp.stack(
+        [
+            jnp.clip(x1, 0.0, width),
+            jnp.clip(y1, 0.0, height),
+            jnp.clip(x2, 0.0, width),
+            jnp.clip(y2, 0.0, height),
+        ],
+        axis=-1,
+    )
 
 
 def is_larger_than(boxes: jax.Array, min_size: float) -> jax.Array:

@@ -28,8 +28,10 @@ from typing import Any
 import jax
 from absl import logging
 
-_CALLBACK_TARGET = re.compile(r'custom_call_target="([^"]*python[^"]*'
-                              r'callback[^"]*)"')
+_CALLBACK_TARGET = re.compile(
+    r'custom_call_target="([^"]*python[^"]*'
+    r'callback[^"]*)"'
+)
 _HOST_TRANSFER_OP = re.compile(r"\s(send|recv|infeed|outfeed)\(")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _OP_TYPE = re.compile(r'op_type="([^"]*)"')
@@ -56,8 +58,10 @@ class HostRoundTripError(RuntimeError):
 Advice = Callable[[HostRoundTrip], str]
 
 
-_TRANSFORM_WRAPPER = re.compile(r"^(?:jvp|transpose|vmap|pjit|jit|remat|"
-                                r"checkpoint|shard_map)\((.*)\)$")
+_TRANSFORM_WRAPPER = re.compile(
+    r"^(?:jvp|transpose|vmap|pjit|jit|remat|"
+    r"checkpoint|shard_map)\((.*)\)$"
+)
 
 
 def _scope(op_name: str) -> str:
@@ -96,8 +100,11 @@ def _parse_line(line: str) -> HostRoundTrip | None:
     op_type = _OP_TYPE.search(line)
     scope = _scope(op_name.group(1)) if op_name else "<no metadata>"
     return HostRoundTrip(
-        kind=kind, target=name, op_name=scope,
-        op_type=op_type.group(1) if op_type else scope.rsplit("/", 1)[-1])
+        kind=kind,
+        target=name,
+        op_name=scope,
+        op_type=op_type.group(1) if op_type else scope.rsplit("/", 1)[-1],
+    )
 
 
 def audit_hlo_text(hlo_text: str) -> list[HostRoundTrip]:
@@ -111,15 +118,20 @@ def audit_compiled(compiled: jax.stages.Compiled) -> list[HostRoundTrip]:
     return audit_hlo_text(compiled.as_text())
 
 
-def audit(jitted: jax.stages.Wrapped, *args: Any,
-          **kwargs: Any) -> list[HostRoundTrip]:
+def audit(
+    jitted: jax.stages.Wrapped, *args: Any, **kwargs: Any
+) -> list[HostRoundTrip]:
     """Lowers and compiles `jitted` for these arguments, then audits it."""
     return audit_compiled(jitted.lower(*args, **kwargs).compile())
 
 
-def compile_audited(jitted: jax.stages.Wrapped, *args: Any, program: str,
-                    strict: bool = False, advice: Advice | None = None
-                    ) -> tuple[jax.stages.Compiled, list[HostRoundTrip]]:
+def compile_audited(
+    jitted: jax.stages.Wrapped,
+    *args: Any,
+    program: str,
+    strict: bool = False,
+    advice: Advice | None = None,
+) -> tuple[jax.stages.Compiled, list[HostRoundTrip]]:
     """Compiles `jitted` once, logs its host round-trips op by op.
 
     `advice` is passed on to `require_device_only` when `strict`.
@@ -147,8 +159,9 @@ def describe(findings: list[HostRoundTrip], program: str) -> str:
     return "\n".join(lines)
 
 
-def require_device_only(findings: list[HostRoundTrip], program: str,
-                        advice: Advice | None = None) -> None:
+def require_device_only(
+    findings: list[HostRoundTrip], program: str, advice: Advice | None = None
+) -> None:
     """Raises HostRoundTripError naming the first offending op.
 
     `advice(first finding)` may add what the user can do about it, in
@@ -156,11 +169,12 @@ def require_device_only(findings: list[HostRoundTrip], program: str,
     """
     if findings:
         first = findings[0]
-        others = (f" (and {len(findings) - 1} more)" if len(findings) > 1
-                  else "")
+        others = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
         hint = advice(first) if advice else ""
-        raise HostRoundTripError(f"{program} is not device-only: {first}"
-                                 f"{others}{f' ({hint})' if hint else ''}")
+        raise HostRoundTripError(
+            f"{program} is not device-only: {first}"
+            f"{others}{f' ({hint})' if hint else ''}"
+        )
 
 
 @contextlib.contextmanager

@@ -41,6 +41,7 @@ class FlatPyramid(NamedTuple):
     level_shapes: static ((H, W), ...) per level, from min_level up.
     min_level: the level of level_shapes[0] (its stride is 2**min_level).
     """
+
     features: jax.Array
     level_shapes: tuple[tuple[int, int], ...]
     min_level: int
@@ -50,18 +51,25 @@ class FlatPyramid(NamedTuple):
         return self.min_level + len(self.level_shapes) - 1
 
 
-def flatten_pyramid(features: Sequence[jax.Array],
-                    min_level: int) -> FlatPyramid:
+def flatten_pyramid(
+    features: Sequence[jax.Array], min_level: int
+) -> FlatPyramid:
     """Concatenates levels [B, H_l, W_l, C] (min_level first) into one."""
     batch, channels = features[0].shape[0], features[0].shape[-1]
     flat = jnp.concatenate(
-        [f.reshape(batch, -1, channels) for f in features], axis=1)
+        [f.reshape(batch, -1, channels) for f in features], axis=1
+    )
     shapes = tuple((int(f.shape[1]), int(f.shape[2])) for f in features)
     return FlatPyramid(flat, shapes, int(min_level))
 
 
-def roi_levels(boxes: jax.Array, min_level: int, max_level: int,
-               canonical_size: float, canonical_level: int) -> jax.Array:
+def roi_levels(
+    boxes: jax.Array,
+    min_level: int,
+    max_level: int,
+    canonical_size: float,
+    canonical_level: int,
+) -> jax.Array:
     """FPN level per box: floor(k0 + log2(sqrt(area) / s0)), clipped.
 
     Args:
@@ -73,27 +81,32 @@ def roi_levels(boxes: jax.Array, min_level: int, max_level: int,
       int32[...] levels.
     """
     sqrt_area = jnp.sqrt(box_ops.area(boxes))
-    level = jnp.floor(canonical_level + jnp.log2(
-        jnp.maximum(sqrt_area, 1e-6) / canonical_size + 1e-8))
+    level = jnp.floor(
+        canonical_level
+        + jnp.log2(jnp.maximum(sqrt_area, 1e-6) / canonical_size + 1e-8)
+    )
     return jnp.clip(level, min_level, max_level).astype(jnp.int32)
 
 
-def _sample_coords(start: jax.Array, length: jax.Array, output_size: int,
-                   sampling_ratio: int) -> jax.Array:
+def _sample_coords(
+    start: jax.Array, length: jax.Array, output_size: int, sampling_ratio: int
+) -> jax.Array:
     """Sample positions f32[..., Q * s] along one axis, in index space.
 
     Sample t = j * s + k of a box sits at start + (j + (k + 0.5) / s) * bin,
     i.e. start + (t + 0.5) / s * bin; index space puts pixel centres at
     integers (hence the - 0.5).
     """
-    steps = (np.arange(output_size * sampling_ratio, dtype=np.float32) +
-             0.5) / sampling_ratio
+    steps = (
+        np.arange(output_size * sampling_ratio, dtype=np.float32) + 0.5
+    ) / sampling_ratio
     bin_size = length / output_size
     return start[..., None] + steps * bin_size[..., None] - 0.5
 
 
-def _bilinear_taps(coord: jax.Array,
-                   size: jax.Array) -> tuple[jax.Array, jax.Array]:
+def _bilinear_taps(
+    coord: jax.Array, size: jax.Array
+) -> tuple[jax.Array, jax.Array]:
     """The two taps of linear interpolation along one axis.
 
     Args:
@@ -124,7 +137,8 @@ def take_rows(features: jax.Array, index: jax.Array) -> jax.Array:
     to one pixel, and a bfloat16 scatter-add is emulated on GPUs.
     """
     return jax.vmap(lambda f, i: jnp.take(f, i, axis=0, mode="clip"))(
-        features, index)
+        features, index
+    )
 
 
 def _take_rows_fwd(features, index):
@@ -137,9 +151,13 @@ def _take_rows_bwd(residual, cotangent):
     index, carrier = residual
     rows = carrier.shape[0]
     index = jnp.clip(index, 0, rows - 1)
-    grad = jax.vmap(lambda i, g: jnp.zeros(
-        (rows, g.shape[-1]), jnp.float32).at[i].add(g.astype(jnp.float32)))(
-            index, cotangent)
+    grad = jax.vmap(
+        lambda i, g: (
+            jnp.zeros((rows, g.shape[-1]), jnp.float32)
+            .at[i]
+            .add(g.astype(jnp.float32))
+        )
+    )(index, cotangent)
     return grad.astype(carrier.dtype), None
 
 
@@ -156,17 +174,22 @@ def _gather_pool(features, offsets, widths, taps, *, size: int, ratio: int):
     y_shape = (batch, rois, size, 1, ratio, 1, 2, 1)
     x_shape = (batch, rois, 1, size, 1, ratio, 1, 2)
     per_roi = (batch, rois, 1, 1, 1, 1, 1, 1)
-    row_start = (offsets.reshape(per_roi) +
-                 y_index.reshape(y_shape) * widths.reshape(per_roi))
+    row_start = offsets.reshape(per_roi) + y_index.reshape(
+        y_shape
+    ) * widths.reshape(per_roi)
     flat_index = (row_start + x_index.reshape(x_shape)).reshape(batch, -1)
     num_taps = ratio * ratio * 4
-    weight = (y_weight.reshape(y_shape) * x_weight.reshape(x_shape) /
-              (ratio * ratio)).reshape(batch, rois, size, size, num_taps)
+    weight = (
+        y_weight.reshape(y_shape) * x_weight.reshape(x_shape) / (ratio * ratio)
+    ).reshape(batch, rois, size, size, num_taps)
     values = take_rows(features, flat_index)
     values = values.reshape(batch, rois, size, size, num_taps, -1)
-    return jnp.einsum("brpqkc,brpqk->brpqc", values,
-                      weight.astype(values.dtype),
-                      preferred_element_type=jnp.float32)
+    return jnp.einsum(
+        "brpqkc,brpqk->brpqc",
+        values,
+        weight.astype(values.dtype),
+        preferred_element_type=jnp.float32,
+    )
 
 
 def _axis_kernel(weight: jax.Array, size: int, ratio: int) -> jax.Array:
@@ -190,19 +213,27 @@ def _matmul_pool(features, offsets, widths, taps, *, size: int, ratio: int):
     """
     (y_index, y_weight), (x_index, x_weight) = taps
     batch, rois = offsets.shape
-    grid = (offsets[..., None, None] +
-            y_index.reshape(batch, rois, -1, 1) * widths[..., None, None] +
-            x_index.reshape(batch, rois, 1, -1))  # [B, R, T, T]
+    grid = (
+        offsets[..., None, None]
+        + y_index.reshape(batch, rois, -1, 1) * widths[..., None, None]
+        + x_index.reshape(batch, rois, 1, -1)
+    )  # [B, R, T, T]
     values = take_rows(features, grid.reshape(batch, -1))
     num_taps = grid.shape[-1]
     values = values.reshape(batch, rois, num_taps, num_taps, -1)
     dtype = values.dtype
-    rows = jnp.einsum("brpi,brijc->brpjc",
-                      _axis_kernel(y_weight, size, ratio).astype(dtype),
-                      values, preferred_element_type=jnp.float32)
-    return jnp.einsum("brqj,brpjc->brpqc",
-                      _axis_kernel(x_weight, size, ratio).astype(dtype),
-                      rows.astype(dtype), preferred_element_type=jnp.float32)
+    rows = jnp.einsum(
+        "brpi,brijc->brpjc",
+        _axis_kernel(y_weight, size, ratio).astype(dtype),
+        values,
+        preferred_element_type=jnp.float32,
+    )
+    return jnp.einsum(
+        "brqj,brpjc->brpqc",
+        _axis_kernel(x_weight, size, ratio).astype(dtype),
+        rows.astype(dtype),
+        preferred_element_type=jnp.float32,
+    )
 
 
 # How the taps are pooled: both read the same taps, with the same weights,
@@ -225,15 +256,24 @@ def resolve_implementation(name: str) -> str:
     if name == "auto":
         return AUTO_IMPLEMENTATION.get(jax.default_backend(), "gather")
     if name not in IMPLEMENTATIONS:
-        raise ValueError(f"ROIAlign implementation {name!r} is not known; "
-                         f"choose auto or {', '.join(IMPLEMENTATIONS)}")
+        raise ValueError(
+            f"ROIAlign implementation {name!r} is not known; "
+            f"choose auto or {', '.join(IMPLEMENTATIONS)}"
+        )
     return name
 
 
-def roi_align(features: jax.Array, boxes: jax.Array, offsets: jax.Array,
-              heights: jax.Array, widths: jax.Array, *, output_size: int,
-              sampling_ratio: int, implementation: str = "auto"
-              ) -> jax.Array:
+def roi_align(
+    features: jax.Array,
+    boxes: jax.Array,
+    offsets: jax.Array,
+    heights: jax.Array,
+    widths: jax.Array,
+    *,
+    output_size: int,
+    sampling_ratio: int,
+    implementation: str = "auto",
+) -> jax.Array:
     """ROIAlign of every box from its own map inside a flat feature array.
 
     Args:
@@ -251,20 +291,30 @@ def roi_align(features: jax.Array, boxes: jax.Array, offsets: jax.Array,
     """
     pool = IMPLEMENTATIONS[resolve_implementation(implementation)]
     size, ratio = output_size, sampling_ratio
-    ys = _sample_coords(boxes[..., 1], boxes[..., 3] - boxes[..., 1], size,
-                        ratio)
-    xs = _sample_coords(boxes[..., 0], boxes[..., 2] - boxes[..., 0], size,
-                        ratio)
-    taps = (_bilinear_taps(ys, heights),  # each [B, R, Q * s, 2]
-            _bilinear_taps(xs, widths))
+    ys = _sample_coords(
+        boxes[..., 1], boxes[..., 3] - boxes[..., 1], size, ratio
+    )
+    xs = _sample_coords(
+        boxes[..., 0], boxes[..., 2] - boxes[..., 0], size, ratio
+    )
+    taps = (
+        _bilinear_taps(ys, heights),  # each [B, R, Q * s, 2]
+        _bilinear_taps(xs, widths),
+    )
     pooled = pool(features, offsets, widths, taps, size=size, ratio=ratio)
     return pooled.astype(features.dtype)
 
 
-def multilevel_roi_align(pyramid: FlatPyramid, boxes: jax.Array, *,
-                         output_size: int, sampling_ratio: int,
-                         canonical_size: float, canonical_level: int,
-                         implementation: str = "auto") -> jax.Array:
+def multilevel_roi_align(
+    pyramid: FlatPyramid,
+    boxes: jax.Array,
+    *,
+    output_size: int,
+    sampling_ratio: int,
+    canonical_size: float,
+    canonical_level: int,
+    implementation: str = "auto",
+) -> jax.Array:
     """ROIAlign of boxes in input pixels, each from its FPN level.
 
     Args:
@@ -278,15 +328,25 @@ def multilevel_roi_align(pyramid: FlatPyramid, boxes: jax.Array, *,
       [B, R, Q, Q, F] in the features' dtype.
     """
     boxes = boxes.astype(jnp.float32)
-    levels = roi_levels(boxes, pyramid.min_level, pyramid.max_level,
-                        canonical_size, canonical_level)
+    levels = roi_levels(
+        boxes,
+        pyramid.min_level,
+        pyramid.max_level,
+        canonical_size,
+        canonical_level,
+    )
     shapes = np.asarray(pyramid.level_shapes, np.int32)  # [L, 2]
     sizes = shapes[:, 0] * shapes[:, 1]
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
     rel = levels - pyramid.min_level
     scale = jnp.exp2(-levels.astype(jnp.float32))[..., None]
-    return roi_align(pyramid.features, boxes * scale,
-                     jnp.asarray(offsets)[rel], jnp.asarray(shapes[:, 0])[rel],
-                     jnp.asarray(shapes[:, 1])[rel], output_size=output_size,
-                     sampling_ratio=sampling_ratio,
-                     implementation=implementation)
+    return roi_align(
+        pyramid.features,
+        boxes * scale,
+        jnp.asarray(offsets)[rel],
+        jnp.asarray(shapes[:, 0])[rel],
+        jnp.asarray(shapes[:, 1])[rel],
+        output_size=output_size,
+        sampling_ratio=sampling_ratio,
+        implementation=implementation,
+    )

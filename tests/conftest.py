@@ -26,8 +26,9 @@ import pytest
 
 @pytest.fixture(scope="session", autouse=True)
 def compilation_cache(tmp_path_factory):
-    jax.config.update("jax_compilation_cache_dir",
-                      str(tmp_path_factory.mktemp("jax_cache")))
+    jax.config.update(
+        "jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache"))
+    )
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     yield
     jax.config.update("jax_compilation_cache_dir", None)

@@ -8,68 +8,103 @@ import sys
 
 import pytest
 
+from tests.helpers import checkpoint_faults
+
 # train.py and eval.py read data with tf.data, evaluate with pycocotools and
 # log with clu: skipped where they are not installed.
 for _module in ("tensorflow", "pycocotools", "clu"):
     pytest.importorskip(_module)
 
-from tests.helpers import checkpoint_faults
-
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def _run(script: str, *args: str, cwd=ROOT,
-         env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / script), *args],
-                          cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env)
+def _run(
+    script: str, *args: str, cwd=ROOT, env=None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def _error_line(result: subprocess.CompletedProcess) -> str:
     """The one `error:` line; asserts there is no traceback."""
     assert result.returncode == 1, result.stderr[-2000:]
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    errors = [line for line in result.stderr.splitlines()
-              if line.startswith("error: ")]
+    errors = [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("error: ")
+    ]
     assert len(errors) == 1, result.stderr[-2000:]
     return errors[0]
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--config.model.fpn_chanels=128"],
-     "error: --config.model.fpn_chanels=128: "
-     "'fpn_chanels' is not a config field; did you mean 'fpn_channels'?"),
-    (["--config.train.num_steps=many"],
-     "error: flag --config.train.num_steps=many: "
-     "invalid literal for int()"),
-    (["--bogus=1"], "error: Unknown command line flag 'bogus'"),
-    (["--nms=gpu"], "error: flag --nms=gpu: value should be one of "
-     "<auto|cpu|while_loop|pallas>"),
-    (["--config=configs/missing.py"],
-     "error: --config: [Errno 2] No such file or directory: "
-     "'configs/missing.py'"),
-    (["--config=configs/shapes.py:huge"],
-     "error: ValueError: configs/shapes.py: "
-     "unknown variant 'huge'; known: "
-     "runlocal"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (
+            ["--config.model.fpn_chanels=128"],
+            "error: --config.model.fpn_chanels=128: "
+            "'fpn_chanels' is not a config field; did you mean 'fpn_channels'?",
+        ),
+        (
+            ["--config.train.num_steps=many"],
+            "error: flag --config.train.num_steps=many: "
+            "invalid literal for int()",
+        ),
+        (["--bogus=1"], "error: Unknown command line flag 'bogus'"),
+        (
+            ["--nms=gpu"],
+            "error: flag --nms=gpu: value should be one of "
+            "<auto|cpu|while_loop|pallas>",
+        ),
+        (
+            ["--config=configs/missing.py"],
+            "error: --config: [Errno 2] No such file or directory: "
+            "'configs/missing.py'",
+        ),
+        (
+            ["--config=configs/shapes.py:huge"],
+            "error: ValueError: configs/shapes.py: "
+            "unknown variant 'huge'; known: "
+            "runlocal",
+        ),
+    ],
+)
 def test_train_bad_flags_and_config(args, message):
     assert _error_line(_run("train.py", *args)).startswith(message)
 
 
 @pytest.mark.parametrize("script", ["train.py", "eval.py"])
 def test_unknown_field_with_explicit_config(script, tmp_path):
-    line = _error_line(_run(script, f"--workdir={tmp_path}",
-                            "--config=configs/shapes.py:runlocal",
-                            "--config.train.num_stepz=3"))
-    assert line == ("error: --config.train.num_stepz=3: 'num_stepz' is not "
-                    "a config field; did you mean 'num_steps'?")
+    line = _error_line(
+        _run(
+            script,
+            f"--workdir={tmp_path}",
+            "--config=configs/shapes.py:runlocal",
+            "--config.train.num_stepz=3",
+        )
+    )
+    assert line == (
+        "error: --config.train.num_stepz=3: 'num_stepz' is not "
+        "a config field; did you mean 'num_steps'?"
+    )
 
 
 def test_train_zero_log_every_writes_nothing(tmp_path):
-    line = _error_line(_run("train.py", "--config=configs/shapes.py:runlocal",
-                            f"--workdir={tmp_path}/run",
-                            "--config.train.log_every=0"))
+    line = _error_line(
+        _run(
+            "train.py",
+            "--config=configs/shapes.py:runlocal",
+            f"--workdir={tmp_path}/run",
+            "--config.train.log_every=0",
+        )
+    )
     assert line.startswith("error: config.train.log_every=0: must be >= 1")
     assert not (tmp_path / "run").exists()
 
@@ -77,26 +112,35 @@ def test_train_zero_log_every_writes_nothing(tmp_path):
 def test_train_unwritable_workdir(tmp_path):
     (tmp_path / "file").write_text("")
     line = _error_line(_run("train.py", f"--workdir={tmp_path}/file/run"))
-    assert line.startswith(f"error: --workdir={tmp_path}/file/run: not "
-                           "writable")
+    assert line.startswith(
+        f"error: --workdir={tmp_path}/file/run: not writable"
+    )
 
 
 def test_train_unusable_data_root_names_the_path(tmp_path):
     (tmp_path / "file").write_text("")
-    line = _error_line(_run(
-        "train.py", "--config=configs/shapes.py:runlocal",
-        f"--workdir={tmp_path}/run",
-        f"--config.data.root={tmp_path}/file/shapes"))
+    line = _error_line(
+        _run(
+            "train.py",
+            "--config=configs/shapes.py:runlocal",
+            f"--workdir={tmp_path}/run",
+            f"--config.data.root={tmp_path}/file/shapes",
+        )
+    )
     assert line.startswith(f"error: {tmp_path}/file/shapes")
     assert line.endswith(": Not a directory")
     assert not (tmp_path / "run" / "config.json").exists()
 
 
 def test_train_missing_dataset(tmp_path):
-    line = _error_line(_run(
-        "train.py", f"--workdir={tmp_path}/run",
-        "--config.data.source=coco_json",
-        f"--config.data.root={tmp_path}/coco"))
+    line = _error_line(
+        _run(
+            "train.py",
+            f"--workdir={tmp_path}/run",
+            "--config.data.source=coco_json",
+            f"--config.data.root={tmp_path}/coco",
+        )
+    )
     assert line.startswith(f"error: {tmp_path}/coco")
     assert "does not exist" in line
     assert not (tmp_path / "run").exists()  # not even an empty checkpoints/
@@ -104,41 +148,63 @@ def test_train_missing_dataset(tmp_path):
 
 def test_eval_without_checkpoint_or_config(tmp_path):
     line = _error_line(_run("eval.py", f"--workdir={tmp_path}"))
-    assert line == (f"error: {tmp_path}/config.json: no config.json here; "
-                    "pass --config=... or a workdir written by train.py")
-    line = _error_line(_run("eval.py", f"--workdir={tmp_path}",
-                            "--config=configs/shapes.py:runlocal"))
-    assert line.startswith(f"error: {tmp_path}/checkpoints: no checkpoint "
-                           "to evaluate")
+    assert line == (
+        f"error: {tmp_path}/config.json: no config.json here; "
+        "pass --config=... or a workdir written by train.py"
+    )
+    line = _error_line(
+        _run(
+            "eval.py",
+            f"--workdir={tmp_path}",
+            "--config=configs/shapes.py:runlocal",
+        )
+    )
+    assert line.startswith(
+        f"error: {tmp_path}/checkpoints: no checkpoint to evaluate"
+    )
     assert not (tmp_path / "checkpoints").exists()  # eval only reads
-    line = _error_line(_run("eval.py", f"--workdir={tmp_path}",
-                            "--config=configs/shapes.py:runlocal",
-                            "--max_images=-5"))
+    line = _error_line(
+        _run(
+            "eval.py",
+            f"--workdir={tmp_path}",
+            "--config=configs/shapes.py:runlocal",
+            "--max_images=-5",
+        )
+    )
     assert line == "error: --max_images=-5: must be >= 0 (0: the whole split)"
 
 
-_TWO_DEVICES = {**os.environ,
-                "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+_TWO_DEVICES = {
+    **os.environ,
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+}
 
 
-def _check_host_nms_run(run: pathlib.Path,
-                        result: subprocess.CompletedProcess) -> None:
+def _check_host_nms_run(
+    run: pathlib.Path, result: subprocess.CompletedProcess
+) -> None:
     """The 2-device deterministic run trained, evaluated and reported the
     host NMS; the deterministic flag joined the XLA_FLAGS already set."""
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Data parallel over 2 cpu devices" in result.stderr
-    lines = [json.loads(line) for line in
-             (run / "metrics.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line)
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [line["step"] for line in lines] == [2, 2]  # train, then eval
     assert lines[-1]["eval"] and "AP" in lines[-1]["bbox"]
     assert lines[0]["nms_backend"].startswith("rpn=cpu,detection=auto")
     assert lines[0]["host_roundtrips_per_step"] == 1
     assert lines[0]["deterministic"] is True
-    assert json.loads((run / "config.json").read_text())["train"][
-        "deterministic"] is True
-    assert ("train_step: 1 host round-trip(s) per call:\n"
-            "  - host callback `pure_callback` at rpn/nms/pure_callback"
-            in result.stderr)
+    assert (
+        json.loads((run / "config.json").read_text())["train"]["deterministic"]
+        is True
+    )
+    assert (
+        "train_step: 1 host round-trip(s) per call:\n"
+        "  - host callback `pure_callback` at rpn/nms/pure_callback"
+        in result.stderr
+    )
     summary = json.loads((run / "eval_val.json").read_text())
     assert summary["host_roundtrips_per_predict"] == 1  # rpn/nms only
     assert summary["deterministic"] is True
@@ -148,27 +214,46 @@ def test_train_on_two_devices_then_strict_rerun_writes_nothing(tmp_path):
     # One training run (its checks in _check_host_nms_run) serves both
     # parts. The RPN NMS runs on the host; the detections keep the default
     # device backend, so its kernel also runs under the 2-device mesh.
-    common = ["--config=configs/shapes.py:runlocal",
-              f"--workdir={tmp_path}/run",
-              f"--config.data.root={tmp_path}/shapes"]
-    result = _run("train.py", *common, "--config.train.num_steps=2",
-                  "--config.model.rpn.nms_backend=cpu",
-                  "--config.train.deterministic=True", env=_TWO_DEVICES)
+    common = [
+        "--config=configs/shapes.py:runlocal",
+        f"--workdir={tmp_path}/run",
+        f"--config.data.root={tmp_path}/shapes",
+    ]
+    result = _run(
+        "train.py",
+        *common,
+        "--config.train.num_steps=2",
+        "--config.model.rpn.nms_backend=cpu",
+        "--config.train.deterministic=True",
+        env=_TWO_DEVICES,
+    )
     _check_host_nms_run(tmp_path / "run", result)
     saved = (tmp_path / "run" / "config.json").read_text()
-    line = _error_line(_run("train.py", *common, "--config.train.num_steps=3",
-                            "--nms=cpu", "--strict_device",
-                            env=_TWO_DEVICES))
-    assert line.startswith("error: predict is not device-only: host "
-                           "callback `pure_callback` at rpn/nms")
+    line = _error_line(
+        _run(
+            "train.py",
+            *common,
+            "--config.train.num_steps=3",
+            "--nms=cpu",
+            "--strict_device",
+            env=_TWO_DEVICES,
+        )
+    )
+    assert line.startswith(
+        "error: predict is not device-only: host "
+        "callback `pure_callback` at rpn/nms"
+    )
     assert "--nms=pallas" in line
     # The refused run wrote nothing: eval.py still reads the trained run's
     # config, and no step ran.
     assert (tmp_path / "run" / "config.json").read_text() == saved
-    assert len((tmp_path / "run" / "metrics.jsonl").read_text()
-               .splitlines()) == 2
+    assert (
+        len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == 2
+    )
     # Its only checkpoint, damaged, is one line from eval.py.
     checkpoint_faults.remove_metadata(tmp_path / "run" / "checkpoints", 2)
     line = _error_line(_run("eval.py", f"--workdir={tmp_path}/run"))
-    assert line == (f"error: {tmp_path}/run/checkpoints: no intact "
-                    "checkpoint; damaged: 2 (default/_METADATA is missing)")
+    assert line == (
+        f"error: {tmp_path}/run/checkpoints: no intact "
+        "checkpoint; damaged: 2 (default/_METADATA is missing)"
+    )

@@ -39,8 +39,9 @@ def import_graph() -> dict[str, set[str]]:
     """module -> the first-party modules it imports."""
     paths = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
     modules = {_module_name(p) for p in paths}
-    return {_module_name(p): _imports(p, modules) - {_module_name(p)}
-            for p in paths}
+    return {
+        _module_name(p): _imports(p, modules) - {_module_name(p)} for p in paths
+    }
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -53,7 +54,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(module)
         for target in sorted(graph[module]):
             if state.get(target) == "open":
-                return stack[stack.index(target):] + [target]
+                return stack[stack.index(target) :] + [target]
             if target not in state and (cycle := visit(target)):
                 return cycle
         stack.pop()
@@ -82,30 +83,40 @@ def test_cycle_finder_finds_a_planted_cycle():
 def test_ops_imports_nothing_from_detector():
     graph = import_graph()
     assert graph["ops.nms"]  # the graph does see ops' own imports
-    wrong = {module: sorted(t for t in targets if t.startswith("detector"))
-             for module, targets in graph.items() if module.startswith("ops")}
+    wrong = {
+        module: sorted(t for t in targets if t.startswith("detector"))
+        for module, targets in graph.items()
+        if module.startswith("ops")
+    }
     assert not any(wrong.values()), wrong
 
 
 def _python(code: str) -> str:
     """Runs `code` in a fresh interpreter; returns its stdout."""
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     return result.stdout
 
 
 def test_shapes_writer_imports_no_tensorflow():
     """`python -m detector.data.shapes` runs without TensorFlow."""
-    assert _python("import sys, detector.data.shapes; "
-                   "print('tensorflow' in sys.modules)").split() == ["False"]
+    assert _python(
+        "import sys, detector.data.shapes; print('tensorflow' in sys.modules)"
+    ).split() == ["False"]
 
 
 def test_importing_the_pipeline_registers_no_exit_hook():
     """The exit hook (and hiding GPUs from TF) wait for the first dataset."""
     counts = _python(
-            "import atexit, jax, tensorflow, tensorflow_datasets, pycocotools"
-            ".coco\nbefore = atexit._ncallbacks()\n"
-            "import detector.data.pipeline\n"
-            "print(atexit._ncallbacks() - before)")
+        "import atexit, jax, tensorflow, tensorflow_datasets, pycocotools"
+        ".coco\nbefore = atexit._ncallbacks()\n"
+        "import detector.data.pipeline\n"
+        "print(atexit._ncallbacks() - before)"
+    )
     assert counts.split() == ["0"]

@@ -16,11 +16,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BLOCKED = ("tensorflow", "tensorflow_datasets", "pycocotools")
 # Importable with BLOCKED missing.
 WITHOUT_DATA_LIBRARIES = (
-    "detector.model", "detector.train_step", "detector.train_state",
-    "detector.optimizer", "detector.sharding", "detector.checkpoint",
-    "detector.determinism", "ops.nms", "ops.host_audit", "configs.shapes",
-    "configs.coco_r50_fpn", "benchmarks.batch_file", "benchmarks.nms_bench",
-    "benchmarks.step_bench")
+    "detector.model",
+    "detector.train_step",
+    "detector.train_state",
+    "detector.optimizer",
+    "detector.sharding",
+    "detector.checkpoint",
+    "detector.determinism",
+    "ops.nms",
+    "ops.host_audit",
+    "configs.shapes",
+    "configs.coco_r50_fpn",
+    "benchmarks.batch_file",
+    "benchmarks.nms_bench",
+    "benchmarks.step_bench",
+)
 
 _BLOCKER = f"""
 import sys
@@ -37,8 +47,12 @@ def _run_blocked(code: str, *args: str) -> subprocess.CompletedProcess:
     """Runs `code` with BLOCKED unimportable, from the repository root."""
     return subprocess.run(
         [sys.executable, "-c", _BLOCKER + textwrap.dedent(code), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
-        check=False)
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_model_step_configs_and_benchmarks_import_without_tf_or_coco():
@@ -58,10 +72,19 @@ def test_step_bench_reads_a_batch_file_without_tensorflow(tmp_path):
     shapes then stops it with one error line, before anything compiles."""
     config = shapes_config.get_config("runlocal")
     shapes = batch_file.expected_shapes(config)
-    batch = {key: np.zeros(shape, np.float32 if key in ("image", "boxes")
-                           else np.uint8 if key == "masks" else
-                           np.int32 if key == "classes" else bool)
-             for key, shape in shapes.items()}
+    batch = {
+        key: np.zeros(
+            shape,
+            np.float32
+            if key in ("image", "boxes")
+            else np.uint8
+            if key == "masks"
+            else np.int32
+            if key == "classes"
+            else bool,
+        )
+        for key, shape in shapes.items()
+    }
     batch["image"] = batch["image"][:, :64]  # not the config's image size
     path = batch_file.save(tmp_path / "b.npz", [batch], config.data)
     result = _run_blocked(
@@ -69,14 +92,26 @@ def test_step_bench_reads_a_batch_file_without_tensorflow(tmp_path):
         import runpy
         sys.argv = sys.argv[1:]
         runpy.run_path("benchmarks/step_bench.py", run_name="__main__")
-        """, "step_bench.py", "--config=configs/shapes.py:runlocal",
-        f"--batches={path}", f"--out={tmp_path}")
-    errors = [line for line in result.stderr.splitlines()
-              if line.startswith("error: ")]
+        """,
+        "step_bench.py",
+        "--config=configs/shapes.py:runlocal",
+        f"--batches={path}",
+        f"--out={tmp_path}",
+    )
+    errors = [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("error: ")
+    ]
     assert result.returncode == 1 and "Traceback" not in result.stderr, (
-        result.stderr[-3000:])
-    assert errors == [(f"error: {path}: image has shape (2, 64, 128, 3), "
-                       "the config's pipeline makes (2, 128, 128, 3) "
-                       "(train.batch_size, data.image_size, "
-                       "data.max_instances, data.gt_mask_size); save the "
-                       "batches with the same config")]
+        result.stderr[-3000:]
+    )
+    assert errors == [
+        (
+            f"error: {path}: image has shape (2, 64, 128, 3), "
+            "the config's pipeline makes (2, 128, 128, 3) "
+            "(train.batch_size, data.image_size, "
+            "data.max_instances, data.gt_mask_size); save the "
+            "batches with the same config"
+        )
+    ]

@@ -23,9 +23,13 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The smoke config with the fastest-compiling NMS and a schedule that does
 # not depend on num_steps, so a resumed leg reuses the compiled programs.
-SMOKE = ["--config=configs/shapes.py:runlocal", "--nms=while_loop",
-         "--config.train.schedule=step", "--config.train.checkpoint_every=2",
-         "--config.model.detection.score_threshold=0.0"]
+SMOKE = [
+    "--config=configs/shapes.py:runlocal",
+    "--nms=while_loop",
+    "--config.train.schedule=step",
+    "--config.train.checkpoint_every=2",
+    "--config.model.detection.score_threshold=0.0",
+]
 TIMEOUT_S = 300
 
 
@@ -37,24 +41,35 @@ def _free_port() -> int:
 
 def _env(tmp_path: pathlib.Path, devices: int = 1) -> dict[str, str]:
     """CPU only, a compilation cache shared by the test's runs."""
-    return {**os.environ, "JAX_PLATFORMS": "cpu",
-            "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
-            "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5"}
+    return {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+    }
 
 
 @contextlib.contextmanager
-def _started(commands: Sequence[tuple[list[str], dict[str, str]]],
-             logs: pathlib.Path) -> Iterator[list[subprocess.Popen]]:
+def _started(
+    commands: Sequence[tuple[list[str], dict[str, str]]], logs: pathlib.Path
+) -> Iterator[list[subprocess.Popen]]:
     """Starts (argv, env) commands; kills their process groups at exit."""
     logs.mkdir(parents=True, exist_ok=True)
     processes = []
     try:
         for index, (argv, env) in enumerate(commands):
             with open(logs / f"{index}.log", "w") as log:
-                processes.append(subprocess.Popen(
-                    [sys.executable, *argv], cwd=ROOT, env=env, stdout=log,
-                    stderr=subprocess.STDOUT, start_new_session=True))
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, *argv],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         yield processes
     finally:
         for process in processes:
@@ -64,23 +79,31 @@ def _started(commands: Sequence[tuple[list[str], dict[str, str]]],
             process.wait()
 
 
-def _finish(processes: list[subprocess.Popen],
-            logs: pathlib.Path) -> list[tuple[int, str]]:
+def _finish(
+    processes: list[subprocess.Popen], logs: pathlib.Path
+) -> list[tuple[int, str]]:
     """(exit code, output) of each process; fails past TIMEOUT_S."""
     deadline = time.monotonic() + TIMEOUT_S
     for process in processes:
         try:
             process.wait(timeout=max(deadline - time.monotonic(), 1))
         except subprocess.TimeoutExpired:
-            pytest.fail(f"still running after {TIMEOUT_S} s:\n" +
-                        (logs / "0.log").read_text()[-3000:])
-    return [(p.returncode, (logs / f"{i}.log").read_text())
-            for i, p in enumerate(processes)]
+            pytest.fail(
+                f"still running after {TIMEOUT_S} s:\n"
+                + (logs / "0.log").read_text()[-3000:]
+            )
+    return [
+        (p.returncode, (logs / f"{i}.log").read_text())
+        for i, p in enumerate(processes)
+    ]
 
 
-def _two_processes(script: str, args: Sequence[str],
-                   tmp_path: pathlib.Path, extra: Sequence[str] = ()
-                   ) -> list[tuple[list[str], dict[str, str]]]:
+def _two_processes(
+    script: str,
+    args: Sequence[str],
+    tmp_path: pathlib.Path,
+    extra: Sequence[str] = (),
+) -> list[tuple[list[str], dict[str, str]]]:
     """Commands for processes 0 and 1 of a job on localhost.
 
     `extra` entries (one per process, '' for none) are added to process
@@ -88,10 +111,20 @@ def _two_processes(script: str, args: Sequence[str],
     """
     address = f"localhost:{_free_port()}"
     extra = list(extra) or ["", ""]
-    return [([script, *args, f"--coordinator_address={address}",
-              "--num_processes=2", f"--process_id={index}",
-              *filter(None, [extra[index]])], _env(tmp_path))
-            for index in range(2)]
+    return [
+        (
+            [
+                script,
+                *args,
+                f"--coordinator_address={address}",
+                "--num_processes=2",
+                f"--process_id={index}",
+                *filter(None, [extra[index]]),
+            ],
+            _env(tmp_path),
+        )
+        for index in range(2)
+    ]
 
 
 def _run(commands, logs: pathlib.Path) -> list[tuple[int, str]]:
@@ -111,17 +144,22 @@ def _error_lines(results: list[tuple[int, str]]) -> list[str]:
     for code, output in results:
         assert code == 1, output[-3000:]
         assert "Traceback" not in output, output[-3000:]
-        errors = [line for line in output.splitlines()
-                  if line.startswith("error: ")]
+        errors = [
+            line for line in output.splitlines() if line.startswith("error: ")
+        ]
         assert len(errors) == 1, output[-3000:]
         lines += errors
     return lines
 
 
 def _train_lines(workdir: pathlib.Path) -> list[dict]:
-    return [line for line in map(json.loads, (workdir / "metrics.jsonl")
-                                 .read_text().splitlines())
-            if not line.get("eval")]
+    return [
+        line
+        for line in map(
+            json.loads, (workdir / "metrics.jsonl").read_text().splitlines()
+        )
+        if not line.get("eval")
+    ]
 
 
 def _eval_summary(workdir: pathlib.Path) -> tuple[str, dict]:
@@ -139,58 +177,109 @@ def _checkpoint_bytes(step_dir: pathlib.Path) -> int:
 
 def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
     ref, run = tmp_path / "one_process", tmp_path / "two_processes"
-    one_process = (["train.py", *SMOKE, f"--workdir={ref}",
-                    f"--config.data.root={tmp_path}/shapes_ref",
-                    "--config.train.num_steps=4"], _env(tmp_path, devices=2))
+    one_process = (
+        [
+            "train.py",
+            *SMOKE,
+            f"--workdir={ref}",
+            f"--config.data.root={tmp_path}/shapes_ref",
+            "--config.train.num_steps=4",
+        ],
+        _env(tmp_path, devices=2),
+    )
     leg = [*SMOKE, f"--workdir={run}", f"--config.data.root={tmp_path}/shapes"]
     # The 1-process run shares the two cores with the first leg.
     first_leg = _two_processes(
-        "train.py", [*leg, "--config.train.num_steps=2"], tmp_path)
-    *results, reference = _run([*first_leg, one_process],
-                               tmp_path / "logs_first")
+        "train.py", [*leg, "--config.train.num_steps=2"], tmp_path
+    )
+    *results, reference = _run(
+        [*first_leg, one_process], tmp_path / "logs_first"
+    )
     _succeeded([*results, reference])
     # The checkpoint of step 2 was written once: one step folder, and as
     # many bytes as the 1-process checkpoint of the same state.
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["2"]
     assert _checkpoint_bytes(run / "checkpoints" / "2") == pytest.approx(
-        _checkpoint_bytes(ref / "checkpoints" / "2"), rel=0.05)
+        _checkpoint_bytes(ref / "checkpoints" / "2"), rel=0.05
+    )
 
-    outputs = _succeeded(_run(_two_processes(
-        "train.py", [*leg, "--config.train.num_steps=4"], tmp_path),
-        tmp_path / "logs_second"))
+    outputs = _succeeded(
+        _run(
+            _two_processes(
+                "train.py", [*leg, "--config.train.num_steps=4"], tmp_path
+            ),
+            tmp_path / "logs_second",
+        )
+    )
     for output in outputs:  # both processes restored step 2
         assert f"Resumed from {run}/checkpoints/2" in output
         assert "Data parallel over 2 cpu devices in 2 process(es)" in output
     # One line per logged step (only process 0 writes), from both legs.
     assert [line["step"] for line in _train_lines(run)] == [2, 4]
     for got, want in zip(_train_lines(run), _train_lines(ref), strict=True):
-        for name in ("total", "rpn_cls", "rpn_box", "cls", "box", "mask",
-                     "grad_norm"):
-            np.testing.assert_allclose(got[name], want[name], rtol=1e-5,
-                                       err_msg=f"step {got['step']} {name}")
+        for name in (
+            "total",
+            "rpn_cls",
+            "rpn_box",
+            "cls",
+            "box",
+            "mask",
+            "grad_norm",
+        ):
+            np.testing.assert_allclose(
+                got[name],
+                want[name],
+                rtol=1e-5,
+                err_msg=f"step {got['step']} {name}",
+            )
     assert _eval_summary(run) == _eval_summary(ref)
 
 
 def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
     run = tmp_path / "run"
-    lines = _error_lines(_run(_two_processes(
-        "train.py", [*SMOKE, f"--workdir={run}",
-                     f"--config.data.root={tmp_path}/shapes"], tmp_path,
-        extra=["", "--config.train.num_steps=3"]), tmp_path / "logs"))
+    lines = _error_lines(
+        _run(
+            _two_processes(
+                "train.py",
+                [
+                    *SMOKE,
+                    f"--workdir={run}",
+                    f"--config.data.root={tmp_path}/shapes",
+                ],
+                tmp_path,
+                extra=["", "--config.train.num_steps=3"],
+            ),
+            tmp_path / "logs",
+        )
+    )
     for line in lines:
-        assert line.startswith("error: the config differs across processes: "
-                               "process 1 has config hash ")
+        assert line.startswith(
+            "error: the config differs across processes: "
+            "process 1 has config hash "
+        )
     assert not run.exists()
 
 
 def test_batch_not_divisible_by_the_processes_is_one_line(tmp_path):
-    lines = _error_lines(_run(_two_processes(
-        "train.py", [*SMOKE, f"--workdir={tmp_path}/run",
-                     f"--config.data.root={tmp_path}/shapes",
-                     "--config.train.batch_size=3"], tmp_path),
-        tmp_path / "logs"))
-    expected = ("error: config.train.batch_size=3 must be a positive "
-                "multiple of the number of devices (2 devices in 2 "
-                "processes)")
+    lines = _error_lines(
+        _run(
+            _two_processes(
+                "train.py",
+                [
+                    *SMOKE,
+                    f"--workdir={tmp_path}/run",
+                    f"--config.data.root={tmp_path}/shapes",
+                    "--config.train.batch_size=3",
+                ],
+                tmp_path,
+            ),
+            tmp_path / "logs",
+        )
+    )
+    expected = (
+        "error: config.train.batch_size=3 must be a positive "
+        "multiple of the number of devices (2 devices in 2 "
+        "processes)"
+    )
     assert lines == [expected, expected]
     assert not (tmp_path / "run").exists()

@@ -30,29 +30,34 @@ import os
 import re
 import threading
 
-from absl import logging
 import numpy as np
+from absl import logging
 from PIL import Image
 from pycocotools import coco as coco_lib
 from pycocotools import mask as mask_utils
 
-_SPLIT_RE = re.compile(r"^(?P<name>[^\[\]]+?)"
-                       r"(?:\[(?P<start>-?\d+%?)?:(?P<stop>-?\d+%?)?\])?$")
+_SPLIT_RE = re.compile(
+    r"^(?P<name>[^\[\]]+?)"
+    r"(?:\[(?P<start>-?\d+%?)?:(?P<stop>-?\d+%?)?\])?$"
+)
 # Keys of each record of an instances JSON that the loader reads.
-_REQUIRED_KEYS = {"images": ("id", "file_name", "height", "width"),
-                  "annotations": ("image_id", "bbox", "category_id"),
-                  "categories": ("id",)}
+_REQUIRED_KEYS = {
+    "images": ("id", "file_name", "height", "width"),
+    "annotations": ("image_id", "bbox", "category_id"),
+    "categories": ("id",),
+}
 # Individually logged skipped annotations per file; the rest are counted.
 _MAX_LOGGED_SKIPS = 10
-
 
 
 def parse_split(split: str) -> tuple[str, str | None, str | None]:
     """Splits 'val2017[:500]' into ('val2017', None, '500'); checks syntax."""
     match = _SPLIT_RE.match(split.strip())
     if not match:
-        raise ValueError(f"split {split!r}: expected NAME, NAME[start:stop] or "
-                         "NAME[start%:stop%], e.g. 'val2017[:500]'")
+        raise ValueError(
+            f"split {split!r}: expected NAME, NAME[start:stop] or "
+            "NAME[start%:stop%], e.g. 'val2017[:500]'"
+        )
     return match["name"], match["start"], match["stop"]
 
 
@@ -70,8 +75,9 @@ def slice_bounds(split: str, num_items: int) -> tuple[int, int]:
             return int(round(int(bound[:-1]) * num_items / 100))
         return int(bound)
 
-    begin, end, _ = slice(index(start, 0),
-                          index(stop, num_items)).indices(num_items)
+    begin, end, _ = slice(index(start, 0), index(stop, num_items)).indices(
+        num_items
+    )
     return begin, max(begin, end)
 
 
@@ -88,10 +94,15 @@ def _renumber_if_needed(annotations: list[dict], source: str) -> None:
     """COCOeval needs positive, unique annotation ids; renumbers otherwise."""
     ids = [a.get("id") for a in annotations]
     if all(isinstance(i, int) and i > 0 for i in ids) and len(set(ids)) == len(
-            ids):
+        ids
+    ):
         return
-    logging.warning("%s: annotation ids are not positive and unique; "
-                    "renumbering them 1..%d for evaluation", source, len(ids))
+    logging.warning(
+        "%s: annotation ids are not positive and unique; "
+        "renumbering them 1..%d for evaluation",
+        source,
+        len(ids),
+    )
     for number, annotation in enumerate(annotations, start=1):
         annotation["id"] = number
 
@@ -108,15 +119,23 @@ class SkipLog:
         kind = reason.split(":")[0]
         self.counts[kind] = self.counts.get(kind, 0) + 1
         if sum(self.counts.values()) <= _MAX_LOGGED_SKIPS:
-            logging.warning("%s: skipping annotation id=%s of image %s: %s",
-                            self.source, annotation.get("id"),
-                            annotation.get("image_id"), reason)
+            logging.warning(
+                "%s: skipping annotation id=%s of image %s: %s",
+                self.source,
+                annotation.get("id"),
+                annotation.get("image_id"),
+                reason,
+            )
 
     def summarize(self) -> None:
         if self.counts:
             reasons = ", ".join(f"{n} {r}" for r, n in self.counts.items())
-            logging.warning("%s: skipped %d annotations (%s)", self.source,
-                            sum(self.counts.values()), reasons)
+            logging.warning(
+                "%s: skipped %d annotations (%s)",
+                self.source,
+                sum(self.counts.values()),
+                reasons,
+            )
 
 
 def _rle_problem(segmentation, height: int, width: int) -> str | None:
@@ -130,17 +149,19 @@ def _rle_problem(segmentation, height: int, width: int) -> str | None:
     if size is None:
         return "RLE segmentation without 'size'"
     if not isinstance(size, (list, tuple)) or list(size) != [height, width]:
-        return (f"RLE size differs from the image: {size!r} vs "
-                f"[{height}, {width}] (height, width)")
+        return (
+            f"RLE size differs from the image: {size!r} vs "
+            f"[{height}, {width}] (height, width)"
+        )
     return None
 
 
-def _segmentation_problem(segmentation, height: int,
-                          width: int) -> str | None:
+def _segmentation_problem(segmentation, height: int, width: int) -> str | None:
     """Why a segmentation cannot give a mask, or None when it can."""
     if isinstance(segmentation, list):
         if not segmentation or not all(
-                isinstance(p, list) and len(p) >= 6 for p in segmentation):
+            isinstance(p, list) and len(p) >= 6 for p in segmentation
+        ):
             return "empty segmentation (needs a polygon of 3+ points)"
         return None
     if isinstance(segmentation, dict) and segmentation.get("counts"):
@@ -152,7 +173,8 @@ def _to_rle(segmentation, height: int, width: int) -> dict:
     """A usable polygon / RLE segmentation as one RLE of its image."""
     if isinstance(segmentation, list):  # polygons
         return mask_utils.merge(
-                mask_utils.frPyObjects(segmentation, height, width))
+            mask_utils.frPyObjects(segmentation, height, width)
+        )
     if isinstance(segmentation["counts"], list):  # uncompressed RLE
         return mask_utils.frPyObjects(segmentation, height, width)
     return segmentation
@@ -160,8 +182,11 @@ def _to_rle(segmentation, height: int, width: int) -> dict:
 
 def box_problem(bbox) -> str | None:
     """Why a COCO [x, y, w, h] box is unusable, or None when it is fine."""
-    if not (isinstance(bbox, list) and len(bbox) == 4 and all(
-            isinstance(v, (int, float)) for v in bbox)):
+    if not (
+        isinstance(bbox, list)
+        and len(bbox) == 4
+        and all(isinstance(v, (int, float)) for v in bbox)
+    ):
         return f"bbox is not [x, y, w, h]: {bbox!r}"
     if not (bbox[2] > 0 and bbox[3] > 0):
         return f"zero or negative-size bbox: {bbox}"
@@ -176,15 +201,18 @@ def _check_records(path: str, dataset: dict) -> None:
                 raise ValueError(f"{path}: {key}[{index}] is not an object")
             missing = [repr(k) for k in required if k not in record]
             if missing:
-                raise ValueError(f"{path}: {key}[{index}] "
-                                 f"(id={record.get('id')!r}) lacks "
-                                 f"{', '.join(missing)}")
+                raise ValueError(
+                    f"{path}: {key}[{index}] "
+                    f"(id={record.get('id')!r}) lacks "
+                    f"{', '.join(missing)}"
+                )
     seen = set()
     for index, category in enumerate(dataset["categories"]):
         cid = category["id"]
         if not isinstance(cid, int) or isinstance(cid, bool):
-            raise ValueError(f"{path}: categories[{index}] id {cid!r} is not "
-                             "an integer")
+            raise ValueError(
+                f"{path}: categories[{index}] id {cid!r} is not an integer"
+            )
         if cid in seen:
             raise ValueError(f"{path}: categories[{index}] repeats id {cid}")
         seen.add(cid)
@@ -199,8 +227,9 @@ def _area(annotation: dict, image: dict) -> float:
     return float(annotation["bbox"][2] * annotation["bbox"][3])
 
 
-def _fill_eval_defaults(annotations: list[dict], images: dict[int, dict],
-                        source: str) -> None:
+def _fill_eval_defaults(
+    annotations: list[dict], images: dict[int, dict], source: str
+) -> None:
     """Sets the 'iscrowd' (0) and 'area' COCOeval needs where they lack."""
     crowd = area = 0
     for annotation in annotations:
@@ -208,19 +237,24 @@ def _fill_eval_defaults(annotations: list[dict], images: dict[int, dict],
             annotation["iscrowd"] = 0
             crowd += 1
         if "area" not in annotation:
-            annotation["area"] = _area(annotation,
-                                       images[annotation["image_id"]])
+            annotation["area"] = _area(
+                annotation, images[annotation["image_id"]]
+            )
             area += 1
     if crowd or area:
         logging.warning(
-                "%s: filled defaults for evaluation: iscrowd=0 on %d "
-                "annotations, area (segmentation pixels, else box w*h) on %d",
-                source, crowd, area)
+            "%s: filled defaults for evaluation: iscrowd=0 on %d "
+            "annotations, area (segmentation pixels, else box w*h) on %d",
+            source,
+            crowd,
+            area,
+        )
 
 
 @dataclasses.dataclass
 class _ImageTargets:
     """The usable non-crowd instances of one image (original pixels)."""
+
     boxes: np.ndarray  # float32 [N, 4], x1 y1 x2 y2
     classes: np.ndarray  # int32 [N]
     segmentations: list  # N COCO segmentations
@@ -233,26 +267,36 @@ class CocoFolder:
     `split` may slice the images sorted by id: 'val2017[:500]', 'train[:10%]'.
     """
 
-    def __init__(self, root: str, split: str, num_classes: int,
-                 max_images: int = 0, cache: bool = False):
+    def __init__(
+        self,
+        root: str,
+        split: str,
+        num_classes: int,
+        max_images: int = 0,
+        cache: bool = False,
+    ):
         name, _, _ = parse_split(split)
         if not os.path.isdir(root):
             raise FileNotFoundError(f"{root}: data.root folder does not exist")
-        self.annotation_file = os.path.join(root, "annotations",
-                                            f"instances_{name}.json")
+        self.annotation_file = os.path.join(
+            root, "annotations", f"instances_{name}.json"
+        )
         self.image_dir = os.path.join(root, name)
         dataset = self._read_json(root, name)
         categories = sorted(c["id"] for c in dataset["categories"])
         if len(categories) != num_classes:
             raise ValueError(
-                    f"{self.annotation_file}: {len(categories)} categories but "
-                    f"data.num_classes is {num_classes}")
+                f"{self.annotation_file}: {len(categories)} categories but "
+                f"data.num_classes is {num_classes}"
+            )
         self.category_ids: list[int] = categories
         images = sorted(dataset["images"], key=lambda im: im["id"])
         begin, end = slice_bounds(split, len(images))
         if begin == end:
-            raise ValueError(f"{self.annotation_file}: split {split!r} "
-                             f"selects no images (of {len(images)})")
+            raise ValueError(
+                f"{self.annotation_file}: split {split!r} "
+                f"selects no images (of {len(images)})"
+            )
         images = images[begin:end]
         if max_images > 0:
             images = images[:max_images]
@@ -270,12 +314,17 @@ class CocoFolder:
         path = self.annotation_file
         if not os.path.exists(path):
             folder = os.path.join(root, "annotations")
-            have = (sorted(f for f in os.listdir(folder)
-                           if f.startswith("instances_"))
-                    if os.path.isdir(folder) else [])
+            have = (
+                sorted(
+                    f for f in os.listdir(folder) if f.startswith("instances_")
+                )
+                if os.path.isdir(folder)
+                else []
+            )
             raise FileNotFoundError(
-                    f"{path}: annotation file for split {name!r} not found "
-                    f"(present: {', '.join(have) or 'none'})")
+                f"{path}: annotation file for split {name!r} not found "
+                f"(present: {', '.join(have) or 'none'})"
+            )
         try:
             with open(path) as f:
                 dataset = json.load(f)
@@ -283,7 +332,8 @@ class CocoFolder:
             raise ValueError(f"{path}: not valid JSON ({e})") from None
         for key in ("images", "annotations", "categories"):
             if not isinstance(dataset, dict) or not isinstance(
-                    dataset.get(key), list):
+                dataset.get(key), list
+            ):
                 raise ValueError(f"{path}: missing the {key!r} list")
         _check_records(path, dataset)
         return dataset
@@ -292,31 +342,43 @@ class CocoFolder:
         """Raises FileNotFoundError when a listed image file is absent."""
         if not os.path.isdir(self.image_dir):
             raise FileNotFoundError(
-                    f"{self.image_dir}: image folder of "
-                    f"{os.path.basename(self.annotation_file)} does not exist")
+                f"{self.image_dir}: image folder of "
+                f"{os.path.basename(self.annotation_file)} does not exist"
+            )
         present = set(os.listdir(self.image_dir))
-        missing = [im["file_name"] for im in self.images
-                   if im["file_name"] not in present and not os.path.exists(
-                           os.path.join(self.image_dir, im["file_name"]))]
+        missing = [
+            im["file_name"]
+            for im in self.images
+            if im["file_name"] not in present
+            and not os.path.exists(
+                os.path.join(self.image_dir, im["file_name"])
+            )
+        ]
         if missing:
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise FileNotFoundError(
-                    f"{os.path.join(self.image_dir, missing[0])}: image listed "
-                    f"in {self.annotation_file} is missing{more}")
+                f"{os.path.join(self.image_dir, missing[0])}: image listed "
+                f"in {self.annotation_file} is missing{more}"
+            )
 
-    def _index_annotations(self, annotations: list[dict],
-                           dataset: dict) -> None:
+    def _index_annotations(
+        self, annotations: list[dict], dataset: dict
+    ) -> None:
         """Validates annotations of the selected images; builds targets + GT."""
         log = SkipLog(self.annotation_file)
         by_id = {im["id"]: i for i, im in enumerate(self.images)}
         known_images = {im["id"] for im in dataset["images"]}
         class_of = {cid: c + 1 for c, cid in enumerate(self.category_ids)}
         self.has_masks = any(
-                a.get("segmentation") and not a.get("iscrowd")
-                for a in annotations if a["image_id"] in by_id)
+            a.get("segmentation") and not a.get("iscrowd")
+            for a in annotations
+            if a["image_id"] in by_id
+        )
         if not self.has_masks:
-            logging.warning("%s: no instance segmentations; training without "
-                            "mask targets", self.annotation_file)
+            logging.warning(
+                "%s: no instance segmentations; training without mask targets",
+                self.annotation_file,
+            )
         per_image: list[list[dict]] = [[] for _ in self.images]
         ground_truth = []
         for annotation in annotations:
@@ -326,7 +388,8 @@ class CocoFolder:
                     log.skip(annotation, "unknown image_id")
                 continue
             problem = self._annotation_problem(
-                    annotation, self.images[by_id[image_id]], class_of)
+                annotation, self.images[by_id[image_id]], class_of
+            )
             if problem:
                 log.skip(annotation, problem)
                 continue
@@ -336,16 +399,21 @@ class CocoFolder:
         log.summarize()
         self._targets = [self._targets_of(anns, class_of) for anns in per_image]
         _renumber_if_needed(ground_truth, self.annotation_file)
-        _fill_eval_defaults(ground_truth,
-                            {im["id"]: im for im in self.images},
-                            self.annotation_file)
+        _fill_eval_defaults(
+            ground_truth,
+            {im["id"]: im for im in self.images},
+            self.annotation_file,
+        )
         self.ground_truth = {
-                "info": dataset.get("info", {}), "images": self.images,
-                "annotations": ground_truth,
-                "categories": dataset["categories"]}
+            "info": dataset.get("info", {}),
+            "images": self.images,
+            "annotations": ground_truth,
+            "categories": dataset["categories"],
+        }
 
-    def _annotation_problem(self, annotation: dict, image: dict,
-                            class_of: dict[int, int]) -> str | None:
+    def _annotation_problem(
+        self, annotation: dict, image: dict, class_of: dict[int, int]
+    ) -> str | None:
         """Why an annotation of a selected image is unusable, or None."""
         if annotation["category_id"] not in class_of:
             return f"unknown category_id: {annotation['category_id']}"
@@ -354,22 +422,27 @@ class CocoFolder:
             return problem
         segmentation = annotation.get("segmentation")
         if self.has_masks:
-            return _segmentation_problem(segmentation, image["height"],
-                                         image["width"])
+            return _segmentation_problem(
+                segmentation, image["height"], image["width"]
+            )
         # Without mask targets only an RLE that cannot fit its image matters.
         return _rle_problem(segmentation, image["height"], image["width"])
 
     @staticmethod
-    def _targets_of(annotations: list[dict],
-                    class_of: dict[int, int]) -> _ImageTargets:
+    def _targets_of(
+        annotations: list[dict], class_of: dict[int, int]
+    ) -> _ImageTargets:
         """Packs one image's non-crowd annotations into arrays."""
-        boxes = np.asarray([a["bbox"] for a in annotations],
-                           np.float32).reshape(-1, 4)
+        boxes = np.asarray(
+            [a["bbox"] for a in annotations], np.float32
+        ).reshape(-1, 4)
         boxes[:, 2:] += boxes[:, :2]
-        classes = np.asarray([class_of[a["category_id"]] for a in annotations],
-                             np.int32)
-        return _ImageTargets(boxes, classes,
-                             [a.get("segmentation") for a in annotations])
+        classes = np.asarray(
+            [class_of[a["category_id"]] for a in annotations], np.int32
+        )
+        return _ImageTargets(
+            boxes, classes, [a.get("segmentation") for a in annotations]
+        )
 
     @property
     def image_ids(self) -> list[int]:
@@ -390,9 +463,10 @@ class CocoFolder:
             raise ValueError(f"{path}: cannot decode image ({e})") from None
         if pixels.shape[:2] != (info["height"], info["width"]):
             raise ValueError(
-                    f"{path}: image is {pixels.shape[1]}x{pixels.shape[0]} "
-                    f"but {self.annotation_file} says "
-                    f"{info['width']}x{info['height']}")
+                f"{path}: image is {pixels.shape[1]}x{pixels.shape[0]} "
+                f"but {self.annotation_file} says "
+                f"{info['width']}x{info['height']}"
+            )
         return pixels
 
     def _decode_masks(self, index: int) -> np.ndarray:
@@ -402,8 +476,10 @@ class CocoFolder:
         segmentations = self._targets[index].segmentations
         if not self.has_masks or not segmentations:
             return np.zeros((0, height, width), np.uint8)
-        rles = [_to_rle(segmentation, height, width)
-                for segmentation in segmentations]
+        rles = [
+            _to_rle(segmentation, height, width)
+            for segmentation in segmentations
+        ]
         return np.ascontiguousarray(mask_utils.decode(rles).transpose(2, 0, 1))
 
     def _record_errors(self, load, index: int, stand_in):
@@ -442,27 +518,42 @@ class CocoFolder:
 
     def load_example(self, index: np.int64) -> tuple[np.ndarray, ...]:
         """(image, boxes, classes, masks, image_id) of image `index`."""
+
         def load(i):
             image, masks = self._decoded(i)
             targets = self._targets[i]
-            return (image, targets.boxes, targets.classes, masks,
-                    self._image_id(i))
+            return (
+                image,
+                targets.boxes,
+                targets.classes,
+                masks,
+                self._image_id(i),
+            )
 
         def blank(i):
             image = self._blank_image(i)
-            return (image, np.zeros((0, 4), np.float32),
-                    np.zeros((0,), np.int32),
-                    np.zeros((0, *image.shape[:2]), np.uint8),
-                    self._image_id(i))
+            return (
+                image,
+                np.zeros((0, 4), np.float32),
+                np.zeros((0,), np.int32),
+                np.zeros((0, *image.shape[:2]), np.uint8),
+                self._image_id(i),
+            )
+
         return self._record_errors(load, int(index), blank)
 
     def load_image(self, index: np.int64) -> tuple[np.ndarray, np.ndarray]:
         """(image, image_id) of image `index`, for evaluation."""
+
         def load(i):
             if self._cache is not None:
                 image = self._decoded(i)[0]
             else:
                 image = self._decode_image(i)
             return image, self._image_id(i)
-        return self._record_errors(load, int(index), lambda i: (
-            self._blank_image(i), self._image_id(i)))
+
+        return self._record_errors(
+            load,
+            int(index),
+            lambda i: (self._blank_image(i), self._image_id(i)),
+        )

@@ -13,25 +13,28 @@ from collections.abc import Iterator
 
 import ml_collections
 import numpy as np
-from pycocotools import coco as coco_lib
 import tensorflow as tf
+from pycocotools import coco as coco_lib
 
-from detector.data import coco
-from detector.data import source
+from detector.data import coco, source
 
 
 class CocoJsonSource:
     """One split of a COCO-format folder (see the module docstring)."""
 
-    def __init__(self, config: ml_collections.ConfigDict, split: str,
-                 max_images: int = 0):
+    def __init__(
+        self, config: ml_collections.ConfigDict, split: str, max_images: int = 0
+    ):
         data = config.data
         if not data.root:
-            raise ValueError(f"data.root is empty; data.source="
-                             f"{data.source!r} reads a COCO-format folder")
+            raise ValueError(
+                f"data.root is empty; data.source="
+                f"{data.source!r} reads a COCO-format folder"
+            )
         self.prepare(config)
-        self.folder = coco.CocoFolder(data.root, split, data.num_classes,
-                                      max_images, cache=data.cache)
+        self.folder = coco.CocoFolder(
+            data.root, split, data.num_classes, max_images, cache=data.cache
+        )
         self.num_classes = data.num_classes
         self.has_masks = self.folder.has_masks
         self.category_ids = list(self.folder.category_ids)
@@ -41,8 +44,9 @@ class CocoJsonSource:
         """Nothing to prepare: the folder is read as it is."""
         del config
 
-    def train_records(self, seed: int, start: int, global_batch: int
-                      ) -> Iterator[tf.data.Dataset]:
+    def train_records(
+        self, seed: int, start: int, global_batch: int
+    ) -> Iterator[tf.data.Dataset]:
         """One endless dataset of (position, image index) from `start` on."""
         del global_batch  # epochs run into each other: no batch alignment
         num_images = len(self.folder.images)
@@ -50,8 +54,9 @@ class CocoJsonSource:
 
         def epoch(e):
             order = tf.random.experimental.stateless_shuffle(
-                    tf.range(num_images, dtype=tf.int64),
-                    source.stream_key(seed, source.ORDER_STREAM, e))
+                tf.range(num_images, dtype=tf.int64),
+                source.stream_key(seed, source.ORDER_STREAM, e),
+            )
             positions = e * num_images + tf.range(num_images, dtype=tf.int64)
             return tf.data.Dataset.from_tensor_slices((positions, order))
 
@@ -61,26 +66,36 @@ class CocoJsonSource:
     def decode_train(self, index: tf.Tensor) -> dict[str, tf.Tensor]:
         """Loads image `index` and its targets inside tf.data."""
         image, boxes, classes, masks, image_id = tf.numpy_function(
-                self.folder.load_example, [index],
-                [tf.uint8, tf.float32, tf.int32, tf.uint8, tf.int64],
-                stateful=False)
-        return {"image": tf.ensure_shape(image, [None, None, 3]),
-                "boxes": tf.ensure_shape(boxes, [None, 4]),
-                "classes": tf.ensure_shape(classes, [None]),
-                "masks": tf.ensure_shape(masks, [None, None, None]),
-                "image_id": tf.ensure_shape(image_id, [])}
+            self.folder.load_example,
+            [index],
+            [tf.uint8, tf.float32, tf.int32, tf.uint8, tf.int64],
+            stateful=False,
+        )
+        return {
+            "image": tf.ensure_shape(image, [None, None, 3]),
+            "boxes": tf.ensure_shape(boxes, [None, 4]),
+            "classes": tf.ensure_shape(classes, [None]),
+            "masks": tf.ensure_shape(masks, [None, None, None]),
+            "image_id": tf.ensure_shape(image_id, []),
+        }
 
     def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
         return self.folder.coco(), self.folder.image_ids
 
     def eval_images(self, begin: int, end: int) -> tf.data.Dataset:
         """Images [begin, end) without targets, decoded inside tf.data."""
+
         def load(index):
             image, image_id = tf.numpy_function(
-                    self.folder.load_image, [index], [tf.uint8, tf.int64],
-                    stateful=False)
-            return {"image": tf.ensure_shape(image, [None, None, 3]),
-                    "image_id": tf.ensure_shape(image_id, [])}
+                self.folder.load_image,
+                [index],
+                [tf.uint8, tf.int64],
+                stateful=False,
+            )
+            return {
+                "image": tf.ensure_shape(image, [None, None, 3]),
+                "image_id": tf.ensure_shape(image_id, []),
+            }
 
         return tf.data.Dataset.range(begin, end).map(load)
 

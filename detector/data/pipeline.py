@@ -24,24 +24,21 @@ import (`_set_up_tensorflow`).
 """
 
 import atexit
-from collections.abc import Callable, Iterator
 import dataclasses
 import functools
 import math
 import weakref
+from collections.abc import Callable, Iterator
 
-from absl import logging
 import jax
 import ml_collections
 import numpy as np
-from pycocotools import coco as coco_lib
 import tensorflow as tf
+from absl import logging
+from pycocotools import coco as coco_lib
 
-from detector.data import coco_json
-from detector.data import shapes_source
+from detector.data import coco_json, shapes_source, tfds_coco, transforms
 from detector.data import source as source_lib
-from detector.data import tfds_coco
-from detector.data import transforms
 
 # data.source -> the class reading it (see detector.data.source.Source).
 SOURCES: dict[str, type[source_lib.Source]] = {
@@ -62,13 +59,16 @@ def _set_up_tensorflow() -> None:
         tf.config.set_visible_devices([], "GPU")
     except RuntimeError:  # TF already initialised its devices
         if tf.config.get_visible_devices("GPU"):
-            logging.warning("TensorFlow was initialised before the data "
-                            "pipeline and can see a GPU")
+            logging.warning(
+                "TensorFlow was initialised before the data "
+                "pipeline and can see a GPU"
+            )
     atexit.register(_NumpyBatches.close_all)
 
 
-def _processes(process_index: int | None,
-               process_count: int | None) -> tuple[int, int]:
+def _processes(
+    process_index: int | None, process_count: int | None
+) -> tuple[int, int]:
     """(index, count) of this process, from JAX unless given."""
     index = jax.process_index() if process_index is None else process_index
     count = jax.process_count() if process_count is None else process_count
@@ -80,18 +80,20 @@ def _processes(process_index: int | None,
 def _per_process(global_size: int, count: int, key: str) -> int:
     """The per-process share of a global batch size; it must divide evenly."""
     if global_size <= 0 or global_size % count:
-        raise ValueError(f"{key}={global_size} must be a positive multiple "
-                         f"of the process count {count}")
+        raise ValueError(
+            f"{key}={global_size} must be a positive multiple "
+            f"of the process count {count}"
+        )
     return global_size // count
 
 
-def _source_class(config: ml_collections.ConfigDict
-                  ) -> type[source_lib.Source]:
+def _source_class(config: ml_collections.ConfigDict) -> type[source_lib.Source]:
     """The registered class of `data.source`; ValueError names the key."""
     source = config.data.source
     if source not in SOURCES:
-        raise ValueError(f"data.source={source!r} is not one of "
-                         f"{', '.join(SOURCES)}")
+        raise ValueError(
+            f"data.source={source!r} is not one of {', '.join(SOURCES)}"
+        )
     return SOURCES[source]
 
 
@@ -147,8 +149,9 @@ class _NumpyBatches:
 
     def _failure(self, error: tf.errors.OpError) -> Exception:
         """The loader's own error, or TensorFlow's in one line as ValueError."""
-        return (self._source.take_error()
-                or ValueError(tfds_coco.error_line(error, "input pipeline")))
+        return self._source.take_error() or ValueError(
+            tfds_coco.error_line(error, "input pipeline")
+        )
 
     def close(self) -> None:
         """Releases the tf.data iterator and its threads."""
@@ -160,9 +163,13 @@ class _NumpyBatches:
             batches.close()
 
 
-def _batch_train(positions: tf.data.Dataset, source: source_lib.Source,
-                 config: ml_collections.ConfigDict, process: tuple[int, int],
-                 batch: int) -> tf.data.Dataset:
+def _batch_train(
+    positions: tf.data.Dataset,
+    source: source_lib.Source,
+    config: ml_collections.ConfigDict,
+    process: tuple[int, int],
+    batch: int,
+) -> tf.data.Dataset:
     """(position, record) stream -> this process's augmented batches."""
     index, count = process
     data = config.data
@@ -171,41 +178,49 @@ def _batch_train(positions: tf.data.Dataset, source: source_lib.Source,
 
     @tf.autograph.experimental.do_not_convert
     def example(g, record):
-        loaded = transforms.limit_instances(source.decode_train(record),
-                                            truncations)
+        loaded = transforms.limit_instances(
+            source.decode_train(record), truncations
+        )
         key = source_lib.stream_key(config.seed, source_lib.AUGMENT_STREAM, g)
         return transforms.transform(loaded, key, data, True, source.has_masks)
 
-    dataset = positions.map(example, num_parallel_calls=tf.data.AUTOTUNE,
-                            deterministic=True)
+    dataset = positions.map(
+        example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
     return dataset.batch(batch, drop_remainder=True).prefetch(data.prefetch)
 
 
-def train_batches(config: ml_collections.ConfigDict, *, start_step: int = 0,
-                  process_index: int | None = None,
-                  process_count: int | None = None
-                  ) -> Iterator[dict[str, np.ndarray]]:
+def train_batches(
+    config: ml_collections.ConfigDict,
+    *,
+    start_step: int = 0,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> Iterator[dict[str, np.ndarray]]:
     """Infinite training batches of this process, from step `start_step`.
 
     Deterministic given config.seed; see the module docstring for resume.
     """
     source_class = _source_class(config)
     process = _processes(process_index, process_count)
-    batch = _per_process(config.train.batch_size, process[1],
-                         "train.batch_size")
+    batch = _per_process(
+        config.train.batch_size, process[1], "train.batch_size"
+    )
     if start_step < 0:
         raise ValueError(f"start_step={start_step} must be >= 0")
     _set_up_tensorflow()
     source = source_class(config, config.data.train_split)
     global_batch = batch * process[1]
-    records = iter(source.train_records(config.seed,
-                                        start_step * global_batch,
-                                        global_batch))
+    records = iter(
+        source.train_records(
+            config.seed, start_step * global_batch, global_batch
+        )
+    )
 
     def numpy_batches() -> _NumpyBatches:
         return _NumpyBatches(
-                _batch_train(next(records), source, config, process, batch),
-                source)
+            _batch_train(next(records), source, config, process, batch), source
+        )
 
     def batches(first: _NumpyBatches) -> Iterator[dict[str, np.ndarray]]:
         yield from first
@@ -223,37 +238,46 @@ class EvalSplit:
     crowd regions included; `image_ids` are this process's images in the
     order its batches yield them. Every process yields `num_batches` batches.
     """
+
     coco: coco_lib.COCO
     category_ids: list[int]
     image_ids: list[int]
     has_masks: bool
     num_batches: int
-    _make_dataset: Callable[[], tf.data.Dataset] = dataclasses.field(
-            repr=False)
-    _source: source_lib.Source | None = dataclasses.field(default=None,
-                                                          repr=False)
+    _make_dataset: Callable[[], tf.data.Dataset] = dataclasses.field(repr=False)
+    _source: source_lib.Source | None = dataclasses.field(
+        default=None, repr=False
+    )
 
     def batches(self) -> Iterator[dict[str, np.ndarray]]:
         """The batches, in order, once; call again for another pass."""
         return _NumpyBatches(self._make_dataset(), self._source)
 
 
-def _eval_dataset(images: tf.data.Dataset, config, count: int, batch: int,
-                  num_batches: int) -> tf.data.Dataset:
+def _eval_dataset(
+    images: tf.data.Dataset, config, count: int, batch: int, num_batches: int
+) -> tf.data.Dataset:
     """Decoded examples -> fixed-size eval batches with padding rows."""
     data = config.data
     examples = images.map(
-            lambda e: transforms.transform(e, None, data, False, False),
-            num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        lambda e: transforms.transform(e, None, data, False, False),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     padding = tf.data.Dataset.from_tensors(
-            transforms.padding_example(data)).repeat(num_batches * batch
-                                                     - count)
+        transforms.padding_example(data)
+    ).repeat(num_batches * batch - count)
     return examples.concatenate(padding).batch(batch).prefetch(data.prefetch)
 
 
-def eval_split(config: ml_collections.ConfigDict, split: str | None = None,
-               max_images: int = 0, *, process_index: int | None = None,
-               process_count: int | None = None) -> EvalSplit:
+def eval_split(
+    config: ml_collections.ConfigDict,
+    split: str | None = None,
+    max_images: int = 0,
+    *,
+    process_index: int | None = None,
+    process_count: int | None = None,
+) -> EvalSplit:
     """The evaluation split `split` (default data.eval_split), sliceable.
 
     `max_images` > 0 keeps the first `max_images` images of the split. Each
@@ -272,10 +296,20 @@ def eval_split(config: ml_collections.ConfigDict, split: str | None = None,
     num_batches = max(1, math.ceil(per_process / batch))
 
     def make_dataset() -> tf.data.Dataset:
-        return _eval_dataset(source.eval_images(begin, end), config,
-                             end - begin, batch, num_batches)
+        return _eval_dataset(
+            source.eval_images(begin, end),
+            config,
+            end - begin,
+            batch,
+            num_batches,
+        )
 
-    return EvalSplit(coco=ground_truth, category_ids=source.category_ids,
-                     image_ids=list(all_ids[begin:end]),
-                     has_masks=source.has_masks, num_batches=num_batches,
-                     _make_dataset=make_dataset, _source=source)
+    return EvalSplit(
+        coco=ground_truth,
+        category_ids=source.category_ids,
+        image_ids=list(all_ids[begin:end]),
+        has_masks=source.has_masks,
+        num_batches=num_batches,
+        _make_dataset=make_dataset,
+        _source=source,
+    )

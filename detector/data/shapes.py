@@ -27,19 +27,21 @@ S x S and each instance as an RLE of size [S, S] with its box [x, y, w, h].
 """
 
 import argparse
-from collections.abc import Sequence
 import contextlib
 import json
 import os
+from collections.abc import Sequence
 
-from absl import logging
 import numpy as np
+from absl import logging
 from PIL import Image
 from pycocotools import mask as mask_utils
 
-CATEGORIES = ({"id": 1, "name": "circle", "supercategory": "shape"},
-              {"id": 2, "name": "rectangle", "supercategory": "shape"},
-              {"id": 3, "name": "triangle", "supercategory": "shape"})
+CATEGORIES = (
+    {"id": 1, "name": "circle", "supercategory": "shape"},
+    {"id": 2, "name": "rectangle", "supercategory": "shape"},
+    {"id": 3, "name": "triangle", "supercategory": "shape"},
+)
 SPLITS = ("train", "val")
 MAX_OBJECTS = 6
 EMPTY_IMAGE_FRACTION = 0.05
@@ -56,8 +58,9 @@ DESCRIPTION = "flax-maskrcnn synthetic shapes"
 MIN_IMAGE_SIZE = 32
 
 
-def _random_colour(rng: np.random.Generator,
-                   avoid: Sequence[np.ndarray]) -> np.ndarray:
+def _random_colour(
+    rng: np.random.Generator, avoid: Sequence[np.ndarray]
+) -> np.ndarray:
     """A saturated colour at least MIN_COLOUR_DISTANCE from every `avoid`."""
     colour = np.zeros(3)
     for _ in range(32):
@@ -67,12 +70,20 @@ def _random_colour(rng: np.random.Generator,
         # HSV -> RGB on the six hue sectors.
         ramp = 1.0 - np.abs(hue % 2.0 - 1.0)
         sector = int(hue)
-        order = [(1, ramp, 0), (ramp, 1, 0), (0, 1, ramp),
-                 (0, ramp, 1), (ramp, 0, 1), (1, 0, ramp)][sector]
+        order = [
+            (1, ramp, 0),
+            (ramp, 1, 0),
+            (0, 1, ramp),
+            (0, ramp, 1),
+            (ramp, 0, 1),
+            (1, 0, ramp),
+        ][sector]
         base = value * (1.0 - saturation)
         colour = 255.0 * (base + (value - base) * np.asarray(order, float))
-        if all(np.linalg.norm(colour - other) >= MIN_COLOUR_DISTANCE
-               for other in avoid):
+        if all(
+            np.linalg.norm(colour - other) >= MIN_COLOUR_DISTANCE
+            for other in avoid
+        ):
             break
     return colour
 
@@ -91,8 +102,13 @@ def _background(rng: np.random.Generator, size: int) -> np.ndarray:
     return (grey + tint).astype(np.float32) + shade[..., None]
 
 
-def _shape_mask(rng: np.random.Generator, category: int, side: float,
-                centre: np.ndarray, size: int) -> np.ndarray:
+def _shape_mask(
+    rng: np.random.Generator,
+    category: int,
+    side: float,
+    centre: np.ndarray,
+    size: int,
+) -> np.ndarray:
     """The filled shape of `category` as a bool [size, size] mask."""
     top, left = (int(v) for v in np.floor(centre - side / 2).clip(0, size))
     bottom, right = (int(v) for v in np.ceil(centre + side / 2).clip(0, size))
@@ -107,21 +123,24 @@ def _shape_mask(rng: np.random.Generator, category: int, side: float,
         inside = (np.abs(dy) <= half_h) & (np.abs(dx) <= half_w)
     else:  # triangle: three vertices around the centre, near equilateral
         angles = rng.uniform(0, 2 * np.pi) + np.deg2rad(
-            [0.0, 120.0, 240.0] + rng.uniform(-20.0, 20.0, size=3))
+            [0.0, 120.0, 240.0] + rng.uniform(-20.0, 20.0, size=3)
+        )
         vy, vx = side / 2 * np.sin(angles), side / 2 * np.cos(angles)
         inside = np.ones((bottom - top, right - left), bool)
         for i in range(3):
             j = (i + 1) % 3
             # Vertices by increasing angle: the inside is left of each edge.
-            inside &= ((vx[j] - vx[i]) * (dy - vy[i])
-                       - (vy[j] - vy[i]) * (dx - vx[i])) >= 0
+            inside &= (
+                (vx[j] - vx[i]) * (dy - vy[i]) - (vy[j] - vy[i]) * (dx - vx[i])
+            ) >= 0
     mask = np.zeros((size, size), bool)
     mask[top:bottom, left:right] = inside
     return mask
 
 
-def render_image(rng: np.random.Generator,
-                 size: int) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
+def render_image(
+    rng: np.random.Generator, size: int
+) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
     """Draws one image; returns it (uint8 [size, size, 3]) and its instances.
 
     Instances are (category id, visible bool mask) in drawing order; every
@@ -130,8 +149,11 @@ def render_image(rng: np.random.Generator,
     image = _background(rng, size)
     colours = [image.reshape(-1, 3).mean(axis=0)]
     visible, full_areas, categories = [], [], []
-    num_objects = (0 if rng.uniform() < EMPTY_IMAGE_FRACTION
-                   else int(rng.integers(1, MAX_OBJECTS + 1)))
+    num_objects = (
+        0
+        if rng.uniform() < EMPTY_IMAGE_FRACTION
+        else int(rng.integers(1, MAX_OBJECTS + 1))
+    )
     for _ in range(num_objects):
         category = int(rng.integers(1, len(CATEGORIES) + 1))
         side = size * rng.uniform(MIN_SIZE_FRACTION, MAX_SIZE_FRACTION)
@@ -141,8 +163,9 @@ def render_image(rng: np.random.Generator,
             remaining = [v & ~mask for v in visible]
             # A shape too small to cover a pixel centre is placed again.
             if mask.any() and all(
-                    np.count_nonzero(r) >= MIN_VISIBLE_FRACTION * area
-                    for r, area in zip(remaining, full_areas, strict=True)):
+                np.count_nonzero(r) >= MIN_VISIBLE_FRACTION * area
+                for r, area in zip(remaining, full_areas, strict=True)
+            ):
                 break
         else:
             continue  # no placement keeps the others visible: drop it
@@ -156,25 +179,38 @@ def render_image(rng: np.random.Generator,
     return pixels, list(zip(categories, visible, strict=True))
 
 
-def _annotation(mask: np.ndarray, category: int, annotation_id: int,
-                image_id: int) -> dict:
+def _annotation(
+    mask: np.ndarray, category: int, annotation_id: int, image_id: int
+) -> dict:
     """A COCO annotation (RLE segmentation, tight box) for one bool mask."""
     rows = np.flatnonzero(mask.any(axis=1))
     cols = np.flatnonzero(mask.any(axis=0))
     x, y = int(cols[0]), int(rows[0])
     width, height = int(cols[-1]) + 1 - x, int(rows[-1]) + 1 - y
     rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-    return {"id": annotation_id, "image_id": image_id,
-            "category_id": category, "iscrowd": 0,
-            "bbox": [x, y, width, height], "area": int(mask.sum()),
-            "segmentation": {"size": list(rle["size"]),
-                             "counts": rle["counts"].decode("ascii")}}
+    return {
+        "id": annotation_id,
+        "image_id": image_id,
+        "category_id": category,
+        "iscrowd": 0,
+        "bbox": [x, y, width, height],
+        "area": int(mask.sum()),
+        "segmentation": {
+            "size": list(rle["size"]),
+            "counts": rle["counts"].decode("ascii"),
+        },
+    }
 
 
 def dataset_info(num_images: int, image_size: int, seed: int) -> dict:
     """The `info` block that identifies a written split and its parameters."""
-    return {"description": DESCRIPTION, "version": GENERATOR_VERSION,
-            "num_images": num_images, "image_size": image_size, "seed": seed}
+    return {
+        "description": DESCRIPTION,
+        "version": GENERATOR_VERSION,
+        "num_images": num_images,
+        "image_size": image_size,
+        "seed": seed,
+    }
 
 
 def annotation_path(out_dir: str, split: str) -> str:
@@ -194,9 +230,10 @@ def check_can_write(out_dir: str, split: str) -> None:
         info = None
     if not (isinstance(info, dict) and info.get("description") == DESCRIPTION):
         raise ValueError(
-                f"{path}: exists and its 'info' does not name it a "
-                f"{DESCRIPTION!r} file; refusing to overwrite it (move it or "
-                "write the shapes dataset to another folder)")
+            f"{path}: exists and its 'info' does not name it a "
+            f"{DESCRIPTION!r} file; refusing to overwrite it (move it or "
+            "write the shapes dataset to another folder)"
+        )
 
 
 def _check_arguments(split: str, num_images: int, image_size: int) -> None:
@@ -206,12 +243,19 @@ def _check_arguments(split: str, num_images: int, image_size: int) -> None:
     if num_images < 0:
         raise ValueError(f"num_images={num_images} must be >= 0")
     if image_size < MIN_IMAGE_SIZE:
-        raise ValueError(f"image_size={image_size} is below the minimum "
-                         f"{MIN_IMAGE_SIZE} pixels of the shapes images")
+        raise ValueError(
+            f"image_size={image_size} is below the minimum "
+            f"{MIN_IMAGE_SIZE} pixels of the shapes images"
+        )
 
 
-def write_split(out_dir: str, split: str, num_images: int,
-                image_size: int = 128, seed: int = 0) -> str:
+def write_split(
+    out_dir: str,
+    split: str,
+    num_images: int,
+    image_size: int = 128,
+    seed: int = 0,
+) -> str:
     """Writes one split (PNGs, then the JSON); returns the JSON's path.
 
     Refuses (ValueError) to replace a JSON this writer did not write.
@@ -231,29 +275,46 @@ def write_split(out_dir: str, split: str, num_images: int,
         pixels, instances = render_image(rng, image_size)
         image_id = index + 1
         file_name = f"{image_id:06d}.png"
-        Image.fromarray(pixels).save(os.path.join(image_dir, file_name),
-                                     compress_level=1)
-        images.append({"id": image_id, "file_name": file_name,
-                       "height": image_size, "width": image_size})
+        Image.fromarray(pixels).save(
+            os.path.join(image_dir, file_name), compress_level=1
+        )
+        images.append(
+            {
+                "id": image_id,
+                "file_name": file_name,
+                "height": image_size,
+                "width": image_size,
+            }
+        )
         for category, mask in instances:
-            annotations.append(_annotation(mask, category,
-                                           len(annotations) + 1, image_id))
-    coco = {"info": dataset_info(num_images, image_size, seed),
-            "licenses": [], "images": images, "annotations": annotations,
-            "categories": list(CATEGORIES)}
+            annotations.append(
+                _annotation(mask, category, len(annotations) + 1, image_id)
+            )
+    coco = {
+        "info": dataset_info(num_images, image_size, seed),
+        "licenses": [],
+        "images": images,
+        "annotations": annotations,
+        "categories": list(CATEGORIES),
+    }
     # The JSON is written last and atomically: its presence marks the split
     # complete, and a reader never sees it half written.
     temporary = f"{path}.tmp-{os.getpid()}"
     with open(temporary, "w") as f:
         json.dump(coco, f)
     os.replace(temporary, path)
-    logging.info("Wrote %d shapes images, %d instances: %s", num_images,
-                 len(annotations), path)
+    logging.info(
+        "Wrote %d shapes images, %d instances: %s",
+        num_images,
+        len(annotations),
+        path,
+    )
     return path
 
 
-def split_is_current(out_dir: str, split: str, num_images: int,
-                     image_size: int, seed: int) -> bool:
+def split_is_current(
+    out_dir: str, split: str, num_images: int, image_size: int, seed: int
+) -> bool:
     """Whether OUT holds `split` written with exactly these parameters."""
     path = annotation_path(out_dir, split)
     if not os.path.exists(path):
@@ -266,8 +327,13 @@ def split_is_current(out_dir: str, split: str, num_images: int,
     return info == dataset_info(num_images, image_size, seed)
 
 
-def write_dataset(out_dir: str, num_train: int, num_val: int,
-                  image_size: int = 128, seed: int = 0) -> None:
+def write_dataset(
+    out_dir: str,
+    num_train: int,
+    num_val: int,
+    image_size: int = 128,
+    seed: int = 0,
+) -> None:
     """Writes the train and val splits under `out_dir`."""
     for split in SPLITS:  # refuse before writing anything
         check_can_write(out_dir, split)
@@ -279,23 +345,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Command line: writes the dataset described by the arguments."""
     parser = argparse.ArgumentParser(
         prog="python -m detector.data.shapes",
-        description=__doc__.split("\n")[0])
+        description=__doc__.split("\n")[0],
+    )
     parser.add_argument("--out", default="data/shapes", help="output folder")
     parser.add_argument("--num_train", type=int, default=2000)
     parser.add_argument("--num_val", type=int, default=200)
-    parser.add_argument("--image_size", type=int, default=128,
-                        help=f"image side in pixels (>= {MIN_IMAGE_SIZE})")
+    parser.add_argument(
+        "--image_size",
+        type=int,
+        default=128,
+        help=f"image side in pixels (>= {MIN_IMAGE_SIZE})",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if min(args.num_train, args.num_val) < 0:
         parser.error("--num_train and --num_val must be >= 0")
     if args.image_size < MIN_IMAGE_SIZE:
-        parser.error(f"--image_size={args.image_size} is below the minimum "
-                     f"{MIN_IMAGE_SIZE}")
+        parser.error(
+            f"--image_size={args.image_size} is below the minimum "
+            f"{MIN_IMAGE_SIZE}"
+        )
     logging.set_verbosity(logging.INFO)
     try:
-        write_dataset(args.out, args.num_train, args.num_val,
-                      args.image_size, args.seed)
+        write_dataset(
+            args.out, args.num_train, args.num_val, args.image_size, args.seed
+        )
     except ValueError as e:
         parser.error(str(e))
 

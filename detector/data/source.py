@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 import ml_collections
-from pycocotools import coco as coco_lib
 import tensorflow as tf
+from pycocotools import coco as coco_lib
 
 # Independent stateless random streams derived from config.seed.
 ORDER_STREAM, AUGMENT_STREAM = 1, 2
@@ -38,8 +38,9 @@ class Source(Protocol):
     has_masks: bool
     category_ids: list[int]  # COCO category id of classes 1..C, in order
 
-    def train_records(self, seed: int, start: int, global_batch: int
-                      ) -> Iterator[tf.data.Dataset]:
+    def train_records(
+        self, seed: int, start: int, global_batch: int
+    ) -> Iterator[tf.data.Dataset]:
         """Datasets of (global position g, record), from position `start` on.
 
         Together they run forever; each holds consecutive positions. A record

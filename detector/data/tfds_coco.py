@@ -21,30 +21,45 @@ naming its image/filename and image/id. `TfdsCoco` wraps the builder;
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from absl import logging
 import ml_collections
 import numpy as np
-from pycocotools import coco as coco_lib
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from absl import logging
+from pycocotools import coco as coco_lib
 
-from detector.data import coco
-from detector.data import source
+from detector.data import coco, source
 
 # TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
 COCO_2017_CATEGORY_IDS = (
-        tuple(range(1, 12)) + tuple(range(13, 26)) + (27, 28)
-        + tuple(range(31, 45)) + tuple(range(46, 66)) + (67, 70)
-        + tuple(range(72, 83)) + tuple(range(84, 91)))
+    tuple(range(1, 12))
+    + tuple(range(13, 26))
+    + (27, 28)
+    + tuple(range(31, 45))
+    + tuple(range(46, 66))
+    + (67, 70)
+    + tuple(range(72, 83))
+    + tuple(range(84, 91))
+)
 # Features the source reads, as paths into the builder's FeaturesDict.
-_FEATURE_KEYS = (("image",), ("image/id",), ("objects", "bbox"),
-                 ("objects", "label"), ("objects", "is_crowd"),
-                 ("objects", "area"))
+_FEATURE_KEYS = (
+    ("image",),
+    ("image/id",),
+    ("objects", "bbox"),
+    ("objects", "label"),
+    ("objects", "is_crowd"),
+    ("objects", "area"),
+)
 # Leading bytes of the formats tf.io.decode_image reads, as (offset, bytes).
-_IMAGE_SIGNATURES = (((0, b"\xff\xd8\xff"),), ((0, b"\x89PNG"),),
-                     ((0, b"GIF"),), ((0, b"BM"),),
-                     ((0, b"RIFF"), (8, b"WEBP")), ((0, b"\xff\x0a"),),
-                     ((0, b"\x00\x00\x00\x0cJXL "),))
+_IMAGE_SIGNATURES = (
+    ((0, b"\xff\xd8\xff"),),
+    ((0, b"\x89PNG"),),
+    ((0, b"GIF"),),
+    ((0, b"BM"),),
+    ((0, b"RIFF"), (8, b"WEBP")),
+    ((0, b"\xff\x0a"),),
+    ((0, b"\x00\x00\x00\x0cJXL "),),
+)
 _ASSERTION = "assertion failed: ["
 
 
@@ -73,13 +88,16 @@ def _check_features(name: str, features) -> list[str]:
                 break
         if node is None:
             raise ValueError(
-                    f"tfds {name}: features lack {'/'.join(path)!r} (the "
-                    "source reads "
-                    f"{', '.join('/'.join(p) for p in _FEATURE_KEYS)})")
+                f"tfds {name}: features lack {'/'.join(path)!r} (the "
+                "source reads "
+                f"{', '.join('/'.join(p) for p in _FEATURE_KEYS)})"
+            )
     names = getattr(features["objects"]["label"], "names", None)
     if not names:
-        raise ValueError(f"tfds {name}: feature 'objects/label' is not a "
-                         "ClassLabel with class names")
+        raise ValueError(
+            f"tfds {name}: feature 'objects/label' is not a "
+            "ClassLabel with class names"
+        )
     return list(names)
 
 
@@ -89,23 +107,32 @@ def _checked_image(record: dict, name: str) -> tf.Tensor:
     head = tf.strings.substr(data, 0, 16) + b"\x00" * 16
 
     def matches(signature) -> tf.Tensor:
-        return tf.reduce_all([tf.strings.substr(head, at, len(magic)) == magic
-                              for at, magic in signature])
+        return tf.reduce_all(
+            [
+                tf.strings.substr(head, at, len(magic)) == magic
+                for at, magic in signature
+            ]
+        )
 
     known = tf.reduce_any([matches(s) for s in _IMAGE_SIGNATURES])
     filename = record.get("image/filename", tf.constant("?"))
-    message = tf.strings.join([
-            f"tfds {name} record image/filename=", filename, " (image/id=",
-            tf.strings.as_string(record["image/id"]), "): cannot decode its "
-            "image: ", tf.strings.as_string(tf.strings.length(data)),
-            " bytes in no known format (JPEG, PNG, GIF, BMP, WebP, JPEG XL)"])
+    message = tf.strings.join(
+        [
+            f"tfds {name} record image/filename=",
+            filename,
+            " (image/id=",
+            tf.strings.as_string(record["image/id"]),
+            "): cannot decode its image: ",
+            tf.strings.as_string(tf.strings.length(data)),
+            " bytes in no known format (JPEG, PNG, GIF, BMP, WebP, JPEG XL)",
+        ]
+    )
     check = tf.debugging.Assert(known, [message])
     with tf.control_dependencies([check]):
         return tf.identity(data)
 
 
-def _numpy_elements(dataset: tf.data.Dataset,
-                    context: str) -> Iterator[dict]:
+def _numpy_elements(dataset: tf.data.Dataset, context: str) -> Iterator[dict]:
     """`dataset` as numpy; a TensorFlow error becomes one ValueError line."""
     iterator = dataset.as_numpy_iterator()
     while True:
@@ -125,9 +152,11 @@ def category_ids_for_tfds(label_names: Sequence[str]) -> list[int]:
     return list(range(1, len(label_names) + 1))
 
 
-def tfds_ground_truth(examples: Iterable[Mapping[str, Any]],
-                      label_names: Sequence[str],
-                      source: str) -> tuple[dict, list[int]]:
+def tfds_ground_truth(
+    examples: Iterable[Mapping[str, Any]],
+    label_names: Sequence[str],
+    source: str,
+) -> tuple[dict, list[int]]:
     """COCO GT dict from TFDS examples (numpy, image shape already taken).
 
     `examples` yields dicts with 'image/id', 'height', 'width' and 'objects'
@@ -140,26 +169,48 @@ def tfds_ground_truth(examples: Iterable[Mapping[str, Any]],
     for example in examples:
         image_id = int(example["image/id"])
         height, width = int(example["height"]), int(example["width"])
-        images.append({"id": image_id, "height": height, "width": width,
-                       "file_name": str(image_id)})
+        images.append(
+            {
+                "id": image_id,
+                "height": height,
+                "width": width,
+                "file_name": str(image_id),
+            }
+        )
         objects = example["objects"]
         for k, (ymin, xmin, ymax, xmax) in enumerate(objects["bbox"]):
-            bbox = [float(xmin * width), float(ymin * height),
-                    float((xmax - xmin) * width), float((ymax - ymin) * height)]
-            annotation = {"id": len(annotations) + 1, "image_id": image_id,
-                          "bbox": bbox, "area": float(objects["area"][k]),
-                          "iscrowd": int(objects["is_crowd"][k]),
-                          "category_id": category_ids[int(objects["label"][k])]}
+            bbox = [
+                float(xmin * width),
+                float(ymin * height),
+                float((xmax - xmin) * width),
+                float((ymax - ymin) * height),
+            ]
+            annotation = {
+                "id": len(annotations) + 1,
+                "image_id": image_id,
+                "bbox": bbox,
+                "area": float(objects["area"][k]),
+                "iscrowd": int(objects["is_crowd"][k]),
+                "category_id": category_ids[int(objects["label"][k])],
+            }
             problem = coco.box_problem(bbox)
             if problem:
                 log.skip(annotation, problem)
                 continue
             annotations.append(annotation)
     log.summarize()
-    categories = [{"id": cid, "name": str(name)}
-                  for cid, name in zip(category_ids, label_names, strict=True)]
-    return ({"images": images, "annotations": annotations,
-             "categories": categories}, [im["id"] for im in images])
+    categories = [
+        {"id": cid, "name": str(name)}
+        for cid, name in zip(category_ids, label_names, strict=True)
+    ]
+    return (
+        {
+            "images": images,
+            "annotations": annotations,
+            "categories": categories,
+        },
+        [im["id"] for im in images],
+    )
 
 
 class TfdsCoco:
@@ -168,44 +219,53 @@ class TfdsCoco:
     def __init__(self, data: ml_collections.ConfigDict):
         self.name = data.tfds_name
         try:
-            self.builder = tfds.builder(self.name,
-                                        data_dir=data.tfds_data_dir or None)
+            self.builder = tfds.builder(
+                self.name, data_dir=data.tfds_data_dir or None
+            )
         except Exception as e:  # tfds raises many types for a bad name
-            raise ValueError(f"data.tfds_name={self.name!r}: "
-                             f"{str(e).splitlines()[0]}") from None
-        self.label_names = _check_features(self.name,
-                                           self.builder.info.features)
+            raise ValueError(
+                f"data.tfds_name={self.name!r}: {str(e).splitlines()[0]}"
+            ) from None
+        self.label_names = _check_features(
+            self.name, self.builder.info.features
+        )
         if len(self.label_names) != data.num_classes:
             raise ValueError(
-                    f"tfds {self.name}: {len(self.label_names)} labels but "
-                    f"data.num_classes is {data.num_classes}")
+                f"tfds {self.name}: {len(self.label_names)} labels but "
+                f"data.num_classes is {data.num_classes}"
+            )
         self.category_ids = category_ids_for_tfds(self.label_names)
         self.has_masks = False
 
-    def raw(self, split: str, shuffle_seed: int | None = None
-            ) -> tf.data.Dataset:
+    def raw(
+        self, split: str, shuffle_seed: int | None = None
+    ) -> tf.data.Dataset:
         """Records of `split` with the image still encoded.
 
         `shuffle_seed` shuffles the file order (deterministically); None reads
         in the stored order.
         """
-        read_config = tfds.ReadConfig(shuffle_seed=shuffle_seed,
-                                      try_autocache=False)
+        read_config = tfds.ReadConfig(
+            shuffle_seed=shuffle_seed, try_autocache=False
+        )
         try:
             return self.builder.as_dataset(
-                    split=split, shuffle_files=shuffle_seed is not None,
-                    decoders={"image": tfds.decode.SkipDecoding()},
-                    read_config=read_config)
+                split=split,
+                shuffle_files=shuffle_seed is not None,
+                decoders={"image": tfds.decode.SkipDecoding()},
+                read_config=read_config,
+            )
         except AssertionError as e:  # not downloaded / prepared
             where = self.builder.data_dir
             raise FileNotFoundError(
-                    f"{where}: tfds {self.name} is not prepared there "
-                    f"({str(e).splitlines()[0][:120]}...); run "
-                    f"`tfds build {self.name}` or set data.tfds_data_dir"
+                f"{where}: tfds {self.name} is not prepared there "
+                f"({str(e).splitlines()[0][:120]}...); run "
+                f"`tfds build {self.name}` or set data.tfds_data_dir"
             ) from None
         except (KeyError, ValueError) as e:
-            raise ValueError(f"split {split!r} of tfds {self.name}: "
-                             f"{str(e).splitlines()[0]}") from None
+            raise ValueError(
+                f"split {split!r} of tfds {self.name}: {str(e).splitlines()[0]}"
+            ) from None
 
     def num_examples(self, split: str) -> int:
         """Number of records of `split` (cardinality, or counted once)."""
@@ -221,26 +281,36 @@ class TfdsCoco:
         Training targets drop crowd regions and zero-size boxes; classes are
         the TFDS labels + 1.
         """
-        image = tf.io.decode_image(_checked_image(record, self.name),
-                                   channels=3, expand_animations=False)
+        image = tf.io.decode_image(
+            _checked_image(record, self.name),
+            channels=3,
+            expand_animations=False,
+        )
         example = {"image": image, "image_id": record["image/id"]}
         if not training:
             return example
         objects = record["objects"]
         hw = tf.cast(tf.shape(image)[:2], tf.float32)
         ymin, xmin, ymax, xmax = tf.unstack(
-                tf.reshape(objects["bbox"], [-1, 4]), axis=1)
-        boxes = tf.stack([xmin * hw[1], ymin * hw[0], xmax * hw[1],
-                          ymax * hw[0]], axis=1)
-        keep = (tf.logical_not(objects["is_crowd"])
-                & (boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))
+            tf.reshape(objects["bbox"], [-1, 4]), axis=1
+        )
+        boxes = tf.stack(
+            [xmin * hw[1], ymin * hw[0], xmax * hw[1], ymax * hw[0]], axis=1
+        )
+        keep = (
+            tf.logical_not(objects["is_crowd"])
+            & (boxes[:, 2] > boxes[:, 0])
+            & (boxes[:, 3] > boxes[:, 1])
+        )
         example["boxes"] = tf.boolean_mask(boxes, keep)
-        example["classes"] = tf.cast(
-                tf.boolean_mask(objects["label"], keep), tf.int32) + 1
+        example["classes"] = (
+            tf.cast(tf.boolean_mask(objects["label"], keep), tf.int32) + 1
+        )
         return example
 
-    def ground_truth(self, split: str, max_images: int = 0
-                     ) -> tuple[dict, list[int]]:
+    def ground_truth(
+        self, split: str, max_images: int = 0
+    ) -> tuple[dict, list[int]]:
         """COCO GT dict of `split` (first `max_images`) and its image ids."""
         dataset = self.raw(split)
         if max_images > 0:
@@ -249,17 +319,27 @@ class TfdsCoco:
         def header(record):
             image = _checked_image(record, self.name)
             shape = tf.cond(
-                    tf.io.is_jpeg(image),
-                    lambda: tf.image.extract_jpeg_shape(image)[:2],
-                    lambda: tf.shape(tf.io.decode_image(
-                            image, channels=3, expand_animations=False))[:2])
-            return {"image/id": record["image/id"], "height": shape[0],
-                    "width": shape[1], "objects": record["objects"]}
+                tf.io.is_jpeg(image),
+                lambda: tf.image.extract_jpeg_shape(image)[:2],
+                lambda: tf.shape(
+                    tf.io.decode_image(
+                        image, channels=3, expand_animations=False
+                    )
+                )[:2],
+            )
+            return {
+                "image/id": record["image/id"],
+                "height": shape[0],
+                "width": shape[1],
+                "objects": record["objects"],
+            }
 
         source = f"tfds {self.name} {split}"
         return tfds_ground_truth(
-                _numpy_elements(dataset.map(header), source),
-                self.label_names, source)
+            _numpy_elements(dataset.map(header), source),
+            self.label_names,
+            source,
+        )
 
 
 class TfdsSource:
@@ -272,8 +352,9 @@ class TfdsSource:
     records with the image still encoded (reading, no decoding).
     """
 
-    def __init__(self, config: ml_collections.ConfigDict, split: str,
-                 max_images: int = 0):
+    def __init__(
+        self, config: ml_collections.ConfigDict, split: str, max_images: int = 0
+    ):
         self.builder = TfdsCoco(config.data)
         self.split = split
         self.max_images = max_images
@@ -282,33 +363,43 @@ class TfdsSource:
         self.has_masks = self.builder.has_masks
         self.category_ids = list(self.builder.category_ids)
         logging.log_first_n(
-                logging.WARNING, "tfds %s has no instance segmentations: "
-                "mask targets are off (mask_valid=False) and segm evaluation "
-                "is unavailable", 1, self.builder.name)
+            logging.WARNING,
+            "tfds %s has no instance segmentations: "
+            "mask targets are off (mask_valid=False) and segm evaluation "
+            "is unavailable",
+            1,
+            self.builder.name,
+        )
 
     @staticmethod
     def prepare(config: ml_collections.ConfigDict) -> None:
         """Nothing to prepare: `tfds build` prepares the data beforehand."""
         del config
 
-    def train_records(self, seed: int, start: int, global_batch: int
-                      ) -> Iterator[tf.data.Dataset]:
+    def train_records(
+        self, seed: int, start: int, global_batch: int
+    ) -> Iterator[tf.data.Dataset]:
         """One dataset of (position, encoded record) per epoch, from `start`."""
         num_examples = self.builder.num_examples(self.split)
         steps_per_epoch = num_examples // global_batch
         if steps_per_epoch == 0:
             raise ValueError(
-                    f"split {self.split!r} of tfds {self.builder.name} has "
-                    f"{num_examples} examples, fewer than one global batch "
-                    f"({global_batch})")
+                f"split {self.split!r} of tfds {self.builder.name} has "
+                f"{num_examples} examples, fewer than one global batch "
+                f"({global_batch})"
+            )
         per_epoch = steps_per_epoch * global_batch
         return self._epochs(seed, *divmod(start, per_epoch), per_epoch)
 
-    def _epochs(self, seed: int, epoch: int, skip: int,
-                per_epoch: int) -> Iterator[tf.data.Dataset]:
+    def _epochs(
+        self, seed: int, epoch: int, skip: int, per_epoch: int
+    ) -> Iterator[tf.data.Dataset]:
         while True:
-            epoch_seed = int(np.random.SeedSequence(
-                    [seed, source.ORDER_STREAM, epoch]).generate_state(1)[0])
+            epoch_seed = int(
+                np.random.SeedSequence(
+                    [seed, source.ORDER_STREAM, epoch]
+                ).generate_state(1)[0]
+            )
             records = self.builder.raw(self.split, shuffle_seed=epoch_seed)
             records = records.shuffle(self.shuffle_buffer, seed=epoch_seed)
             records = records.take(per_epoch)
@@ -319,17 +410,19 @@ class TfdsSource:
         return self.builder.decode(record, training=True)
 
     def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
-        dataset, image_ids = self.builder.ground_truth(self.split,
-                                                       self.max_images)
+        dataset, image_ids = self.builder.ground_truth(
+            self.split, self.max_images
+        )
         if not image_ids:
-            raise ValueError(f"split {self.split!r} of tfds "
-                             f"{self.builder.name} selects no images")
+            raise ValueError(
+                f"split {self.split!r} of tfds "
+                f"{self.builder.name} selects no images"
+            )
         return coco.build_coco(dataset), image_ids
 
     def eval_images(self, begin: int, end: int) -> tf.data.Dataset:
         records = self.builder.raw(self.split).skip(begin).take(end - begin)
-        return records.map(
-                lambda r: self.builder.decode(r, training=False))
+        return records.map(lambda r: self.builder.decode(r, training=False))
 
     def take_error(self) -> Exception | None:
         return None  # decoding errors are TensorFlow's, one line each

@@ -14,10 +14,11 @@ even), so boxes scale by resized / [h, w] per axis; evaluation maps them back
 with that same factor (`detector.postprocess.resize_factors`).
 """
 
-from absl import logging
 import ml_collections
 import numpy as np
 import tensorflow as tf
+from absl import logging
+
 
 class TruncationLog:
     """Host-side log of images cut to max_instances: first few, then quiet."""
@@ -31,11 +32,16 @@ class TruncationLog:
         self.count += 1
         if self.count <= self.max_logged:
             logging.warning(
-                    "image %d has %d instances > data.max_instances=%d; "
-                    "keeping the %d largest%s", image_id, num_instances,
-                    self.max_instances, self.max_instances,
-                    " (further cuts are not logged)"
-                    if self.count == self.max_logged else "")
+                "image %d has %d instances > data.max_instances=%d; "
+                "keeping the %d largest%s",
+                image_id,
+                num_instances,
+                self.max_instances,
+                self.max_instances,
+                " (further cuts are not logged)"
+                if self.count == self.max_logged
+                else "",
+            )
         return np.int64(self.count)
 
 
@@ -44,15 +50,18 @@ def limit_instances(example: dict, log: TruncationLog) -> dict:
     boxes = example["boxes"]
     num = tf.shape(boxes)[0]
     areas = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-    keep = tf.sort(tf.math.top_k(
-            areas, tf.minimum(num, log.max_instances)).indices)
+    keep = tf.sort(
+        tf.math.top_k(areas, tf.minimum(num, log.max_instances)).indices
+    )
 
     def report():
-        return tf.numpy_function(log, [example["image_id"], num], tf.int64,
-                                 stateful=True)
+        return tf.numpy_function(
+            log, [example["image_id"], num], tf.int64, stateful=True
+        )
 
-    logged = tf.cond(num > log.max_instances, report,
-                     lambda: tf.constant(0, tf.int64))
+    logged = tf.cond(
+        num > log.max_instances, report, lambda: tf.constant(0, tf.int64)
+    )
     with tf.control_dependencies([logged]):
         keep = tf.identity(keep)
     out = dict(example)
@@ -62,24 +71,35 @@ def limit_instances(example: dict, log: TruncationLog) -> dict:
     return out
 
 
-def _place_image(image: tf.Tensor, resized_hw: tf.Tensor, offset: tf.Tensor,
-                 flip: tf.Tensor, data: ml_collections.ConfigDict) -> tf.Tensor:
+def _place_image(
+    image: tf.Tensor,
+    resized_hw: tf.Tensor,
+    offset: tf.Tensor,
+    flip: tf.Tensor,
+    data: ml_collections.ConfigDict,
+) -> tf.Tensor:
     """Flip, resize, crop at `offset`, normalise, zero-pad: f32 [H, W, 3]."""
     height, width = data.image_size
     image = tf.where(flip, tf.reverse(image, axis=[1]), image)
     image = tf.image.resize(image, resized_hw, method="bilinear")
-    image = image[offset[0]:offset[0] + height, offset[1]:offset[1] + width]
+    image = image[offset[0] : offset[0] + height, offset[1] : offset[1] + width]
     mean = tf.constant(data.pixel_mean, tf.float32)
     std = tf.constant(data.pixel_std, tf.float32)
     image = (image - mean) / std
     shape = tf.shape(image)
-    image = tf.pad(image, [[0, height - shape[0]], [0, width - shape[1]],
-                           [0, 0]])
+    image = tf.pad(
+        image, [[0, height - shape[0]], [0, width - shape[1]], [0, 0]]
+    )
     return tf.ensure_shape(image, [height, width, 3])
 
 
-def _crop_masks(masks: tf.Tensor, source_boxes: tf.Tensor,
-                indices: tf.Tensor, flip: tf.Tensor, size: int) -> tf.Tensor:
+def _crop_masks(
+    masks: tf.Tensor,
+    source_boxes: tf.Tensor,
+    indices: tf.Tensor,
+    flip: tf.Tensor,
+    size: int,
+) -> tf.Tensor:
     """Resamples masks[indices] over their (original-pixel) boxes: [K, S, S].
 
     Samples sit at the centres of an S x S grid over each box, so the crop
@@ -95,12 +115,18 @@ def _crop_masks(masks: tf.Tensor, source_boxes: tf.Tensor,
     # continuous coordinate p is at index p - 0.5 + 1 of the padded mask.
     norm_y = tf.cast(tf.shape(masks)[1] - 1, tf.float32)
     norm_x = tf.cast(tf.shape(masks)[2] - 1, tf.float32)
-    crop_boxes = tf.stack([(y1 + half_y + 0.5) / norm_y,
-                           (x1 + half_x + 0.5) / norm_x,
-                           (y2 - half_y + 0.5) / norm_y,
-                           (x2 - half_x + 0.5) / norm_x], axis=1)
-    crops = tf.image.crop_and_resize(masks[..., None], crop_boxes,
-                                     tf.cast(indices, tf.int32), [size, size])
+    crop_boxes = tf.stack(
+        [
+            (y1 + half_y + 0.5) / norm_y,
+            (x1 + half_x + 0.5) / norm_x,
+            (y2 - half_y + 0.5) / norm_y,
+            (x2 - half_x + 0.5) / norm_x,
+        ],
+        axis=1,
+    )
+    crops = tf.image.crop_and_resize(
+        masks[..., None], crop_boxes, tf.cast(indices, tf.int32), [size, size]
+    )
     crops = tf.where(flip, tf.reverse(crops, axis=[2]), crops)
     return tf.cast(crops[..., 0] >= 0.5, tf.uint8)
 
@@ -112,9 +138,12 @@ def _pad_rows(tensor: tf.Tensor, rows: int) -> tf.Tensor:
     return tf.pad(tensor, paddings)
 
 
-def sample_geometry(hw: tf.Tensor, key: tf.Tensor | None,
-                    data: ml_collections.ConfigDict, training: bool
-                    ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+def sample_geometry(
+    hw: tf.Tensor,
+    key: tf.Tensor | None,
+    data: ml_collections.ConfigDict,
+    training: bool,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """(flip, scale, resized [h', w'], crop offset [y, x]) of an example.
 
     flip bool[], scale f32[], resized f32[2] = max(round(hw * scale), 1)
@@ -128,23 +157,30 @@ def sample_geometry(hw: tf.Tensor, key: tf.Tensor | None,
         resized = tf.maximum(tf.round(hw * base), 1.0)
         return tf.constant(False), base, resized, tf.zeros([2], tf.int32)
     flip_key, jitter_key, crop_key = tf.unstack(
-            tf.random.experimental.stateless_split(key, 3))
+        tf.random.experimental.stateless_split(key, 3)
+    )
     flip = tf.logical_and(
-            tf.constant(bool(data.hflip)),
-            tf.random.stateless_uniform([], flip_key) < 0.5)
+        tf.constant(bool(data.hflip)),
+        tf.random.stateless_uniform([], flip_key) < 0.5,
+    )
     low, high = data.scale_jitter
     scale = base * tf.random.stateless_uniform([], jitter_key, low, high)
     resized = tf.maximum(tf.round(hw * scale), 1.0)
     room = tf.maximum(resized - tf.constant([height, width], tf.float32), 0.0)
-    offset = tf.cast(tf.floor(
-            tf.random.stateless_uniform([2], crop_key) * (room + 1.0)),
-                     tf.int32)
+    offset = tf.cast(
+        tf.floor(tf.random.stateless_uniform([2], crop_key) * (room + 1.0)),
+        tf.int32,
+    )
     return flip, scale, resized, offset
 
 
-def transform(example: dict, key: tf.Tensor | None,
-              data: ml_collections.ConfigDict, training: bool,
-              has_masks: bool) -> dict:
+def transform(
+    example: dict,
+    key: tf.Tensor | None,
+    data: ml_collections.ConfigDict,
+    training: bool,
+    has_masks: bool,
+) -> dict:
     """One example -> fixed-shape model input (and targets when training).
 
     `example`: image uint8 [h, w, 3], image_id int64 and, when training,
@@ -153,22 +189,33 @@ def transform(example: dict, key: tf.Tensor | None,
     """
     hw = tf.cast(tf.shape(example["image"])[:2], tf.float32)
     flip, scale, resized, offset = sample_geometry(hw, key, data, training)
-    out = {"image": _place_image(example["image"], tf.cast(resized, tf.int32),
-                                 offset, flip, data),
-           "image_id": tf.cast(example["image_id"], tf.int64),
-           "orig_size": tf.cast(hw, tf.int32),
-           "scale": tf.cast(scale, tf.float32),
-           "image_valid": tf.constant(True)}
+    out = {
+        "image": _place_image(
+            example["image"], tf.cast(resized, tf.int32), offset, flip, data
+        ),
+        "image_id": tf.cast(example["image_id"], tf.int64),
+        "orig_size": tf.cast(hw, tf.int32),
+        "scale": tf.cast(scale, tf.float32),
+        "image_valid": tf.constant(True),
+    }
     if training:
-        out.update(_transform_targets(example, hw, flip, resized, offset,
-                                      data, has_masks))
+        out.update(
+            _transform_targets(
+                example, hw, flip, resized, offset, data, has_masks
+            )
+        )
     return out
 
 
-def _transform_targets(example: dict, hw: tf.Tensor, flip: tf.Tensor,
-                       resized: tf.Tensor, offset: tf.Tensor,
-                       data: ml_collections.ConfigDict,
-                       has_masks: bool) -> dict:
+def _transform_targets(
+    example: dict,
+    hw: tf.Tensor,
+    flip: tf.Tensor,
+    resized: tf.Tensor,
+    offset: tf.Tensor,
+    data: ml_collections.ConfigDict,
+    has_masks: bool,
+) -> dict:
     """Maps boxes and masks through the geometry; pads them to M."""
     height, width = data.image_size
     rows, size = data.max_instances, data.gt_mask_size
@@ -177,28 +224,39 @@ def _transform_targets(example: dict, hw: tf.Tensor, flip: tf.Tensor,
     # Per-axis factors keep the boxes on the (integer-sized) resized image.
     factor = tf.tile(tf.reverse(resized / hw, [0]), [2])  # sx, sy, sx, sy
     shift = tf.cast(tf.tile(tf.reverse(offset, [0]), [2]), tf.float32)
-    limit = tf.minimum(tf.tile(tf.reverse(resized, [0]), [2]) - shift,
-                       tf.constant([width, height] * 2, tf.float32))
+    limit = tf.minimum(
+        tf.tile(tf.reverse(resized, [0]), [2]) - shift,
+        tf.constant([width, height] * 2, tf.float32),
+    )
     boxes = tf.stack([x1, y1, x2, y2], axis=1) * factor - shift
     boxes = tf.clip_by_value(boxes, 0.0, limit)
-    keep = tf.where((boxes[:, 2] > boxes[:, 0]) &
-                    (boxes[:, 3] > boxes[:, 1]))[:, 0]
+    keep = tf.where((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))[
+        :, 0
+    ]
     boxes = tf.gather(boxes, keep)
     count = tf.shape(boxes)[0]
     valid = tf.range(rows) < count
-    out = {"boxes": tf.ensure_shape(_pad_rows(boxes, rows), [rows, 4]),
-           "classes": tf.ensure_shape(
-                   _pad_rows(tf.gather(example["classes"], keep), rows),
-                   [rows]),
-           "valid": valid}
+    out = {
+        "boxes": tf.ensure_shape(_pad_rows(boxes, rows), [rows, 4]),
+        "classes": tf.ensure_shape(
+            _pad_rows(tf.gather(example["classes"], keep), rows), [rows]
+        ),
+        "valid": valid,
+    }
     if has_masks:
         source = (boxes + shift) / factor  # flipped original pixels
         sx1, sy1, sx2, sy2 = tf.unstack(source, axis=1)
-        sx1, sx2 = (tf.where(flip, hw[1] - sx2, sx1),
-                    tf.where(flip, hw[1] - sx1, sx2))
-        crops = _crop_masks(example["masks"],
-                            tf.stack([sx1, sy1, sx2, sy2], axis=1), keep,
-                            flip, size)
+        sx1, sx2 = (
+            tf.where(flip, hw[1] - sx2, sx1),
+            tf.where(flip, hw[1] - sx1, sx2),
+        )
+        crops = _crop_masks(
+            example["masks"],
+            tf.stack([sx1, sy1, sx2, sy2], axis=1),
+            keep,
+            flip,
+            size,
+        )
         masks = tf.ensure_shape(_pad_rows(crops, rows), [rows, size, size])
         out["masks"] = masks
         out["mask_valid"] = valid & tf.reduce_any(masks > 0, axis=[1, 2])
@@ -211,9 +269,10 @@ def _transform_targets(example: dict, hw: tf.Tensor, flip: tf.Tensor,
 def padding_example(data: ml_collections.ConfigDict) -> dict:
     """An eval padding row: zero image, image_id -1, image_valid False."""
     height, width = data.image_size
-    return {"image": tf.zeros([height, width, 3], tf.float32),
-            "image_id": tf.constant(-1, tf.int64),
-            "orig_size": tf.zeros([2], tf.int32),
-            "scale": tf.constant(1.0, tf.float32),
-            "image_valid": tf.constant(False)}
-
+    return {
+        "image": tf.zeros([height, width, 3], tf.float32),
+        "image_id": tf.constant(-1, tf.int64),
+        "orig_size": tf.zeros([2], tf.int32),
+        "scale": tf.constant(1.0, tf.float32),
+        "image_valid": tf.constant(False),
+    }

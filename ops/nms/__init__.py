@@ -52,8 +52,9 @@ BASELINES = {"topk": topk.nms}
 AUTO_BACKEND = {"cpu": "pallas", "tpu": "pallas", "cuda": "pallas"}
 
 
-def check_backend(backend: str, *, name: str = "backend",
-                  baselines: bool = True) -> None:
+def check_backend(
+    backend: str, *, name: str = "backend", baselines: bool = True
+) -> None:
     """Raises ValueError naming `name` unless `backend` is a known backend.
 
     The one check of a backend name (the API, the config and --nms all use
@@ -61,53 +62,83 @@ def check_backend(backend: str, *, name: str = "backend",
     """
     if backend in BACKENDS or (baselines and backend in BASELINES):
         return
-    raise ValueError(f"{name}={backend!r} is not a known NMS backend; "
-                     f"known backends: {', '.join(BACKENDS)}")
+    raise ValueError(
+        f"{name}={backend!r} is not a known NMS backend; "
+        f"known backends: {', '.join(BACKENDS)}"
+    )
 
 
-def _check_inputs(boxes, scores, classes, max_output_size, iou_threshold,
-                  score_threshold, backend):
+def _check_inputs(
+    boxes,
+    scores,
+    classes,
+    max_output_size,
+    iou_threshold,
+    score_threshold,
+    backend,
+):
     """Raises ValueError naming the argument for every malformed input."""
     check_backend(backend)
     if not jnp.issubdtype(boxes.dtype, jnp.floating):
-        raise ValueError(f"boxes must be floating point, got dtype "
-                         f"{boxes.dtype} with shape {boxes.shape}")
+        raise ValueError(
+            f"boxes must be floating point, got dtype "
+            f"{boxes.dtype} with shape {boxes.shape}"
+        )
     if not jnp.issubdtype(scores.dtype, jnp.floating):
-        raise ValueError(f"scores must be floating point, got dtype "
-                         f"{scores.dtype} with shape {scores.shape}")
+        raise ValueError(
+            f"scores must be floating point, got dtype "
+            f"{scores.dtype} with shape {scores.shape}"
+        )
     if boxes.ndim < 2 or boxes.shape[-1] != 4:
-        raise ValueError(f"boxes must have shape [..., N, 4], got "
-                         f"{boxes.shape}")
+        raise ValueError(
+            f"boxes must have shape [..., N, 4], got {boxes.shape}"
+        )
     if scores.shape != boxes.shape[:-1]:
-        raise ValueError(f"scores shape {scores.shape} does not match boxes "
-                         f"shape {boxes.shape}: expected {boxes.shape[:-1]}")
+        raise ValueError(
+            f"scores shape {scores.shape} does not match boxes "
+            f"shape {boxes.shape}: expected {boxes.shape[:-1]}"
+        )
     if classes is not None:
         if not jnp.issubdtype(classes.dtype, jnp.integer):
-            raise ValueError(f"classes must be integer, got dtype "
-                             f"{classes.dtype} with shape {classes.shape}")
+            raise ValueError(
+                f"classes must be integer, got dtype "
+                f"{classes.dtype} with shape {classes.shape}"
+            )
         if classes.shape != scores.shape:
-            raise ValueError(f"classes shape {classes.shape} does not match "
-                             f"scores shape {scores.shape}")
-    if (isinstance(max_output_size, bool) or
-            not isinstance(max_output_size, numbers.Integral) or
-            max_output_size < 1):
-        raise ValueError(f"max_output_size must be an int >= 1, got "
-                         f"{max_output_size!r}")
-    if (not isinstance(iou_threshold, numbers.Real) or
-            not 0.0 <= iou_threshold <= 1.0):
-        raise ValueError(f"iou_threshold must be a number in [0, 1], got "
-                         f"{iou_threshold!r}")
-    if score_threshold is not None and not isinstance(score_threshold,
-                                                      numbers.Real):
-        raise ValueError(f"score_threshold must be a number or None, got "
-                         f"{score_threshold!r}")
+            raise ValueError(
+                f"classes shape {classes.shape} does not match "
+                f"scores shape {scores.shape}"
+            )
+    if (
+        isinstance(max_output_size, bool)
+        or not isinstance(max_output_size, numbers.Integral)
+        or max_output_size < 1
+    ):
+        raise ValueError(
+            f"max_output_size must be an int >= 1, got {max_output_size!r}"
+        )
+    if (
+        not isinstance(iou_threshold, numbers.Real)
+        or not 0.0 <= iou_threshold <= 1.0
+    ):
+        raise ValueError(
+            f"iou_threshold must be a number in [0, 1], got {iou_threshold!r}"
+        )
+    if score_threshold is not None and not isinstance(
+        score_threshold, numbers.Real
+    ):
+        raise ValueError(
+            f"score_threshold must be a number or None, got {score_threshold!r}"
+        )
 
 
 @functools.cache
 def _log_triton_fallback() -> None:
-    logging.warning("nms backend 'auto' on CUDA: JAX %s has no Pallas "
-                    "Triton backend, so while_loop runs instead of pallas",
-                    jax.__version__)
+    logging.warning(
+        "nms backend 'auto' on CUDA: JAX %s has no Pallas "
+        "Triton backend, so while_loop runs instead of pallas",
+        jax.__version__,
+    )
 
 
 def auto_backend(platform: str) -> str:
@@ -119,8 +150,11 @@ def auto_backend(platform: str) -> str:
     """
     platform = "cuda" if platform == "gpu" else platform
     name = AUTO_BACKEND.get(platform, AUTO_BACKEND["cpu"])
-    if platform == "cuda" and name == "pallas" and (
-            not pallas_gpu.TRITON_AVAILABLE):
+    if (
+        platform == "cuda"
+        and name == "pallas"
+        and (not pallas_gpu.TRITON_AVAILABLE)
+    ):
         if jax.default_backend() == "gpu":
             _log_triton_fallback()
         return "while_loop"
@@ -136,21 +170,28 @@ def resolve_backend(backend: str, platform: str | None = None) -> str:
 
 def _auto(boxes, scores, classes, **params):
     """Dispatches per platform at lowering time (see AUTO_BACKEND)."""
-    branches = {platform: functools.partial(_IMPLEMENTATIONS[
-        auto_backend(platform)], **params) for platform in AUTO_BACKEND}
-    return lax.platform_dependent(boxes, scores, classes, **branches,
-                                  default=branches["cpu"])
+    branches = {
+        platform: functools.partial(
+            _IMPLEMENTATIONS[auto_backend(platform)], **params
+        )
+        for platform in AUTO_BACKEND
+    }
+    return lax.platform_dependent(
+        boxes, scores, classes, **branches, default=branches["cpu"]
+    )
 
 
 @functools.cache
 def _batched_call(backend: str, has_classes: bool, **params):
     """The backend on [B, N] inputs; vmap folds into the native batch dim."""
-    impl = (_auto if backend == "auto" else
-            _IMPLEMENTATIONS.get(backend) or BASELINES[backend])
+    impl = (
+        _auto
+        if backend == "auto"
+        else _IMPLEMENTATIONS.get(backend) or BASELINES[backend]
+    )
 
     def run(boxes, scores, classes):
-        return impl(boxes, scores, classes if has_classes else None,
-                    **params)
+        return impl(boxes, scores, classes if has_classes else None, **params)
 
     @jax.custom_batching.custom_vmap
     def call(boxes, scores, classes):
@@ -161,20 +202,34 @@ def _batched_call(backend: str, has_classes: bool, **params):
         def fold(x, batched):
             x = x if batched else jnp.broadcast_to(x, (axis_size,) + x.shape)
             return x.reshape((-1,) + x.shape[2:])
-        args = [fold(x, b) for x, b in zip((boxes, scores, classes),
-                                           in_batched, strict=True)]
+
+        args = [
+            fold(x, b)
+            for x, b in zip((boxes, scores, classes), in_batched, strict=True)
+        ]
         indices, num_valid = call(*args)
         batch = boxes.shape[1] if in_batched[0] else boxes.shape[0]
-        return ((indices.reshape(axis_size, batch, -1),
-                 num_valid.reshape(axis_size, batch)), (True, True))
+        return (
+            (
+                indices.reshape(axis_size, batch, -1),
+                num_valid.reshape(axis_size, batch),
+            ),
+            (True, True),
+        )
 
     return call
 
 
-def nms(boxes: ArrayLike, scores: ArrayLike, *, max_output_size: int,
-        iou_threshold: float, score_threshold: float | None = None,
-        classes: ArrayLike | None = None,
-        backend: str = "auto") -> tuple[jax.Array, jax.Array]:
+def nms(
+    boxes: ArrayLike,
+    scores: ArrayLike,
+    *,
+    max_output_size: int,
+    iou_threshold: float,
+    score_threshold: float | None = None,
+    classes: ArrayLike | None = None,
+    backend: str = "auto",
+) -> tuple[jax.Array, jax.Array]:
     """Greedy non-maximum suppression; see the module docstring.
 
     Args:
@@ -194,23 +249,41 @@ def nms(boxes: ArrayLike, scores: ArrayLike, *, max_output_size: int,
     boxes = jnp.asarray(boxes)
     scores = jnp.asarray(scores)
     classes = None if classes is None else jnp.asarray(classes)
-    _check_inputs(boxes, scores, classes, max_output_size, iou_threshold,
-                  score_threshold, backend)
+    _check_inputs(
+        boxes,
+        scores,
+        classes,
+        max_output_size,
+        iou_threshold,
+        score_threshold,
+        backend,
+    )
     batch_shape, n = scores.shape[:-1], scores.shape[-1]
     if n == 0 or 0 in batch_shape:
-        return (jnp.full(batch_shape + (max_output_size,), -1, jnp.int32),
-                jnp.zeros(batch_shape, jnp.int32))
+        return (
+            jnp.full(batch_shape + (max_output_size,), -1, jnp.int32),
+            jnp.zeros(batch_shape, jnp.int32),
+        )
     boxes = lax.stop_gradient(boxes.astype(jnp.float32)).reshape(-1, n, 4)
     scores = lax.stop_gradient(scores.astype(jnp.float32)).reshape(-1, n)
     has_classes = classes is not None
-    classes = (classes.astype(jnp.int32).reshape(-1, n) if has_classes else
-               jnp.zeros(scores.shape, jnp.int32))
+    classes = (
+        classes.astype(jnp.int32).reshape(-1, n)
+        if has_classes
+        else jnp.zeros(scores.shape, jnp.int32)
+    )
     call = _batched_call(
-        backend, has_classes, max_output_size=int(max_output_size),
+        backend,
+        has_classes,
+        max_output_size=int(max_output_size),
         iou_threshold=float(iou_threshold),
-        score_threshold=(None if score_threshold is None else
-                         float(score_threshold)))
+        score_threshold=(
+            None if score_threshold is None else float(score_threshold)
+        ),
+    )
     with jax.named_scope("nms"):
         indices, num_valid = call(boxes, scores, classes)
-    return (indices.reshape(batch_shape + (max_output_size,)),
-            num_valid.reshape(batch_shape))
+    return (
+        indices.reshape(batch_shape + (max_output_size,)),
+        num_valid.reshape(batch_shape),
+    )

@@ -79,8 +79,9 @@ def _descending_key(scores: jax.Array, valid: jax.Array) -> jax.Array:
     return jnp.where(valid, ~ascending, jnp.iinfo(jnp.int32).max)
 
 
-def candidate_order(boxes: jax.Array, scores: jax.Array,
-                    score_threshold: float | None):
+def candidate_order(
+    boxes: jax.Array, scores: jax.Array, score_threshold: float | None
+):
     """Sorts the candidates of every image into visiting order.
 
     Args:
@@ -95,8 +96,12 @@ def candidate_order(boxes: jax.Array, scores: jax.Array,
     """
     valid = reference.is_candidate(boxes, scores, score_threshold, xp=jnp)
     index = lax.broadcasted_iota(jnp.int32, scores.shape, scores.ndim - 1)
-    _, order = lax.sort((_descending_key(scores, valid), index),
-                        dimension=scores.ndim - 1, num_keys=1, is_stable=True)
+    _, order = lax.sort(
+        (_descending_key(scores, valid), index),
+        dimension=scores.ndim - 1,
+        num_keys=1,
+        is_stable=True,
+    )
     return order, jnp.take_along_axis(valid, order, axis=-1)
 
 
@@ -107,8 +112,9 @@ def gather_sorted(x: jax.Array, order: jax.Array) -> jax.Array:
     return jnp.take_along_axis(x, idx, axis=1)
 
 
-def indices_from_keep_mask(keep: jax.Array, order: jax.Array,
-                           max_output_size: int):
+def indices_from_keep_mask(
+    keep: jax.Array, order: jax.Array, max_output_size: int
+):
     """Output indices from a keep mask over sorted candidates.
 
     Greedy NMS keeps boxes in visiting order, so the selection order is the
@@ -128,6 +134,7 @@ def indices_from_keep_mask(keep: jax.Array, order: jax.Array,
     rows = lax.broadcasted_iota(jnp.int32, keep.shape, 0)
     out = jnp.full((batch, max_output_size + 1), -1, jnp.int32)
     out = out.at[rows, slot].set(order, mode="drop")
-    num_valid = jnp.minimum(jnp.sum(keep, axis=-1, dtype=jnp.int32),
-                            max_output_size)
+    num_valid = jnp.minimum(
+        jnp.sum(keep, axis=-1, dtype=jnp.int32), max_output_size
+    )
     return out[:, :max_output_size], num_valid

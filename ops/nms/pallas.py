@@ -35,9 +35,11 @@ BLOCK_SIZES = {
 
 def triton_missing_message() -> str:
     """The error of the pallas backend on CUDA without Pallas Triton."""
-    return (f"the pallas NMS backend needs Pallas' Triton backend on CUDA "
-            f"GPUs, which JAX {jax.__version__} does not have; use "
-            f"--nms=while_loop (or --nms=auto, which picks it there)")
+    return (
+        f"the pallas NMS backend needs Pallas' Triton backend on CUDA "
+        f"GPUs, which JAX {jax.__version__} does not have; use "
+        f"--nms=while_loop (or --nms=auto, which picks it there)"
+    )
 
 
 # Stands in for the Triton kernel where JAX has none: it traces like the
@@ -46,7 +48,9 @@ def triton_missing_message() -> str:
 _triton_missing_p = jex_core.Primitive("nms_triton_missing")
 _triton_missing_p.def_abstract_eval(
     lambda fields, classes, candidate: jax.core.ShapedArray(
-        candidate.shape, jnp.int32))
+        candidate.shape, jnp.int32
+    )
+)
 
 
 def _raise_triton_missing(ctx, *args):
@@ -62,10 +66,10 @@ def _round_up(n: int, multiple: int) -> int:
 
 def _sorted_inputs(boxes, scores, classes, score_threshold):
     """Sorted candidates: (order, fields f32[B, 5, N], classes, candidate)."""
-    order, is_candidate = common.candidate_order(boxes, scores,
-                                                 score_threshold)
+    order, is_candidate = common.candidate_order(boxes, scores, score_threshold)
     fields = jnp.stack(
-        common.box_fields(common.gather_sorted(boxes, order)), axis=1)
+        common.box_fields(common.gather_sorted(boxes, order)), axis=1
+    )
     sorted_classes = common.gather_sorted(classes, order)
     return order, fields, sorted_classes, is_candidate.astype(jnp.int32)
 
@@ -80,35 +84,55 @@ def _keep_mask(fields, classes, candidate, *, platform, **params):
     n = candidate.shape[-1]
     blocks = BLOCK_SIZES[platform]
     n_pad = _round_up(n, blocks.tile)
-    fields, classes, candidate = (_pad_last(x, n_pad)
-                                  for x in (fields, classes, candidate))
+    fields, classes, candidate = (
+        _pad_last(x, n_pad) for x in (fields, classes, candidate)
+    )
     if platform == "tpu":
-        keep = pallas_tpu.keep_mask(fields, classes, candidate,
-                                    blocks=blocks, **params)
+        keep = pallas_tpu.keep_mask(
+            fields, classes, candidate, blocks=blocks, **params
+        )
     elif platform == "gpu" and not pallas_gpu.TRITON_AVAILABLE:
         keep = _triton_missing_p.bind(fields, classes, candidate)
     else:
-        keep = pallas_gpu.keep_mask(fields, classes, candidate,
-                                    blocks=blocks, platform=platform,
-                                    **params)
+        keep = pallas_gpu.keep_mask(
+            fields,
+            classes,
+            candidate,
+            blocks=blocks,
+            platform=platform,
+            **params,
+        )
     return keep[:, :n]
 
 
-def nms(boxes: jax.Array, scores: jax.Array, classes: jax.Array | None, *,
-        max_output_size: int, iou_threshold: float,
-        score_threshold: float | None):
+def nms(
+    boxes: jax.Array,
+    scores: jax.Array,
+    classes: jax.Array | None,
+    *,
+    max_output_size: int,
+    iou_threshold: float,
+    score_threshold: float | None,
+):
     """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
     class_aware = classes is not None
     if classes is None:
         classes = jnp.zeros(scores.shape, jnp.int32)
     order, fields, sorted_classes, candidate = _sorted_inputs(
-        boxes, scores, classes, score_threshold)
+        boxes, scores, classes, score_threshold
+    )
     kernel = functools.partial(
-        _keep_mask, max_output_size=max_output_size,
-        iou_threshold=iou_threshold, class_aware=class_aware)
+        _keep_mask,
+        max_output_size=max_output_size,
+        iou_threshold=iou_threshold,
+        class_aware=class_aware,
+    )
     keep = lax.platform_dependent(
-        fields, sorted_classes, candidate,
+        fields,
+        sorted_classes,
+        candidate,
         tpu=functools.partial(kernel, platform="tpu"),
         cuda=functools.partial(kernel, platform="gpu"),
-        default=functools.partial(kernel, platform="cpu"))
+        default=functools.partial(kernel, platform="cpu"),
+    )
     return common.indices_from_keep_mask(keep > 0, order, max_output_size)

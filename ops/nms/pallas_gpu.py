@@ -37,9 +37,22 @@ TRITON_AVAILABLE = pltr is not None
 _NUM_FIELDS = 5  # x1, y1, x2, y2, area
 
 
-def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
-            kept_classes_ref, *, tile, kept_chunk, num_tiles, max_output_size,
-            iou_threshold, class_aware, barrier):
+def _kernel(
+    fields_ref,
+    classes_ref,
+    candidate_ref,
+    keep_ref,
+    kept_ref,
+    kept_classes_ref,
+    *,
+    tile,
+    kept_chunk,
+    num_tiles,
+    max_output_size,
+    iou_threshold,
+    class_aware,
+    barrier,
+):
     """Kernel body for one image.
 
     Refs (one image each): fields f32[5, N_pad] (x1, y1, x2, y2, area of the
@@ -71,11 +84,12 @@ def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
             kept_classes = kept_classes_ref[pl.ds(start, kept_chunk)]
             live = (start + chunk_lanes < count).astype(jnp.int32)
             hit = suppression(kept, kept_classes, fields, classes)
-            return jnp.maximum(suppressed,
-                               jnp.max(hit * live[:, None], axis=0))
+            return jnp.maximum(suppressed, jnp.max(hit * live[:, None], axis=0))
+
         num_chunks = (count + kept_chunk - 1) // kept_chunk
-        return lax.fori_loop(0, num_chunks, chunk,
-                             jnp.zeros((tile,), jnp.int32))
+        return lax.fori_loop(
+            0, num_chunks, chunk, jnp.zeros((tile,), jnp.int32)
+        )
 
     def resolve_tile(alive0, fields, classes):
         within = suppression(fields, classes, fields, classes)
@@ -87,8 +101,9 @@ def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
             new_alive = alive0 * (1 - hit)
             return new_alive, jnp.max(jnp.abs(new_alive - alive))
 
-        alive, _ = lax.while_loop(lambda s: s[1] > 0, step,
-                                  (alive0, jnp.int32(1)))
+        alive, _ = lax.while_loop(
+            lambda s: s[1] > 0, step, (alive0, jnp.int32(1))
+        )
         return alive
 
     def append_kept(alive, fields, classes, count):
@@ -97,9 +112,11 @@ def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
         onehot = (alive[:, None] > 0) & (rank[:, None] == col_index)
         for k in range(_NUM_FIELDS):
             kept_ref[k, pl.ds(count, tile)] = jnp.sum(
-                jnp.where(onehot, fields[k][:, None], 0.0), axis=0)
+                jnp.where(onehot, fields[k][:, None], 0.0), axis=0
+            )
         kept_classes_ref[pl.ds(count, tile)] = jnp.sum(
-            jnp.where(onehot, classes[:, None], 0), axis=0)
+            jnp.where(onehot, classes[:, None], 0), axis=0
+        )
         barrier()
 
     def process_tile(state):
@@ -108,7 +125,8 @@ def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
         fields = load_fields(fields_ref, start, tile)
         classes = classes_ref[pl.ds(start, tile)]
         alive0 = candidate_ref[pl.ds(start, tile)] * (
-            1 - suppressed_by_kept(fields, classes, count))
+            1 - suppressed_by_kept(fields, classes, count)
+        )
         alive = resolve_tile(alive0, fields, classes)
         keep_ref[pl.ds(start, tile)] = alive
         append_kept(alive, fields, classes, count)
@@ -116,7 +134,9 @@ def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
 
     done, _ = lax.while_loop(
         lambda s: (s[0] < num_tiles) & (s[1] < max_output_size),
-        process_tile, (jnp.int32(0), jnp.int32(0)))
+        process_tile,
+        (jnp.int32(0), jnp.int32(0)),
+    )
 
     def clear_tile(t, carry):
         keep_ref[pl.ds(t * tile, tile)] = jnp.zeros((tile,), jnp.int32)
@@ -125,10 +145,17 @@ def _kernel(fields_ref, classes_ref, candidate_ref, keep_ref, kept_ref,
     lax.fori_loop(done, num_tiles, clear_tile, 0)
 
 
-def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
-              *, blocks: common.BlockSizes, max_output_size: int,
-              iou_threshold: float, class_aware: bool,
-              platform: str) -> jax.Array:
+def keep_mask(
+    fields: jax.Array,
+    classes: jax.Array,
+    candidate: jax.Array,
+    *,
+    blocks: common.BlockSizes,
+    max_output_size: int,
+    iou_threshold: float,
+    class_aware: bool,
+    platform: str,
+) -> jax.Array:
     """Runs the kernel: fields f32[B, 5, N_pad] -> keep int32[B, N_pad].
 
     `platform` is 'gpu' (Triton) or 'cpu' (interpret mode); N_pad must be a
@@ -137,13 +164,19 @@ def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
     tile, kept_chunk = blocks.tile, blocks.kept_chunk
     batch, _, n_pad = fields.shape
     num_tiles = n_pad // tile
-    k_buf = max(max_output_size + tile,
-                -(-max_output_size // kept_chunk) * kept_chunk)
+    k_buf = max(
+        max_output_size + tile, -(-max_output_size // kept_chunk) * kept_chunk
+    )
     kernel = functools.partial(
-        _kernel, tile=tile, kept_chunk=kept_chunk, num_tiles=num_tiles,
-        max_output_size=max_output_size, iou_threshold=iou_threshold,
+        _kernel,
+        tile=tile,
+        kept_chunk=kept_chunk,
+        num_tiles=num_tiles,
+        max_output_size=max_output_size,
+        iou_threshold=iou_threshold,
         class_aware=class_aware,
-        barrier=pltr.debug_barrier if platform == "gpu" else lambda: None)
+        barrier=pltr.debug_barrier if platform == "gpu" else lambda: None,
+    )
 
     def image(b):
         return b, 0
@@ -165,8 +198,11 @@ def keep_mask(fields: jax.Array, classes: jax.Array, candidate: jax.Array,
             jax.ShapeDtypeStruct((batch, k_buf), jnp.int32),
         ],
         interpret=platform == "cpu",
-        compiler_params=(pltr.CompilerParams(num_warps=blocks.num_warps)
-                         if platform == "gpu" else None),
+        compiler_params=(
+            pltr.CompilerParams(num_warps=blocks.num_warps)
+            if platform == "gpu"
+            else None
+        ),
         name="nms_tiled",
     )(fields, classes, candidate)
     return keep

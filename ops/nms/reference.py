@@ -33,13 +33,22 @@ def box_areas(boxes: np.ndarray) -> np.ndarray:
     return nonneg_product(w, h)
 
 
-def overlap_exceeds(box: np.ndarray, area: np.float32, boxes: np.ndarray,
-                    areas: np.ndarray, iou_threshold: np.float32) -> np.ndarray:
+def overlap_exceeds(
+    box: np.ndarray,
+    area: np.float32,
+    boxes: np.ndarray,
+    areas: np.ndarray,
+    iou_threshold: np.float32,
+) -> np.ndarray:
     """Whether IoU(box, boxes[j]) > iou_threshold, as `inter > t * union`."""
-    iw = np.maximum(np.minimum(box[2], boxes[:, 2]) -
-                    np.maximum(box[0], boxes[:, 0]), _F32(0))
-    ih = np.maximum(np.minimum(box[3], boxes[:, 3]) -
-                    np.maximum(box[1], boxes[:, 1]), _F32(0))
+    iw = np.maximum(
+        np.minimum(box[2], boxes[:, 2]) - np.maximum(box[0], boxes[:, 0]),
+        _F32(0),
+    )
+    ih = np.maximum(
+        np.minimum(box[3], boxes[:, 3]) - np.maximum(box[1], boxes[:, 1]),
+        _F32(0),
+    )
     inter = nonneg_product(iw, ih)
     union = (area + areas) - inter
     return inter > iou_threshold * union
@@ -59,8 +68,9 @@ def is_candidate(boxes, scores, score_threshold: float | None, xp=np):
     return valid
 
 
-def candidate_order(boxes: np.ndarray, scores: np.ndarray,
-                    score_threshold: float | None) -> np.ndarray:
+def candidate_order(
+    boxes: np.ndarray, scores: np.ndarray, score_threshold: float | None
+) -> np.ndarray:
     """Indices of the candidates of one image, in visiting order."""
     candidates = np.flatnonzero(is_candidate(boxes, scores, score_threshold))
     # Stable sort on the negated score: equal scores keep index order
@@ -68,10 +78,15 @@ def candidate_order(boxes: np.ndarray, scores: np.ndarray,
     return candidates[np.argsort(-scores[candidates], kind="stable")]
 
 
-def nms_single(boxes: np.ndarray, scores: np.ndarray,
-               classes: np.ndarray | None, *, max_output_size: int,
-               iou_threshold: float,
-               score_threshold: float | None = None) -> np.ndarray:
+def nms_single(
+    boxes: np.ndarray,
+    scores: np.ndarray,
+    classes: np.ndarray | None,
+    *,
+    max_output_size: int,
+    iou_threshold: float,
+    score_threshold: float | None = None,
+) -> np.ndarray:
     """Greedy NMS of one image: kept indices int32[K'] in selection order."""
     boxes = np.asarray(boxes, _F32)
     scores = np.asarray(scores, _F32)
@@ -82,16 +97,24 @@ def nms_single(boxes: np.ndarray, scores: np.ndarray,
     while remaining.size and len(keep) < max_output_size:
         i, rest = remaining[0], remaining[1:]
         keep.append(i)
-        suppressed = overlap_exceeds(boxes[i], areas[i], boxes[rest],
-                                     areas[rest], threshold)
+        suppressed = overlap_exceeds(
+            boxes[i], areas[i], boxes[rest], areas[rest], threshold
+        )
         if classes is not None:
             suppressed &= classes[rest] == classes[i]
         remaining = rest[~suppressed]
     return np.asarray(keep, np.int32)
 
 
-def nms(boxes, scores, *, max_output_size: int, iou_threshold: float,
-        score_threshold: float | None = None, classes=None):
+def nms(
+    boxes,
+    scores,
+    *,
+    max_output_size: int,
+    iou_threshold: float,
+    score_threshold: float | None = None,
+    classes=None,
+):
     """Batched reference NMS with the public API's outputs.
 
     Args:
@@ -113,9 +136,13 @@ def nms(boxes, scores, *, max_output_size: int, iou_threshold: float,
     num_valid = np.zeros(batch_shape, np.int32)
     for b in np.ndindex(batch_shape):
         keep = nms_single(
-            boxes[b], scores[b], None if classes is None else
-            np.asarray(classes)[b], max_output_size=max_output_size,
-            iou_threshold=iou_threshold, score_threshold=score_threshold)
-        indices[b][:keep.size] = keep
+            boxes[b],
+            scores[b],
+            None if classes is None else np.asarray(classes)[b],
+            max_output_size=max_output_size,
+            iou_threshold=iou_threshold,
+            score_threshold=score_threshold,
+        )
+        indices[b][: keep.size] = keep
         num_valid[b] = keep.size
     return indices, num_valid

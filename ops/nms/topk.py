@@ -13,16 +13,24 @@ from jax import lax
 from ops.nms import reference
 
 
-def nms(boxes: jax.Array, scores: jax.Array, classes: jax.Array | None, *,
-        max_output_size: int, iou_threshold: float,
-        score_threshold: float | None):
+def nms(
+    boxes: jax.Array,
+    scores: jax.Array,
+    classes: jax.Array | None,
+    *,
+    max_output_size: int,
+    iou_threshold: float,
+    score_threshold: float | None,
+):
     """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
     del classes, iou_threshold  # no suppression
     valid = reference.is_candidate(boxes, scores, score_threshold, xp=jnp)
     k = min(max_output_size, scores.shape[-1])
     _, indices = lax.top_k(jnp.where(valid, scores, -jnp.inf), k)
-    indices = jnp.where(jnp.take_along_axis(valid, indices, axis=-1),
-                        indices, -1).astype(jnp.int32)
-    indices = jnp.pad(indices, ((0, 0), (0, max_output_size - k)),
-                      constant_values=-1)
+    indices = jnp.where(
+        jnp.take_along_axis(valid, indices, axis=-1), indices, -1
+    ).astype(jnp.int32)
+    indices = jnp.pad(
+        indices, ((0, 0), (0, max_output_size - k)), constant_values=-1
+    )
     return indices, jnp.sum(indices >= 0, axis=-1, dtype=jnp.int32)

@@ -26,8 +26,9 @@ def _suppression_mask(boxes, classes, iou_threshold):
     return mask
 
 
-def _greedy_single(boxes, classes, is_candidate, *, max_output_size,
-                   iou_threshold):
+def _greedy_single(
+    boxes, classes, is_candidate, *, max_output_size, iou_threshold
+):
     """Sorted positions kept for one image: (int32[K] padded with -1, count)."""
     mask = _suppression_mask(boxes, classes, iou_threshold)
     selected = jnp.full((max_output_size,), -1, jnp.int32)
@@ -44,25 +45,37 @@ def _greedy_single(boxes, classes, is_candidate, *, max_output_size,
         return alive, selected.at[count].set(pick), count + 1
 
     _, selected, count = lax.while_loop(
-        cond, body, (is_candidate, selected, jnp.int32(0)))
+        cond, body, (is_candidate, selected, jnp.int32(0))
+    )
     return selected, count
 
 
-def nms(boxes: jax.Array, scores: jax.Array, classes: jax.Array | None, *,
-        max_output_size: int, iou_threshold: float,
-        score_threshold: float | None):
+def nms(
+    boxes: jax.Array,
+    scores: jax.Array,
+    classes: jax.Array | None,
+    *,
+    max_output_size: int,
+    iou_threshold: float,
+    score_threshold: float | None,
+):
     """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
-    order, is_candidate = common.candidate_order(boxes, scores,
-                                                 score_threshold)
+    order, is_candidate = common.candidate_order(boxes, scores, score_threshold)
     sorted_boxes = common.gather_sorted(boxes, order)
-    sorted_classes = (None if classes is None else
-                      common.gather_sorted(classes, order))
-    greedy = functools.partial(_greedy_single,
-                               max_output_size=max_output_size,
-                               iou_threshold=iou_threshold)
-    positions, count = jax.vmap(greedy)(sorted_boxes, sorted_classes,
-                                        is_candidate)
+    sorted_classes = (
+        None if classes is None else common.gather_sorted(classes, order)
+    )
+    greedy = functools.partial(
+        _greedy_single,
+        max_output_size=max_output_size,
+        iou_threshold=iou_threshold,
+    )
+    positions, count = jax.vmap(greedy)(
+        sorted_boxes, sorted_classes, is_candidate
+    )
     indices = jnp.where(
         positions >= 0,
-        jnp.take_along_axis(order, jnp.maximum(positions, 0), axis=-1), -1)
+        jnp.take_along_axis(order, jnp.maximum(positions, 0), axis=-1),
+        -1,
+    )
     return indices.astype(jnp.int32), count

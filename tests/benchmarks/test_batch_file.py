@@ -26,20 +26,21 @@ def _batches(config, count, seed=0):
     batches = []
     for _ in range(count):
         pixels = rng.uniform(0.0, 255.0, shapes["image"]).astype(np.float32)
-        batches.append({
-            "image": (pixels - mean) / std,
-            "boxes": rng.uniform(0, 30, shapes["boxes"]).astype(np.float32),
-            "classes": rng.integers(0, 4, shapes["classes"], np.int32),
-            "valid": rng.random(shapes["valid"]) < 0.5,
-            "masks": rng.integers(0, 2, shapes["masks"], np.uint8),
-            "mask_valid": rng.random(shapes["mask_valid"]) < 0.5,
-            "image_id": np.arange(shapes["image"][0]),  # not a model input
-        })
+        batches.append(
+            {
+                "image": (pixels - mean) / std,
+                "boxes": rng.uniform(0, 30, shapes["boxes"]).astype(np.float32),
+                "classes": rng.integers(0, 4, shapes["classes"], np.int32),
+                "valid": rng.random(shapes["valid"]) < 0.5,
+                "masks": rng.integers(0, 2, shapes["masks"], np.uint8),
+                "mask_valid": rng.random(shapes["mask_valid"]) < 0.5,
+                "image_id": np.arange(shapes["image"][0]),  # not a model input
+            }
+        )
     return batches
 
 
-def test_round_trip_keeps_targets_and_images_within_half_a_grey_level(
-        tmp_path):
+def test_round_trip_keeps_targets_and_images_within_half_a_grey_level(tmp_path):
     config = _config()
     batches = _batches(config, 3)
     path = batch_file.save(tmp_path / "b.npz", batches, config.data)
@@ -58,20 +59,25 @@ def test_round_trip_keeps_targets_and_images_within_half_a_grey_level(
 
 def test_shape_mismatch_names_the_file_and_the_entry(tmp_path):
     config = _config()
-    path = batch_file.save(tmp_path / "b.npz", _batches(config, 1),
-                           config.data)
+    path = batch_file.save(tmp_path / "b.npz", _batches(config, 1), config.data)
     other = _config(size=(64, 64))
-    with pytest.raises(ValueError, match=r"b\.npz: image has shape "
-                       r"\(2, 32, 48, 3\), the config's pipeline makes "
-                       r"\(2, 64, 64, 3\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"b\.npz: image has shape "
+        r"\(2, 32, 48, 3\), the config's pipeline makes "
+        r"\(2, 64, 64, 3\)",
+    ):
         batch_file.check_shapes(batch_file.load(path), other, path)
 
 
 def test_a_file_that_is_not_a_batch_file_is_one_clear_error(tmp_path):
     other = tmp_path / "other.npz"
     np.savez(other, x=np.zeros(2))
-    with pytest.raises(ValueError, match=r"other\.npz: not a batch file of "
-                       r"this project \(missing format"):
+    with pytest.raises(
+        ValueError,
+        match=r"other\.npz: not a batch file of "
+        r"this project \(missing format",
+    ):
         batch_file.load(other)
     text = tmp_path / "text.npz"
     text.write_text("hello")

@@ -9,8 +9,12 @@ from benchmarks import flops
 
 def _conv(x, w, stride):
     return jax.lax.conv_general_dilated(
-        x, w, (stride, stride), "SAME",
-        dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        x,
+        w,
+        (stride, stride),
+        "SAME",
+        dimension_numbers=("NHWC", "HWIO", "NHWC"),
+    )
 
 
 @pytest.mark.parametrize("stride", [1, 2])
@@ -20,7 +24,10 @@ def test_conv_forward_and_its_gradient_count_the_real_macs(stride):
     out_pixels = 2 * (16 // stride) ** 2
     forward = 2.0 * out_pixels * 32 * 8 * 9
     assert flops.count_flops(lambda a, b: _conv(a, b, stride), x, w) == {
-        "conv": forward, "dot": 0.0, "total": forward}
+        "conv": forward,
+        "dot": 0.0,
+        "total": forward,
+    }
     # Backward: the input and the weight gradient each cost one forward.
     grad = jax.grad(lambda a, b: _conv(a, b, stride).sum(), argnums=(0, 1))
     assert flops.count_flops(grad, x, w)["conv"] == 3 * forward

@@ -11,26 +11,42 @@ def test_default_is_the_pretrained_1x_recipe():
     config = coco_r50_fpn.get_config()
     model, train = config.model, config.train
     assert (model.backbone, model.norm, model.freeze_at) == (
-        "resnet50", "frozen_batch", 2)
+        "resnet50",
+        "frozen_batch",
+        2,
+    )
     assert model.backbone_init.endswith(".safetensors")
-    assert backbone.frozen_prefixes(model) == ("backbone/stem",
-                                               "backbone/stages/0")
+    assert backbone.frozen_prefixes(model) == (
+        "backbone/stem",
+        "backbone/stages/0",
+    )
     assert tuple(config.data.image_size) == (1024, 1024)
     assert (train.optimizer, train.momentum, train.weight_decay) == (
-        "sgd", 0.9, 1e-4)
-    assert (train.batch_size, train.learning_rate, train.num_steps,
-            train.warmup_steps, train.warmup_init_factor) == (
-        16, 0.02, 90_000, 1000, 0.001)
+        "sgd",
+        0.9,
+        1e-4,
+    )
+    assert (
+        train.batch_size,
+        train.learning_rate,
+        train.num_steps,
+        train.warmup_steps,
+        train.warmup_init_factor,
+    ) == (16, 0.02, 90_000, 1000, 0.001)
     assert optimizer.step_boundaries(train) == (60_000, 80_000)
     model_lib.validate_config(config)
 
 
-@pytest.mark.parametrize("batch,lr,steps,warmup,boundaries", [
-    (8, 0.01, 180_000, 2000, (120_000, 160_000)),
-    (64, 0.08, 22_500, 250, (15_000, 20_000)),
-])
-def test_lr_steps_and_warmup_follow_the_batch(batch, lr, steps, warmup,
-                                              boundaries):
+@pytest.mark.parametrize(
+    "batch,lr,steps,warmup,boundaries",
+    [
+        (8, 0.01, 180_000, 2000, (120_000, 160_000)),
+        (64, 0.08, 22_500, 250, (15_000, 20_000)),
+    ],
+)
+def test_lr_steps_and_warmup_follow_the_batch(
+    batch, lr, steps, warmup, boundaries
+):
     config = coco_r50_fpn.get_config()
     config.train.batch_size = batch
     train = config.train
@@ -43,18 +59,26 @@ def test_gn_scratch_keeps_the_group_norm_setup():
     config = coco_r50_fpn.get_config("gn_scratch")
     model, train = config.model, config.train
     assert (model.norm, model.freeze_at, model.backbone_init) == (
-        "group", 0, "")
+        "group",
+        0,
+        "",
+    )
     assert (train.batch_size, train.learning_rate, train.num_steps) == (
-        64, 0.12, 22_500)
+        64,
+        0.12,
+        22_500,
+    )
     assert optimizer.step_boundaries(train) == (15_000, 20_000)
 
 
 def test_variants_combine_and_unknown_ones_are_one_line():
     config = coco_r50_fpn.get_config("gn_scratch,runlocal")
-    assert (config.model.norm, config.model.backbone) == ("group",
-                                                          "resnet18")
+    assert (config.model.norm, config.model.backbone) == ("group", "resnet18")
     assert config.train.num_steps == 4
     model_lib.validate_config(config)
-    with pytest.raises(ValueError, match=r"unknown variant 'fast'; known: "
-                       r".*gn_scratch"):
+    with pytest.raises(
+        ValueError,
+        match=r"unknown variant 'fast'; known: "
+        r".*gn_scratch",
+    ):
         coco_r50_fpn.get_config("fast")

@@ -64,12 +64,10 @@ def synthetic_example() -> dict[str, np.ndarray]:
     yy, xx = np.mgrid[0:IMAGE, 0:IMAGE] + 0.5
     objects = [
         ((xx >= 6) & (xx < 26) & (yy >= 8) & (yy < 30), 1),
-        (((xx - 46) / 12)**2 + ((yy - 16) / 10)**2 <= 1.0, 2),
-        ((yy >= 36) & (yy < 60) & (np.abs(xx - 38) <= (yy - 36) * 14 / 24),
-         3),
+        (((xx - 46) / 12) ** 2 + ((yy - 16) / 10) ** 2 <= 1.0, 2),
+        ((yy >= 36) & (yy < 60) & (np.abs(xx - 38) <= (yy - 36) * 14 / 24), 3),
     ]
-    colours = {1: (1.5, -1.0, -1.0), 2: (-1.0, 1.5, -1.0),
-               3: (-1.0, -1.0, 1.5)}
+    colours = {1: (1.5, -1.0, -1.0), 2: (-1.0, 1.5, -1.0), 3: (-1.0, -1.0, 1.5)}
     example = empty_example()
     for i, (mask, cls) in enumerate(objects):
         example["image"][0][mask] = colours[cls]

@@ -12,9 +12,9 @@ def test_level_anchors_shapes_sizes_and_order():
     width = grid[..., 2] - grid[..., 0]
     height = grid[..., 3] - grid[..., 1]
     np.testing.assert_allclose(np.sqrt(width * height), 32.0, rtol=1e-6)
-    np.testing.assert_allclose(height / width,
-                               np.broadcast_to([0.5, 1.0, 2.0], (8, 4, 3)),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        height / width, np.broadcast_to([0.5, 1.0, 2.0], (8, 4, 3)), rtol=1e-6
+    )
     centre_x = (grid[..., 0] + grid[..., 2]) / 2
     centre_y = (grid[..., 1] + grid[..., 3]) / 2
     np.testing.assert_allclose(centre_x[2, 1], 1.5 * 8)  # (i + 0.5) * stride
@@ -26,5 +26,6 @@ def test_pyramid_anchors_cover_each_level_once():
     assert [len(x) for x in levels] == [256, 64, 16]
     sides = [x[0, 2] - x[0, 0] for x in levels]
     np.testing.assert_allclose(sides, [32.0, 64.0, 128.0])
-    assert levels[0] is anchors.pyramid_anchors((64, 64), 2, 4, 8.0,
-                                                (1.0,))[0]  # cached
+    assert (
+        levels[0] is anchors.pyramid_anchors((64, 64), 2, 4, 8.0, (1.0,))[0]
+    )  # cached

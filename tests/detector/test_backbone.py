@@ -14,29 +14,44 @@ from tests.detector import helpers
 
 
 def _abstract(name, norm="group", width=64, groups=32, top_level=5):
-    return nnx.eval_shape(lambda: backbone.ResNet(
-        name, width=width, norm=norm, groups=groups, dtype=jnp.float32,
-        rngs=nnx.Rngs(0), top_level=top_level))
+    return nnx.eval_shape(
+        lambda: backbone.ResNet(
+            name,
+            width=width,
+            norm=norm,
+            groups=groups,
+            dtype=jnp.float32,
+            rngs=nnx.Rngs(0),
+            top_level=top_level,
+        )
+    )
 
 
 def _count(module, kind=nnx.Param):
     return sum(x.size for x in jax.tree.leaves(nnx.state(module, kind)))
 
 
-@pytest.mark.parametrize("name, channels", [
-    ("resnet18", (64, 128, 256, 512)),
-    ("resnet50", (256, 512, 1024, 2048)),
-    ("tiny", (16, 32, 64, 128)),
-])
+@pytest.mark.parametrize(
+    "name, channels",
+    [
+        ("resnet18", (64, 128, 256, 512)),
+        ("resnet50", (256, 512, 1024, 2048)),
+        ("tiny", (16, 32, 64, 128)),
+    ],
+)
 def test_stage_shapes(name, channels):
     width = 16 if name == "tiny" else 64
     model = _abstract(name, width=width, groups=8)
     graphdef, state = nnx.split(model)
-    out = jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x), state,
-                         jax.ShapeDtypeStruct((2, 64, 96, 3), jnp.float32))
+    out = jax.eval_shape(
+        lambda s, x: nnx.merge(graphdef, s)(x),
+        state,
+        jax.ShapeDtypeStruct((2, 64, 96, 3), jnp.float32),
+    )
     assert {level: x.shape for level, x in out.items()} == {
         level: (2, 64 // 2**level, 96 // 2**level, c)
-        for level, c in zip(range(2, 6), channels, strict=True)}
+        for level, c in zip(range(2, 6), channels, strict=True)
+    }
     assert model.out_channels == dict(zip(range(2, 6), channels, strict=True))
 
 
@@ -65,11 +80,18 @@ def test_tiny_parameter_count_by_hand():
 
 
 def test_batch_norm_follows_train_and_eval():
-    model = backbone.ConvNorm(3, 4, 3, norm="batch", groups=1,
-                              dtype=jnp.float32,
-                              rngs=helpers.fast_init_rngs())
-    x = jnp.asarray(np.random.default_rng(0).normal(3.0, 2.0, (4, 5, 5, 3)),
-                    jnp.float32)
+    model = backbone.ConvNorm(
+        3,
+        4,
+        3,
+        norm="batch",
+        groups=1,
+        dtype=jnp.float32,
+        rngs=helpers.fast_init_rngs(),
+    )
+    x = jnp.asarray(
+        np.random.default_rng(0).normal(3.0, 2.0, (4, 5, 5, 3)), jnp.float32
+    )
     run = nnx.jit(lambda module, x: module(x))  # updates module in place
     model.train()
     run(model, x)

@@ -18,9 +18,11 @@ from detector import backbone, warm_start
 from detector import config as config_lib
 
 # torchvision.models.resnet: blocks per stage, bottleneck (expansion 4).
-_TORCHVISION = {"resnet18": ((2, 2, 2, 2), False),
-                "resnet50": ((3, 4, 6, 3), True),
-                "resnet101": ((3, 4, 23, 3), True)}
+_TORCHVISION = {
+    "resnet18": ((2, 2, 2, 2), False),
+    "resnet50": ((3, 4, 6, 3), True),
+    "resnet101": ((3, 4, 23, 3), True),
+}
 _EPS = 1e-5  # torchvision's BatchNorm2d / FrozenBatchNorm2d epsilon
 
 
@@ -33,28 +35,37 @@ def torchvision_state_dict(name: str, seed: int = 0) -> dict:
 
     def conv(key, out, inp, k):
         std = np.sqrt(2.0 / (k * k * out))  # kaiming_normal_, fan_out
-        state[f"{key}.weight"] = (rng.standard_normal(
-            (out, inp, k, k), np.float32) * std).astype(np.float32)
+        state[f"{key}.weight"] = (
+            rng.standard_normal((out, inp, k, k), np.float32) * std
+        ).astype(np.float32)
 
     def bn(key, c):
         state[f"{key}.weight"] = rng.uniform(0.5, 1.5, c).astype(np.float32)
         state[f"{key}.bias"] = rng.normal(0, 0.1, c).astype(np.float32)
-        state[f"{key}.running_mean"] = rng.normal(0, 0.1, c).astype(
-            np.float32)
+        state[f"{key}.running_mean"] = rng.normal(0, 0.1, c).astype(np.float32)
         state[f"{key}.running_var"] = rng.uniform(0.5, 2.0, c).astype(
-            np.float32)
+            np.float32
+        )
         state[f"{key}.num_batches_tracked"] = np.array(100, np.int64)
 
     conv("conv1", 64, 3, 7)
     bn("bn1", 64)
     inplanes = 64
-    for i, (planes, blocks) in enumerate(zip((64, 128, 256, 512), depths)):
+    for i, (planes, blocks) in enumerate(
+        zip((64, 128, 256, 512), depths, strict=True)
+    ):
         for b in range(blocks):
             stride = 2 if i > 0 and b == 0 else 1
             key = f"layer{i + 1}.{b}"
-            widths = ([(planes, inplanes, 1), (planes, planes, 3),
-                       (planes * 4, planes, 1)] if bottleneck else
-                      [(planes, inplanes, 3), (planes, planes, 3)])
+            widths = (
+                [
+                    (planes, inplanes, 1),
+                    (planes, planes, 3),
+                    (planes * 4, planes, 1),
+                ]
+                if bottleneck
+                else [(planes, inplanes, 3), (planes, planes, 3)]
+            )
             for j, (out, inp, k) in enumerate(widths, start=1):
                 conv(f"{key}.conv{j}", out, inp, k)
                 bn(f"{key}.bn{j}", out)
@@ -63,7 +74,8 @@ def torchvision_state_dict(name: str, seed: int = 0) -> dict:
                 bn(f"{key}.downsample.1", planes * expansion)
             inplanes = planes * expansion
     state["fc.weight"] = rng.normal(0, 0.01, (1000, inplanes)).astype(
-        np.float32)
+        np.float32
+    )
     state["fc.bias"] = np.zeros(1000, np.float32)
     return state
 
@@ -80,12 +92,12 @@ class _Holder(nnx.Module):
     """The backbone under the attribute the full model uses."""
 
     def __init__(self, model, rngs):
-        self.backbone, _ = backbone.build(model, dtype=jnp.float32,
-                                          rngs=rngs)
+        self.backbone, _ = backbone.build(model, dtype=jnp.float32, rngs=rngs)
 
 
-def _loaded(config, build=lambda m: nnx.eval_shape(
-        lambda: _Holder(m, nnx.Rngs(0)))):
+def _loaded(
+    config, build=lambda m: nnx.eval_shape(lambda: _Holder(m, nnx.Rngs(0)))
+):
     """The backbone with config.model.backbone_init applied to zeros."""
     graphdef, params, rest = nnx.split(build(config.model), nnx.Param, ...)
     zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), (params, rest))
@@ -108,33 +120,44 @@ def _variable(module, torch_name):
     if kind == "conv":
         return layer.conv.kernel, lambda w: w.transpose(2, 3, 1, 0)
     norm = layer.norm
-    return {"weight": norm.scale, "bias": norm.bias,
-            "running_mean": norm.mean, "running_var": norm.var}[field], None
+    return {
+        "weight": norm.scale,
+        "bias": norm.bias,
+        "running_mean": norm.mean,
+        "running_var": norm.var,
+    }[field], None
 
 
-@pytest.mark.parametrize("name,norm", [("resnet50", "frozen_batch"),
-                                       ("resnet18", "batch")])
+@pytest.mark.parametrize(
+    "name,norm", [("resnet50", "frozen_batch"), ("resnet18", "batch")]
+)
 def test_every_variable_equals_its_source(name, norm, tmp_path, caplog):
     state = torchvision_state_dict(name)
     path = tmp_path / f"{name}.safetensors"
     save_file(state, path)
     with caplog.at_level("INFO"):
         module = _loaded(_model_config(name, norm, path))
-    used = [k for k in state if not k.startswith("fc.") and
-            not k.endswith("num_batches_tracked")]
+    used = [
+        k
+        for k in state
+        if not k.startswith("fc.") and not k.endswith("num_batches_tracked")
+    ]
     for key in used:
         variable, convert = _variable(module, key)
         want = convert(state[key]) if convert else state[key]
-        np.testing.assert_array_equal(np.asarray(variable[...]), want,
-                                      err_msg=key)
+        np.testing.assert_array_equal(
+            np.asarray(variable[...]), want, err_msg=key
+        )
     # Nothing of the backbone kept its (zero) initial value.
     leaves = jax.tree.leaves(nnx.state(module))
     assert len(leaves) == len(used)
     assert all(np.any(np.asarray(leaf) != 0) for leaf in leaves)
     counters = sum(k.endswith("num_batches_tracked") for k in state)
-    assert (f"backbone_init: {len(used)} tensors loaded from {path}, "
-            f"ignored: fc.weight, fc.bias, {counters} BatchNorm "
-            "num_batches_tracked counters\n") in caplog.text
+    assert (
+        f"backbone_init: {len(used)} tensors loaded from {path}, "
+        f"ignored: fc.weight, fc.bias, {counters} BatchNorm "
+        "num_batches_tracked counters\n"
+    ) in caplog.text
 
 
 def test_resnet101_is_a_depth_entry(tmp_path):
@@ -145,7 +168,8 @@ def test_resnet101_is_a_depth_entry(tmp_path):
     assert len(module.stages[2]) == 23
     np.testing.assert_array_equal(
         np.asarray(module.stages[2][22].layers[2].norm.var[...]),
-        state["layer3.22.bn3.running_var"])
+        state["layer3.22.bn3.running_var"],
+    )
 
 
 def _numpy_conv(x, w, stride, pad):
@@ -157,14 +181,15 @@ def _numpy_conv(x, w, stride, pad):
     out = np.zeros((x.shape[0], out_c, h, wd))
     for i in range(kh):
         for j in range(kw):
-            patch = x[:, :, i:i + stride * h:stride, j:j + stride * wd:stride]
+            patch = x[
+                :, :, i : i + stride * h : stride, j : j + stride * wd : stride
+            ]
             out += np.einsum("bchw,oc->bohw", patch, w[:, :, i, j])
     return out
 
 
 def _numpy_frozen_bn(x, state, key):
-    scale = state[f"{key}.weight"] / np.sqrt(state[f"{key}.running_var"] +
-                                             _EPS)
+    scale = state[f"{key}.weight"] / np.sqrt(state[f"{key}.running_var"] + _EPS)
     shift = state[f"{key}.bias"] - state[f"{key}.running_mean"] * scale
     return x * scale[None, :, None, None] + shift[None, :, None, None]
 
@@ -174,22 +199,36 @@ def _relu(x):
 
 
 def _numpy_stem_and_first_block(x, state):
-    x = _relu(_numpy_frozen_bn(_numpy_conv(x, state["conv1.weight"], 2, 3),
-                               state, "bn1"))
-    padded = np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1)),
-                    constant_values=-np.inf)
+    x = _relu(
+        _numpy_frozen_bn(
+            _numpy_conv(x, state["conv1.weight"], 2, 3), state, "bn1"
+        )
+    )
+    padded = np.pad(
+        x, ((0, 0), (0, 0), (1, 1), (1, 1)), constant_values=-np.inf
+    )
     h, w = (x.shape[2] + 2 - 3) // 2 + 1, (x.shape[3] + 2 - 3) // 2 + 1
-    x = np.max([padded[:, :, i:i + 2 * h:2, j:j + 2 * w:2]
-                for i in range(3) for j in range(3)], axis=0)
+    x = np.max(
+        [
+            padded[:, :, i : i + 2 * h : 2, j : j + 2 * w : 2]
+            for i in range(3)
+            for j in range(3)
+        ],
+        axis=0,
+    )
     y = x
-    for j, (k, pad) in enumerate(((1, 0), (3, 1), (1, 0)), start=1):
-        y = _numpy_frozen_bn(_numpy_conv(
-            y, state[f"layer1.0.conv{j}.weight"], 1, pad), state,
-            f"layer1.0.bn{j}")
+    for j, pad in enumerate((0, 1, 0), start=1):
+        y = _numpy_frozen_bn(
+            _numpy_conv(y, state[f"layer1.0.conv{j}.weight"], 1, pad),
+            state,
+            f"layer1.0.bn{j}",
+        )
         y = _relu(y) if j < 3 else y
-    shortcut = _numpy_frozen_bn(_numpy_conv(
-        x, state["layer1.0.downsample.0.weight"], 1, 0), state,
-        "layer1.0.downsample.1")
+    shortcut = _numpy_frozen_bn(
+        _numpy_conv(x, state["layer1.0.downsample.0.weight"], 1, 0),
+        state,
+        "layer1.0.downsample.1",
+    )
     return _relu(y + shortcut)
 
 
@@ -207,13 +246,21 @@ def test_stem_and_first_bottleneck_match_numpy(tmp_path):
     @jax.jit
     def stem_and_first_block(variables, images):
         module = nnx.merge(graphdef, variables)
-        x = nnx.max_pool(module.stem(images), (3, 3), strides=(2, 2),
-                         padding=((1, 1), (1, 1)))
+        x = nnx.max_pool(
+            module.stem(images),
+            (3, 3),
+            strides=(2, 2),
+            padding=((1, 1), (1, 1)),
+        )
         return module.stages[0][0](x)
 
     with jax.default_device(jax.devices("cpu")[0]):
-        ours = np.asarray(stem_and_first_block(variables, jnp.asarray(
-            images.transpose(0, 2, 3, 1), jnp.float32))).transpose(0, 3, 1, 2)
+        ours = np.asarray(
+            stem_and_first_block(
+                variables,
+                jnp.asarray(images.transpose(0, 2, 3, 1), jnp.float32),
+            )
+        ).transpose(0, 3, 1, 2)
     want = _numpy_stem_and_first_block(images, state)
     assert ours.shape == want.shape == (2, 256, 8, 8)
     np.testing.assert_allclose(ours, want, rtol=1e-5, atol=1e-5)
@@ -225,63 +272,85 @@ def _error(config, match, error=ValueError):
 
 
 def test_missing_file_is_one_line(tmp_path):
-    _error(_model_config("resnet50", path=tmp_path / "r50.safetensors"),
-           r"^config\.model\.backbone_init='.*r50\.safetensors': no such "
-           r"file$", FileNotFoundError)
+    _error(
+        _model_config("resnet50", path=tmp_path / "r50.safetensors"),
+        r"^config\.model\.backbone_init='.*r50\.safetensors': no such "
+        r"file$",
+        FileNotFoundError,
+    )
 
 
 def test_wrong_depth_names_the_first_mismatch_and_both_shapes(tmp_path):
     path = tmp_path / "resnet18.safetensors"
     save_file(torchvision_state_dict("resnet18"), path)
-    _error(_model_config("resnet50", path=path),
-           r"resnet18\.safetensors': layer1\.0\.conv1\.weight has shape "
-           r"\(64, 64, 3, 3\), but resnet50 \(backbone_width=64\) needs "
-           r"\(64, 64, 1, 1\)$")
+    _error(
+        _model_config("resnet50", path=path),
+        r"resnet18\.safetensors': layer1\.0\.conv1\.weight has shape "
+        r"\(64, 64, 3, 3\), but resnet50 \(backbone_width=64\) needs "
+        r"\(64, 64, 1, 1\)$",
+    )
 
 
 def test_unknown_and_missing_names_are_listed(tmp_path):
     state = torchvision_state_dict("resnet18")
-    extra = dict(state, **{"head.weight": np.ones(2, np.float32),
-                           "module.conv1.weight": np.ones(2, np.float32)})
+    extra = dict(
+        state,
+        **{
+            "head.weight": np.ones(2, np.float32),
+            "module.conv1.weight": np.ones(2, np.float32),
+        },
+    )
     save_file(extra, tmp_path / "extra.safetensors")
-    _error(_model_config("resnet18", path=tmp_path / "extra.safetensors"),
-           r"': 2 unknown names for resnet18: head\.weight, "
-           r"module\.conv1\.weight$")
+    _error(
+        _model_config("resnet18", path=tmp_path / "extra.safetensors"),
+        r"': 2 unknown names for resnet18: head\.weight, "
+        r"module\.conv1\.weight$",
+    )
     del state["layer4.1.bn2.running_var"], state["conv1.weight"]
     save_file(state, tmp_path / "short.safetensors")
-    _error(_model_config("resnet18", path=tmp_path / "short.safetensors"),
-           r"': 2 names of resnet18 missing: conv1\.weight, "
-           r"layer4\.1\.bn2\.running_var$")
+    _error(
+        _model_config("resnet18", path=tmp_path / "short.safetensors"),
+        r"': 2 names of resnet18 missing: conv1\.weight, "
+        r"layer4\.1\.bn2\.running_var$",
+    )
 
 
 def test_group_norm_cannot_take_batch_norm_statistics(tmp_path):
     path = tmp_path / "resnet18.safetensors"
     save_file(torchvision_state_dict("resnet18"), path)
-    _error(_model_config("resnet18", "group", path),
-           r"holds BatchNorm statistics \(running_mean, running_var\), which "
-           r"model\.norm='group' cannot take")
+    _error(
+        _model_config("resnet18", "group", path),
+        r"holds BatchNorm statistics \(running_mean, running_var\), which "
+        r"model\.norm='group' cannot take",
+    )
 
 
 def test_unreadable_and_unknown_files_are_one_line(tmp_path):
     (tmp_path / "bad.safetensors").write_bytes(b"not safetensors")
-    _error(_model_config("resnet18", path=tmp_path / "bad.safetensors"),
-           r"bad\.safetensors': not a readable \.safetensors file \(.+\)$")
+    _error(
+        _model_config("resnet18", path=tmp_path / "bad.safetensors"),
+        r"bad\.safetensors': not a readable \.safetensors file \(.+\)$",
+    )
     (tmp_path / "weights.h5").write_bytes(b"")
-    _error(_model_config("resnet18", path=tmp_path / "weights.h5"),
-           r"weights\.h5': unknown file type '\.h5'; known: \.safetensors, "
-           r"\.npz, \.pth, \.pt$")
+    _error(
+        _model_config("resnet18", path=tmp_path / "weights.h5"),
+        r"weights\.h5': unknown file type '\.h5'; known: \.safetensors, "
+        r"\.npz, \.pth, \.pt$",
+    )
 
 
 def test_pth_is_read_directly_when_torch_is_installed(tmp_path):
     torch = pytest.importorskip("torch")
     state = torchvision_state_dict("resnet18")
-    torch.save({k: torch.from_numpy(v) for k, v in state.items()},
-               tmp_path / "resnet18.pth")
-    module = _loaded(_model_config("resnet18", path=tmp_path /
-                                   "resnet18.pth"))
+    torch.save(
+        {k: torch.from_numpy(v) for k, v in state.items()},
+        tmp_path / "resnet18.pth",
+    )
+    module = _loaded(_model_config("resnet18", path=tmp_path / "resnet18.pth"))
     np.testing.assert_array_equal(
         np.asarray(module.stem.conv.kernel[...]),
-        state["conv1.weight"].transpose(2, 3, 1, 0))
+        state["conv1.weight"].transpose(2, 3, 1, 0),
+    )
 
 
 def test_freeze_at_stops_gradients_at_the_frozen_stages():
@@ -290,22 +359,24 @@ def test_freeze_at_stops_gradients_at_the_frozen_stages():
     config.model.backbone_width = 8
 
     def build():
-        module = backbone.build(config.model, dtype=jnp.float32,
-                                rngs=nnx.Rngs(0))[0]
+        module = backbone.build(
+            config.model, dtype=jnp.float32, rngs=nnx.Rngs(0)
+        )[0]
         module.eval()  # running statistics: nothing to update
         return module
 
     module = nnx.eval_shape(build)
     # A frozen stage's BatchNorm becomes FrozenBatchNorm (no batch stats).
     assert isinstance(module.stem.norm, backbone.FrozenBatchNorm)
-    assert isinstance(module.stages[0][0].layers[0].norm,
-                      backbone.FrozenBatchNorm)
+    assert isinstance(
+        module.stages[0][0].layers[0].norm, backbone.FrozenBatchNorm
+    )
     assert isinstance(module.stages[1][0].layers[0].norm, nnx.BatchNorm)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     rng = np.random.default_rng(0)  # positive values: valid variances too
     params, rest = jax.tree.map(
-        lambda x: rng.uniform(0.5, 1.5, x.shape).astype(x.dtype),
-        (params, rest))
+        lambda x: rng.uniform(0.5, 1.5, x.shape).astype(x.dtype), (params, rest)
+    )
 
     def loss(params, images):
         features = nnx.merge(graphdef, params, rest)(images)

@@ -17,18 +17,24 @@ def test_round_trip_and_worked_deltas():
     decode = jax.jit(box_coder.decode, static_argnums=2)
     deltas = encode(boxes, references, weights)
     # Box 0: centre moves +5 in x (half a width), +10 in y, height doubles.
-    np.testing.assert_allclose(deltas[0],
-                               [10.0 * 0.5, 10.0 * 0.5, 0.0,
-                                5.0 * math.log(2.0)], rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(decode(deltas, references, weights), boxes,
-                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        deltas[0],
+        [10.0 * 0.5, 10.0 * 0.5, 0.0, 5.0 * math.log(2.0)],
+        rtol=1e-6,
+        atol=1e-6,
+    )
+    np.testing.assert_allclose(
+        decode(deltas, references, weights), boxes, rtol=1e-5, atol=1e-4
+    )
 
 
 def test_decode_clips_large_scales_and_padding_encodes_finite():
     reference = jnp.array([[0.0, 0.0, 16.0, 16.0]])
-    huge = box_coder.decode(jnp.array([[0.0, 0.0, 50.0, 50.0]]), reference,
-                            (1.0, 1.0, 1.0, 1.0))
+    huge = box_coder.decode(
+        jnp.array([[0.0, 0.0, 50.0, 50.0]]), reference, (1.0, 1.0, 1.0, 1.0)
+    )
     np.testing.assert_allclose(huge[0, 2] - huge[0, 0], 1000.0, rtol=1e-4)
-    padded = box_coder.encode(jnp.zeros((1, 4)), reference,
-                              (1.0, 1.0, 1.0, 1.0))
+    padded = box_coder.encode(
+        jnp.zeros((1, 4)), reference, (1.0, 1.0, 1.0, 1.0)
+    )
     assert np.all(np.isfinite(padded))

@@ -9,33 +9,40 @@ import pytest
 from detector import cli, multihost
 
 
-@pytest.mark.parametrize("mode,env,expected", [
-    ("off", {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, False),
-    ("on", {}, True),
-    ("auto", {}, False),
-    ("auto", {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, True),
-    ("auto", {"JAX_COORDINATOR_ADDRESS": " "}, False),
-    ("auto", {"TPU_WORKER_HOSTNAMES": "t1k-w-0,t1k-w-1"}, True),
-    ("auto", {"TPU_WORKER_HOSTNAMES": "localhost"}, False),  # one host
-    ("auto", {"SLURM_NTASKS": "4"}, True),
-    ("auto", {"SLURM_NTASKS": "1"}, False),
-    ("auto", {"SLURM_NTASKS": "many"}, False),
-    ("auto", {"OMPI_COMM_WORLD_SIZE": "2"}, True),
-])
+@pytest.mark.parametrize(
+    "mode,env,expected",
+    [
+        ("off", {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, False),
+        ("on", {}, True),
+        ("auto", {}, False),
+        ("auto", {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, True),
+        ("auto", {"JAX_COORDINATOR_ADDRESS": " "}, False),
+        ("auto", {"TPU_WORKER_HOSTNAMES": "t1k-w-0,t1k-w-1"}, True),
+        ("auto", {"TPU_WORKER_HOSTNAMES": "localhost"}, False),  # one host
+        ("auto", {"SLURM_NTASKS": "4"}, True),
+        ("auto", {"SLURM_NTASKS": "1"}, False),
+        ("auto", {"SLURM_NTASKS": "many"}, False),
+        ("auto", {"OMPI_COMM_WORLD_SIZE": "2"}, True),
+    ],
+)
 def test_wants_distributed(mode, env, expected):
     assert cli.wants_distributed(mode, env) is expected
 
 
 def test_wants_distributed_rejects_unknown_mode():
-    with pytest.raises(ValueError, match=r"--multihost='yes' is not known; "
-                       r"choose one of auto, on, off"):
+    with pytest.raises(
+        ValueError,
+        match=r"--multihost='yes' is not known; "
+        r"choose one of auto, on, off",
+    ):
         cli.wants_distributed("yes", {})
 
 
 def test_start_multihost_calls_initialize_only_when_wanted(monkeypatch):
     calls = []
-    monkeypatch.setattr(jax.distributed, "initialize",
-                        lambda **kwargs: calls.append("init"))
+    monkeypatch.setattr(
+        jax.distributed, "initialize", lambda **kwargs: calls.append("init")
+    )
     assert not cli.start_multihost("auto", {"SLURM_NTASKS": "1"})
     assert calls == []
     assert cli.start_multihost("auto", {"SLURM_NTASKS": "2"})
@@ -49,52 +56,92 @@ def test_failed_multihost_start_is_one_line(monkeypatch):
     monkeypatch.setattr(jax.distributed, "initialize", refuse)
     with pytest.raises(SystemExit) as exit_info:
         cli.start_multihost("on", {})
-    assert exit_info.value.code == ("error: --multihost=on: jax.distributed."
-                                    "initialize() failed: coordinator "
-                                    "unreachable timed out after 300 s")
+    assert exit_info.value.code == (
+        "error: --multihost=on: jax.distributed."
+        "initialize() failed: coordinator "
+        "unreachable timed out after 300 s"
+    )
 
 
 def test_start_multihost_passes_the_cluster(monkeypatch):
     calls = []
-    monkeypatch.setattr(jax.distributed, "initialize",
-                        lambda **kwargs: calls.append(kwargs))
+    monkeypatch.setattr(
+        jax.distributed, "initialize", lambda **kwargs: calls.append(kwargs)
+    )
     cluster = multihost.Cluster("localhost:1234", 2, 0)
     assert cli.wants_distributed("auto", {}, cluster)
-    assert not cli.wants_distributed("auto", {},
-                                     multihost.Cluster(num_processes=1))
+    assert not cli.wants_distributed(
+        "auto", {}, multihost.Cluster(num_processes=1)
+    )
     assert cli.start_multihost("auto", {}, cluster=cluster, timeout_s=7)
-    assert calls == [{"coordinator_address": "localhost:1234",
-                      "num_processes": 2, "process_id": 0,
-                      "initialization_timeout": 7}]
+    assert calls == [
+        {
+            "coordinator_address": "localhost:1234",
+            "num_processes": 2,
+            "process_id": 0,
+            "initialization_timeout": 7,
+        }
+    ]
 
 
 def test_resolve_cluster_flags_win_over_environment():
-    env = {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:99", "JAX_NUM_PROCESSES": "4",
-           "JAX_PROCESS_ID": "3"}
+    env = {
+        "JAX_COORDINATOR_ADDRESS": "10.0.0.1:99",
+        "JAX_NUM_PROCESSES": "4",
+        "JAX_PROCESS_ID": "3",
+    }
     assert multihost.resolve_cluster(None, None, None, env) == (
-        multihost.Cluster("10.0.0.1:99", 4, 3))
+        multihost.Cluster("10.0.0.1:99", 4, 3)
+    )
     assert multihost.resolve_cluster("h:1", 2, 1, env) == (
-        multihost.Cluster("h:1", 2, 1))
+        multihost.Cluster("h:1", 2, 1)
+    )
     assert multihost.resolve_cluster(None, None, None, {}) == (
-        multihost.Cluster())
+        multihost.Cluster()
+    )
 
 
-@pytest.mark.parametrize("args,env,message", [
-    (("localhost", None, None), {},
-     "--coordinator_address='localhost': expected HOST:PORT"),
-    ((None, None, None), {"JAX_COORDINATOR_ADDRESS": "h:99999"},
-     "JAX_COORDINATOR_ADDRESS='h:99999': expected HOST:PORT"),
-    ((None, 0, None), {},
-     "--num_processes=0: the process count must be at least 1"),
-    ((None, 2, 2), {},
-     ("--process_id=2: the process id must be in [0, 2) "
-      "(--num_processes=2)")),
-    ((None, None, 5), {"JAX_NUM_PROCESSES": "2"},
-     ("--process_id=5: the process id must be in [0, 2) "
-      "(JAX_NUM_PROCESSES=2)")),
-    ((None, None, None), {"JAX_PROCESS_ID": "one"},
-     "JAX_PROCESS_ID='one': process_id must be an integer"),
-])
+@pytest.mark.parametrize(
+    "args,env,message",
+    [
+        (
+            ("localhost", None, None),
+            {},
+            "--coordinator_address='localhost': expected HOST:PORT",
+        ),
+        (
+            (None, None, None),
+            {"JAX_COORDINATOR_ADDRESS": "h:99999"},
+            "JAX_COORDINATOR_ADDRESS='h:99999': expected HOST:PORT",
+        ),
+        (
+            (None, 0, None),
+            {},
+            "--num_processes=0: the process count must be at least 1",
+        ),
+        (
+            (None, 2, 2),
+            {},
+            (
+                "--process_id=2: the process id must be in [0, 2) "
+                "(--num_processes=2)"
+            ),
+        ),
+        (
+            (None, None, 5),
+            {"JAX_NUM_PROCESSES": "2"},
+            (
+                "--process_id=5: the process id must be in [0, 2) "
+                "(JAX_NUM_PROCESSES=2)"
+            ),
+        ),
+        (
+            (None, None, None),
+            {"JAX_PROCESS_ID": "one"},
+            "JAX_PROCESS_ID='one': process_id must be an integer",
+        ),
+    ],
+)
 def test_resolve_cluster_rejects_bad_settings(args, env, message):
     with pytest.raises(ValueError) as error:
         multihost.resolve_cluster(*args, env)
@@ -108,29 +155,46 @@ def test_unreachable_coordinator_times_out_with_one_line(monkeypatch):
     monkeypatch.setattr(jax.distributed, "initialize", pytest.fail)
     started = time.monotonic()
     with pytest.raises(SystemExit) as exit_info:
-        cli.start_multihost("auto", {}, cluster=multihost.Cluster(
-            address, 2, 1), timeout_s=1)
+        cli.start_multihost(
+            "auto", {}, cluster=multihost.Cluster(address, 2, 1), timeout_s=1
+        )
     assert time.monotonic() - started < 5
     assert exit_info.value.code.startswith(
         f"error: --coordinator_address={address}: no coordinator answered "
-        "within 1 s")
+        "within 1 s"
+    )
 
 
-@pytest.mark.parametrize("error,line", [
-    (PermissionError(13, "Permission denied", "/data/coco/train2017"),
-     "error: /data/coco/train2017: Permission denied"),
-    (FileNotFoundError("/w/config.json: no config.json here"),
-     "error: /w/config.json: no config.json here"),
-    (ValueError("config.train.batch_size=3 must be divisible by 2"),
-     "error: config.train.batch_size=3 must be divisible by 2"),
-    (FloatingPointError("total loss is nan at step 3"),
-     "error: total loss is nan at step 3"),
-    (ValueError("data.root is empty;\n  set it"),
-     "error: data.root is empty; set it"),  # always one line
-])
+@pytest.mark.parametrize(
+    "error,line",
+    [
+        (
+            PermissionError(13, "Permission denied", "/data/coco/train2017"),
+            "error: /data/coco/train2017: Permission denied",
+        ),
+        (
+            FileNotFoundError("/w/config.json: no config.json here"),
+            "error: /w/config.json: no config.json here",
+        ),
+        (
+            ValueError("config.train.batch_size=3 must be divisible by 2"),
+            "error: config.train.batch_size=3 must be divisible by 2",
+        ),
+        (
+            FloatingPointError("total loss is nan at step 3"),
+            "error: total loss is nan at step 3",
+        ),
+        (
+            ValueError("data.root is empty;\n  set it"),
+            "error: data.root is empty; set it",
+        ),  # always one line
+    ],
+)
 def test_one_line_errors(error, line):
-    with (pytest.raises(SystemExit) as exit_info,
-          cli.one_line_errors(FloatingPointError)):
+    with (
+        pytest.raises(SystemExit) as exit_info,
+        cli.one_line_errors(FloatingPointError),
+    ):
         raise error
     assert exit_info.value.code == line
 

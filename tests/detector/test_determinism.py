@@ -31,8 +31,11 @@ def test_apply_after_a_backend_started_is_an_error(monkeypatch):
     monkeypatch.setenv("XLA_FLAGS", "--a=1")
     determinism.apply(False)  # nothing asked, nothing changes
     assert not determinism.enabled()
-    with pytest.raises(RuntimeError, match="config.train.deterministic=True "
-                       "must be applied before JAX starts a backend"):
+    with pytest.raises(
+        RuntimeError,
+        match="config.train.deterministic=True "
+        "must be applied before JAX starts a backend",
+    ):
         determinism.apply(True)
     monkeypatch.setenv("XLA_FLAGS", determinism.FLAG)
     determinism.apply(True)  # already in effect: fine

@@ -14,8 +14,9 @@ from detector.data import transforms
 
 def test_paste_full_mask_fills_exactly_the_box():
     masks = np.ones((1, 28, 28), np.float32)
-    pasted = postprocess.paste_masks(masks, np.array([[2.0, 3.0, 7.0, 9.0]]),
-                                     12, 10)
+    pasted = postprocess.paste_masks(
+        masks, np.array([[2.0, 3.0, 7.0, 9.0]]), 12, 10
+    )
     expected = np.zeros((12, 10), bool)
     expected[3:9, 2:7] = True
     np.testing.assert_array_equal(pasted[0], expected)
@@ -38,19 +39,26 @@ def test_paste_keeps_mask_layout_and_clips_to_the_image():
 def test_coco_results_undo_scale_skip_padding_and_encode_masks():
     full = np.ones((2, 28, 28), np.float32)
     predictions = {
-        "boxes": np.array([[[10.0, 20.0, 50.0, 60.0], [0, 0, 0, 0]],
-                           [[1.0, 1.0, 5.0, 5.0], [0, 0, 0, 0]]]),
+        "boxes": np.array(
+            [
+                [[10.0, 20.0, 50.0, 60.0], [0, 0, 0, 0]],
+                [[1.0, 1.0, 5.0, 5.0], [0, 0, 0, 0]],
+            ]
+        ),
         "scores": np.array([[0.9, 0.0], [0.8, 0.0]]),
         "classes": np.array([[2, 0], [1, 0]]),
         "masks": np.stack([full, full]),
         "num_detections": np.array([1, 1]),
     }
-    batch = {"image_id": np.array([7, 0]),
-             "orig_size": np.array([[25, 20], [0, 0]]),
-             "scale": np.array([2.0, 1.0]),
-             "image_valid": np.array([True, False])}
-    results = postprocess.coco_results(predictions, batch, [11, 22],
-                                       with_masks=True)
+    batch = {
+        "image_id": np.array([7, 0]),
+        "orig_size": np.array([[25, 20], [0, 0]]),
+        "scale": np.array([2.0, 1.0]),
+        "image_valid": np.array([True, False]),
+    }
+    results = postprocess.coco_results(
+        predictions, batch, [11, 22], with_masks=True
+    )
     assert len(results) == 1
     result = results[0]
     assert result["image_id"] == 7 and result["category_id"] == 22
@@ -61,8 +69,9 @@ def test_coco_results_undo_scale_skip_padding_and_encode_masks():
     decoded = mask_utils.decode(result["segmentation"])
     assert decoded.shape == (25, 20)
     assert decoded.sum() == 15 * 15 and decoded[10:25, 5:20].all()
-    boxes_only = postprocess.coco_results(predictions, batch, [11, 22],
-                                          with_masks=False)
+    boxes_only = postprocess.coco_results(
+        predictions, batch, [11, 22], with_masks=False
+    )
     assert "segmentation" not in boxes_only[0]
 
 
@@ -73,37 +82,51 @@ def test_boxes_map_back_with_the_pipeline_rounded_resize():
     data.hflip = False
     data.scale_jitter = (1.0, 1.0)
     original = np.array([[3.0, 1.0, 40.0, 5.0]], np.float32)  # x1 y1 x2 y2
-    example = {"image": tf.zeros([5, 47, 3], tf.uint8),
-               "image_id": tf.constant(3, tf.int64),
-               "boxes": tf.constant(original),
-               "classes": tf.constant([1], tf.int32)}
-    train = transforms.transform(example, tf.constant([0, 0], tf.int64), data,
-                                 True, False)
-    batch = {key: value.numpy()[None] for key, value in transforms.transform(
-            example, None, data, False, False).items()}
+    example = {
+        "image": tf.zeros([5, 47, 3], tf.uint8),
+        "image_id": tf.constant(3, tf.int64),
+        "boxes": tf.constant(original),
+        "classes": tf.constant([1], tf.int32),
+    }
+    train = transforms.transform(
+        example, tf.constant([0, 0], tf.int64), data, True, False
+    )
+    batch = {
+        key: value.numpy()[None]
+        for key, value in transforms.transform(
+            example, None, data, False, False
+        ).items()
+    }
     scale = float(batch["scale"][0])
-    np.testing.assert_allclose(postprocess.resize_factors([5, 47], scale),
-                               [9 / 5, 80 / 47])
-    predictions = {"boxes": train["boxes"].numpy()[None, :1],
-                   "scores": np.array([[0.5]]), "classes": np.array([[1]]),
-                   "masks": np.zeros((1, 1, 28, 28), np.float32),
-                   "num_detections": np.array([1])}
-    result, = postprocess.coco_results(predictions, batch, [1],
-                                       with_masks=False)
-    np.testing.assert_allclose(result["bbox"], [3.0, 1.0, 37.0, 4.0],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        postprocess.resize_factors([5, 47], scale), [9 / 5, 80 / 47]
+    )
+    predictions = {
+        "boxes": train["boxes"].numpy()[None, :1],
+        "scores": np.array([[0.5]]),
+        "classes": np.array([[1]]),
+        "masks": np.zeros((1, 1, 28, 28), np.float32),
+        "num_detections": np.array([1]),
+    }
+    (result,) = postprocess.coco_results(
+        predictions, batch, [1], with_masks=False
+    )
+    np.testing.assert_allclose(result["bbox"], [3.0, 1.0, 37.0, 4.0], atol=1e-5)
     # Dividing by the unrounded scale would miss the bottom edge.
     assert abs(train["boxes"].numpy()[0, 3] / scale - 5.0) > 0.2
 
 
 def test_resize_factors_round_half_to_even_in_float32():
     # 3 * 1.5 = 4.5 rounds to 4 and 5 * 1.5 = 7.5 to 8, as in TensorFlow.
-    np.testing.assert_allclose(postprocess.resize_factors([3, 5], 1.5),
-                               [4 / 3, 8 / 5])
+    np.testing.assert_allclose(
+        postprocess.resize_factors([3, 5], 1.5), [4 / 3, 8 / 5]
+    )
     hw = tf.constant([3.0, 5.0])
     resized = tf.maximum(tf.round(hw * tf.constant(1.5)), 1.0).numpy()
-    np.testing.assert_allclose(resized / [3, 5],
-                               postprocess.resize_factors([3, 5], 1.5))
+    np.testing.assert_allclose(
+        resized / [3, 5], postprocess.resize_factors([3, 5], 1.5)
+    )
     # A tiny image never resizes below one pixel.
-    np.testing.assert_allclose(postprocess.resize_factors([1, 400], 0.1),
-                               [1.0, 0.1], rtol=1e-6)
+    np.testing.assert_allclose(
+        postprocess.resize_factors([1, 400], 0.1), [1.0, 0.1], rtol=1e-6
+    )

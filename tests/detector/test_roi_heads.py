@@ -14,16 +14,31 @@ _WEIGHTS = (10.0, 10.0, 5.0, 5.0)
 
 
 def test_head_shapes():
-    box_head = nnx.eval_shape(lambda: roi_heads.BoxHead(
-        7 * 7 * 8, 32, 3, dtype=jnp.float32, rngs=nnx.Rngs(0)))
-    mask_head = nnx.eval_shape(lambda: roi_heads.MaskHead(
-        8, 16, 2, 3, norm="group", groups=4, dtype=jnp.float32,
-        rngs=nnx.Rngs(0)))
+    box_head = nnx.eval_shape(
+        lambda: roi_heads.BoxHead(
+            7 * 7 * 8, 32, 3, dtype=jnp.float32, rngs=nnx.Rngs(0)
+        )
+    )
+    mask_head = nnx.eval_shape(
+        lambda: roi_heads.MaskHead(
+            8,
+            16,
+            2,
+            3,
+            norm="group",
+            groups=4,
+            dtype=jnp.float32,
+            rngs=nnx.Rngs(0),
+        )
+    )
 
     def apply(module, x):
         graphdef, state = nnx.split(module)
-        return jax.eval_shape(lambda s, x: nnx.merge(graphdef, s)(x), state,
-                              jax.ShapeDtypeStruct(x, jnp.float32))
+        return jax.eval_shape(
+            lambda s, x: nnx.merge(graphdef, s)(x),
+            state,
+            jax.ShapeDtypeStruct(x, jnp.float32),
+        )
 
     logits, deltas = apply(box_head, (2, 5, 7, 7, 8))
     assert logits.shape == (2, 5, 4) and deltas.shape == (2, 5, 3, 4)
@@ -31,8 +46,9 @@ def test_head_shapes():
 
 
 def test_deconv_scatters_each_pixel_into_its_2x2_window():
-    layer = roi_heads.Deconv2x(3, 4, dtype=jnp.float32,
-                               rngs=helpers.fast_init_rngs())
+    layer = roi_heads.Deconv2x(
+        3, 4, dtype=jnp.float32, rngs=helpers.fast_init_rngs()
+    )
     layer.bias[...] = jnp.arange(4.0)
     x = np.random.default_rng(0).normal(size=(2, 3, 5, 3))
     kernel = np.asarray(layer.kernel[...])
@@ -43,8 +59,9 @@ def test_deconv_scatters_each_pixel_into_its_2x2_window():
         for j in range(5):
             for a in range(2):
                 for b in range(2):
-                    expected[:, 2 * i + a, 2 * j + b] += x[:, i, j] @ kernel[
-                        a, b]
+                    expected[:, 2 * i + a, 2 * j + b] += (
+                        x[:, i, j] @ kernel[a, b]
+                    )
     # Full f32 products: a GPU's default f32 matmul is TF32 (10-bit
     # mantissa); on CPU this changes nothing.
     with jax.default_matmul_precision("highest"):
@@ -53,18 +70,34 @@ def test_deconv_scatters_each_pixel_into_its_2x2_window():
 
 
 def _sample(proposals, proposal_valid, gt, classes, gt_valid, num_rois=8):
-    fn = jax.jit(functools.partial(
-        roi_heads.sample_rois, num_rois=num_rois, fg_fraction=0.5,
-        fg_iou=0.5, bg_iou_low=0.0, bg_iou_high=0.5, weights=_WEIGHTS))
-    return jax.tree.map(np.asarray, fn(
-        jnp.asarray(proposals, jnp.float32), jnp.asarray(proposal_valid),
-        jnp.asarray(gt, jnp.float32), jnp.asarray(classes, jnp.int32),
-        jnp.asarray(gt_valid), jax.random.key(0)))
+    fn = jax.jit(
+        functools.partial(
+            roi_heads.sample_rois,
+            num_rois=num_rois,
+            fg_fraction=0.5,
+            fg_iou=0.5,
+            bg_iou_low=0.0,
+            bg_iou_high=0.5,
+            weights=_WEIGHTS,
+        )
+    )
+    return jax.tree.map(
+        np.asarray,
+        fn(
+            jnp.asarray(proposals, jnp.float32),
+            jnp.asarray(proposal_valid),
+            jnp.asarray(gt, jnp.float32),
+            jnp.asarray(classes, jnp.int32),
+            jnp.asarray(gt_valid),
+            jax.random.key(0),
+        ),
+    )
 
 
 def test_sample_rois_appends_gt_and_labels_classes():
-    proposals = [[[0, 0, 10, 10], [40, 40, 60, 60], [1, 0, 11, 10],
-                  [0, 0, 0, 0]]]
+    proposals = [
+        [[0, 0, 10, 10], [40, 40, 60, 60], [1, 0, 11, 10], [0, 0, 0, 0]]
+    ]
     valid = [[True, True, True, False]]
     gt = [[[0, 0, 10, 10], [0, 0, 0, 0]]]
     targets = _sample(proposals, valid, gt, [[2, 0]], [[True, False]])
@@ -76,15 +109,20 @@ def test_sample_rois_appends_gt_and_labels_classes():
     assert (targets.classes[0][fg] == 2).all()
     assert fg[:3].all()  # foreground first
     exact = np.all(targets.rois[0] == [0, 0, 10, 10], axis=-1) & fg
-    np.testing.assert_allclose(targets.box_targets[0][exact], 0.0,
-                               atol=1e-6)
-    assert not np.any(np.all(targets.rois[0][targets.is_valid[0]] == 0,
-                             axis=-1))
+    np.testing.assert_allclose(targets.box_targets[0][exact], 0.0, atol=1e-6)
+    assert not np.any(
+        np.all(targets.rois[0][targets.is_valid[0]] == 0, axis=-1)
+    )
 
 
 def test_sample_rois_without_gt_is_all_background():
-    targets = _sample([[[0, 0, 10, 10], [5, 5, 20, 20]]], [[True, True]],
-                      np.zeros((1, 2, 4)), [[0, 0]], [[False, False]])
+    targets = _sample(
+        [[[0, 0, 10, 10], [5, 5, 20, 20]]],
+        [[True, True]],
+        np.zeros((1, 2, 4)),
+        [[0, 0]],
+        [[False, False]],
+    )
     assert targets.is_valid[0].sum() == 2
     assert (targets.classes[0] == 0).all()
 
@@ -92,15 +130,25 @@ def test_sample_rois_without_gt_is_all_background():
 def test_mask_targets_resample_the_gt_crop():
     size = 8
     gt_mask = np.zeros((size, size), np.uint8)
-    gt_mask[:, :size // 2] = 1  # left half of the box is the object
+    gt_mask[:, : size // 2] = 1  # left half of the box is the object
     gt_boxes = jnp.array([[[10.0, 20.0, 30.0, 60.0]]])
-    rois = jnp.array([[[10.0, 20.0, 30.0, 60.0],   # the GT box itself
-                       [10.0, 20.0, 20.0, 60.0],   # its left half
-                       [20.0, 20.0, 30.0, 60.0]]])  # its right half
-    targets = jax.jit(functools.partial(
-        roi_heads.mask_targets, mask_size=4, sampling_ratio=2))(
-            rois, jnp.zeros((1, 3), jnp.int32), gt_boxes,
-            jnp.asarray(gt_mask[None, None]))
+    rois = jnp.array(
+        [
+            [
+                [10.0, 20.0, 30.0, 60.0],  # the GT box itself
+                [10.0, 20.0, 20.0, 60.0],  # its left half
+                [20.0, 20.0, 30.0, 60.0],
+            ]
+        ]
+    )  # its right half
+    targets = jax.jit(
+        functools.partial(roi_heads.mask_targets, mask_size=4, sampling_ratio=2)
+    )(
+        rois,
+        jnp.zeros((1, 3), jnp.int32),
+        gt_boxes,
+        jnp.asarray(gt_mask[None, None]),
+    )
     np.testing.assert_array_equal(targets[0, 0], [[1, 1, 0, 0]] * 4)
     np.testing.assert_array_equal(targets[0, 1], 1.0)
     np.testing.assert_array_equal(targets[0, 2], 0.0)
@@ -116,10 +164,13 @@ def test_mask_targets_are_zero_outside_the_gt_box():
     # The roi adds 2 crop pixels (8 px) on every side; one target pixel is
     # one image pixel, so the box spans target pixels 8..23.
     rois = jnp.array([[[8.0, 8.0, 40.0, 40.0]]])
-    targets = np.asarray(jax.jit(functools.partial(
-        roi_heads.mask_targets, mask_size=32, sampling_ratio=2))(
-            rois, jnp.ones((1, 1), jnp.int32), gt_boxes,
-            jnp.asarray(masks))[0, 0])
+    targets = np.asarray(
+        jax.jit(
+            functools.partial(
+                roi_heads.mask_targets, mask_size=32, sampling_ratio=2
+            )
+        )(rois, jnp.ones((1, 1), jnp.int32), gt_boxes, jnp.asarray(masks))[0, 0]
+    )
     outside = np.ones((32, 32), bool)
     outside[8:24, 8:24] = False
     # Includes the band within half a crop pixel (2 px) of the box, where
@@ -133,16 +184,26 @@ def test_mask_targets_are_zero_outside_the_gt_box():
 
 
 def _detect(class_logits, deltas, proposals, valid, **kwargs):
-    params = dict(image_size=(64, 64), weights=_WEIGHTS,
-                  score_threshold=0.3, pre_nms_top_k=6, max_detections=4,
-                  nms_iou=0.5, backend="while_loop")
+    params = dict(
+        image_size=(64, 64),
+        weights=_WEIGHTS,
+        score_threshold=0.3,
+        pre_nms_top_k=6,
+        max_detections=4,
+        nms_iou=0.5,
+        backend="while_loop",
+    )
     params.update(kwargs)
     fn = jax.jit(functools.partial(roi_heads.detect, **params))
-    return jax.tree.map(np.asarray, fn(
-        jnp.asarray(class_logits, jnp.float32),
-        jnp.asarray(deltas, jnp.float32), jnp.asarray(proposals,
-                                                      jnp.float32),
-        jnp.asarray(valid)))
+    return jax.tree.map(
+        np.asarray,
+        fn(
+            jnp.asarray(class_logits, jnp.float32),
+            jnp.asarray(deltas, jnp.float32),
+            jnp.asarray(proposals, jnp.float32),
+            jnp.asarray(valid),
+        ),
+    )
 
 
 def test_detect_is_class_aware_thresholded_and_padded():
@@ -151,16 +212,23 @@ def test_detect_is_class_aware_thresholded_and_padded():
     # them but says class 2, a little less sure than roi 0 (equal logits
     # would tie their scores, and the order of a tie follows the last bit
     # of each platform's softmax); roi 3 is confident but invalid.
-    class_logits = [[[0, big, 0], [0, big - 1, 0], [0, 0, big - 0.5],
-                     [0, big, 0]]]
-    proposals = [[[0, 0, 20, 20], [1, 1, 21, 21], [0, 0, 20, 21],
-                  [40, 40, 60, 60]]]
-    out = _detect(class_logits, np.zeros((1, 4, 2, 4)), proposals,
-                  [[True, True, True, False]])
+    class_logits = [
+        [[0, big, 0], [0, big - 1, 0], [0, 0, big - 0.5], [0, big, 0]]
+    ]
+    proposals = [
+        [[0, 0, 20, 20], [1, 1, 21, 21], [0, 0, 20, 21], [40, 40, 60, 60]]
+    ]
+    out = _detect(
+        class_logits,
+        np.zeros((1, 4, 2, 4)),
+        proposals,
+        [[True, True, True, False]],
+    )
     assert out.num_detections.tolist() == [2]
     np.testing.assert_array_equal(out.classes[0], [1, 2, 0, 0])
-    np.testing.assert_allclose(out.boxes[0, :2], [[0, 0, 20, 20],
-                                                  [0, 0, 20, 21]])
+    np.testing.assert_allclose(
+        out.boxes[0, :2], [[0, 0, 20, 20], [0, 0, 20, 21]]
+    )
     assert out.scores[0, 0] > 0.9 and (out.scores[0, 2:] == 0).all()
     np.testing.assert_array_equal(out.boxes[0, 2:], 0.0)
 

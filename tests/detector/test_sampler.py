@@ -10,11 +10,17 @@ from detector import sampler
 
 
 def _sample(labels, seed, num_samples=8, fraction=0.25):
-    fn = jax.jit(functools.partial(sampler.sample_balanced,
-                                   num_samples=num_samples,
-                                   positive_fraction=fraction))
-    return [np.asarray(x) for x in fn(jnp.asarray(labels, jnp.int32),
-                                      jax.random.key(seed))]
+    fn = jax.jit(
+        functools.partial(
+            sampler.sample_balanced,
+            num_samples=num_samples,
+            positive_fraction=fraction,
+        )
+    )
+    return [
+        np.asarray(x)
+        for x in fn(jnp.asarray(labels, jnp.int32), jax.random.key(seed))
+    ]
 
 
 def test_positives_capped_first_and_negatives_fill():
@@ -38,6 +44,7 @@ def test_few_candidates_leave_invalid_slots_and_never_pick_ignored():
 
 def test_keys_change_the_sample():
     labels = np.array([0] * 40)
-    picks = {tuple(sorted(_sample(labels, seed)[0].tolist()))
-             for seed in range(4)}
+    picks = {
+        tuple(sorted(_sample(labels, seed)[0].tolist())) for seed in range(4)
+    }
     assert len(picks) > 1

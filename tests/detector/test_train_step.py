@@ -7,8 +7,11 @@ from detector import train_step
 
 
 def test_all_finite_checks_every_float_leaf():
-    tree = {"w": jnp.ones((2, 3)), "count": jnp.array(7, jnp.int32),
-            "b": {"x": jnp.zeros(4)}}
+    tree = {
+        "w": jnp.ones((2, 3)),
+        "count": jnp.array(7, jnp.int32),
+        "b": {"x": jnp.zeros(4)},
+    }
     assert bool(jax.jit(train_step.all_finite)(tree))
     for bad in (jnp.nan, jnp.inf):
         tree["b"]["x"] = jnp.zeros(4).at[2].set(bad)

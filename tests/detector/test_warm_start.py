@@ -41,8 +41,10 @@ def _relabel(source_root, root):
     shutil.copytree(source_root, root)
     for path in (root / "annotations").glob("instances_*.json"):
         coco = json.loads(path.read_text())
-        coco["categories"] = [{"id": 1, "name": "circle"},
-                              {"id": 2, "name": "polygon"}]
+        coco["categories"] = [
+            {"id": 1, "name": "circle"},
+            {"id": 2, "name": "polygon"},
+        ]
         for annotation in coco["annotations"]:
             annotation["category_id"] = min(annotation["category_id"], 2)
         path.write_text(json.dumps(coco))
@@ -64,11 +66,9 @@ def runs(tmp_path_factory):
     """(source workdir, fine-tune workdir, fine-tune config, its log)."""
     base = tmp_path_factory.mktemp("warm_start")
     source_config = _source_config(base / "shapes")
-    train_lib.train_and_evaluate(source_config, base / "source",
-                                 evaluate=False)
+    train_lib.train_and_evaluate(source_config, base / "source", evaluate=False)
     _relabel(base / "shapes", base / "shapes2")
-    config = _fine_tune_config(source_config, base / "shapes2",
-                               base / "source")
+    config = _fine_tune_config(source_config, base / "shapes2", base / "source")
     records = _Records()
     absl_logger = logging.getLogger("absl")
     level = absl_logger.level
@@ -79,8 +79,9 @@ def runs(tmp_path_factory):
     finally:
         absl_logger.removeHandler(records)
         absl_logger.setLevel(level)
-    lines = [line for line in records.lines
-             if line.startswith("init_checkpoint:")]
+    lines = [
+        line for line in records.lines if line.startswith("init_checkpoint:")
+    ]
     return base / "source", base / "tuned", config, lines
 
 
@@ -97,7 +98,8 @@ class _Records(logging.Handler):
 
 def _checkpoint(workdir, step):
     return ocp.StandardCheckpointer().restore(
-        workdir / "checkpoints" / str(step) / "default")
+        workdir / "checkpoints" / str(step) / "default"
+    )
 
 
 def _names(line, prefix):
@@ -109,16 +111,29 @@ def test_fine_tune_restores_all_but_the_class_heads(runs):
     source, _, _, lines = runs
     restored, reinitialised = lines[:2]
     params = warm_start.flat(_checkpoint(source, 3)["params"])
-    class_heads = sorted(n for n in params
-                         if n.startswith(model_lib.CLASS_DEPENDENT))
+    class_heads = sorted(
+        n for n in params if n.startswith(model_lib.CLASS_DEPENDENT)
+    )
     assert len(class_heads) == 6  # kernel and bias of 3 heads
-    assert sorted(_names(reinitialised, r"init_checkpoint: 6 arrays "
-                         "reinitialised")) == sorted(
-        f"{n} (num_classes 3 -> 2)" for n in class_heads)
+    assert sorted(
+        _names(
+            reinitialised,
+            r"init_checkpoint: 6 arrays "
+            "reinitialised",
+        )
+    ) == sorted(f"{n} (num_classes 3 -> 2)" for n in class_heads)
     want = sorted(set(params) - set(class_heads))
-    assert sorted(_names(restored, rf"init_checkpoint: {len(want)} arrays "
-                         rf"restored from .*/source/checkpoints/3 \(the step "
-                         r"and optimizer state start fresh\)")) == want
+    assert (
+        sorted(
+            _names(
+                restored,
+                rf"init_checkpoint: {len(want)} arrays "
+                rf"restored from .*/source/checkpoints/3 \(the step "
+                r"and optimizer state start fresh\)",
+            )
+        )
+        == want
+    )
     assert len(lines) == 2  # no checkpoint array goes unused
 
 
@@ -136,8 +151,9 @@ def test_frozen_params_get_no_state_and_no_updates(runs):
             assert not np.array_equal(value, before[name]), name
     state = warm_start.flat(tree["opt_state"])
     moments = [n for n in state if n.endswith("kernel")]
-    assert moments and not any(f"/{prefix}" in n for n in moments
-                               for prefix in FROZEN)
+    assert moments and not any(
+        f"/{prefix}" in n for n in moments for prefix in FROZEN
+    )
     assert any("/backbone/stages/1/" in n for n in moments)
     # The step and the optimizer state started fresh: 2 steps, not 3 + 2.
     assert int(tree["step"]) == 2
@@ -150,8 +166,10 @@ def test_fine_tuned_model_has_two_classes_and_finite_losses(runs):
     params = warm_start.flat(_checkpoint(tuned, 2)["params"])
     assert params["box_head/classes/bias"].shape == (3,)  # 2 + background
     assert params["mask_head/logits/bias"].shape == (2,)
-    lines = [json.loads(line) for line in
-             (tuned / "metrics.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line)
+        for line in (tuned / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [line["step"] for line in lines] == [2]
     assert np.isfinite(lines[0]["total"]) and lines[0]["mask"] > 0
 
@@ -159,8 +177,11 @@ def test_fine_tuned_model_has_two_classes_and_finite_losses(runs):
 def test_a_fine_tune_run_resumes_its_own_checkpoint(runs, monkeypatch):
     _, tuned, config, _ = runs
     called = []
-    monkeypatch.setattr(warm_start, "from_checkpoint",
-                        lambda *args, **kwargs: called.append(args))
+    monkeypatch.setattr(
+        warm_start,
+        "from_checkpoint",
+        lambda *args, **kwargs: called.append(args),
+    )
     config = config.copy_and_resolve_references()
     config.train.num_steps = 3
     train_lib.train_and_evaluate(config, tuned, evaluate=False)
@@ -168,15 +189,28 @@ def test_a_fine_tune_run_resumes_its_own_checkpoint(runs, monkeypatch):
     assert int(_checkpoint(tuned, 3)["step"]) == 3
 
 
-@pytest.mark.parametrize("key,match,error", [
-    ("model.init_checkpoint", (r"^config\.model\.init_checkpoint='.*/"
-                               r"nowhere': no such file or folder$"),
-     FileNotFoundError),
-    ("model.backbone_init", (r"^config\.model\.backbone_init='.*/nowhere': "
-                             r"no such file$"), FileNotFoundError),
-])
-def test_a_failed_warm_start_writes_nothing(runs, tmp_path, key, match,
-                                            error):
+@pytest.mark.parametrize(
+    "key,match,error",
+    [
+        (
+            "model.init_checkpoint",
+            (
+                r"^config\.model\.init_checkpoint='.*/"
+                r"nowhere': no such file or folder$"
+            ),
+            FileNotFoundError,
+        ),
+        (
+            "model.backbone_init",
+            (
+                r"^config\.model\.backbone_init='.*/nowhere': "
+                r"no such file$"
+            ),
+            FileNotFoundError,
+        ),
+    ],
+)
+def test_a_failed_warm_start_writes_nothing(runs, tmp_path, key, match, error):
     _, _, config, _ = runs
     config = config.copy_and_resolve_references()
     config.model.init_checkpoint = ""
@@ -190,21 +224,32 @@ def test_a_failed_warm_start_writes_nothing(runs, tmp_path, key, match,
 
 def test_a_folder_without_checkpoints_is_one_line(tmp_path):
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match=r"init_checkpoint='.*/empty': holds "
-                       r"no checkpoint \(give a workdir written by train\.py"):
-        warm_start.from_checkpoint(str(tmp_path / "empty"), {},
-                                   num_classes=2)
+    with pytest.raises(
+        ValueError,
+        match=r"init_checkpoint='.*/empty': holds "
+        r"no checkpoint \(give a workdir written by train\.py",
+    ):
+        warm_start.from_checkpoint(str(tmp_path / "empty"), {}, num_classes=2)
     (tmp_path / "model.safetensors").write_bytes(b"")
-    with pytest.raises(ValueError, match=r"model\.safetensors': not a "
-                       r"folder \(give a workdir"):
-        warm_start.from_checkpoint(str(tmp_path / "model.safetensors"), {},
-                                   num_classes=2)
+    with pytest.raises(
+        ValueError,
+        match=r"model\.safetensors': not a "
+        r"folder \(give a workdir",
+    ):
+        warm_start.from_checkpoint(
+            str(tmp_path / "model.safetensors"), {}, num_classes=2
+        )
 
 
 def test_a_checkpoint_of_another_model_matches_nothing(runs):
     source, _, _, _ = runs
-    with pytest.raises(ValueError, match=r"none of the arrays of .*/3 match "
-                       r"this model \(path and shape\)"):
-        warm_start.from_checkpoint(str(source / "checkpoints" / "3"),
-                                   {"backbone/x/kernel": (3, 3)},
-                                   num_classes=2)
+    with pytest.raises(
+        ValueError,
+        match=r"none of the arrays of .*/3 match "
+        r"this model \(path and shape\)",
+    ):
+        warm_start.from_checkpoint(
+            str(source / "checkpoints" / "3"),
+            {"backbone/x/kernel": (3, 3)},
+            num_classes=2,
+        )

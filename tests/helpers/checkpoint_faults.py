@@ -24,15 +24,23 @@ import orbax.checkpoint as ocp
 
 def largest_data_file(checkpoints: pathlib.Path, step: int) -> pathlib.Path:
     """The biggest array data file of checkpoint `step`."""
-    files = [p for p in (checkpoints / str(step) / "default").rglob("*")
-             if p.is_file() and p.parent.name == "d"]
+    files = [
+        p
+        for p in (checkpoints / str(step) / "default").rglob("*")
+        if p.is_file() and p.parent.name == "d"
+    ]
     if not files:
         raise FileNotFoundError(f"{checkpoints}/{step}: no data files")
     return max(files, key=lambda p: p.stat().st_size)
 
 
-def write_random_bytes(checkpoints: pathlib.Path, step: int, *,
-                       offset: int = 1_000_000, size: int = 4096) -> None:
+def write_random_bytes(
+    checkpoints: pathlib.Path,
+    step: int,
+    *,
+    offset: int = 1_000_000,
+    size: int = 4096,
+) -> None:
     """Overwrites `size` bytes at `offset` of the largest data file.
 
     In a file shorter than offset + size, the bytes at a tenth of its length
@@ -61,11 +69,13 @@ def change_one_value(checkpoints: pathlib.Path, step: int) -> None:
     with ocp.StandardCheckpointer() as checkpointer:
         tree = checkpointer.restore(item)
         leaves, treedef = jax.tree.flatten(tree)
-        index = next(i for i, x in enumerate(leaves)
-                     if jnp.issubdtype(x.dtype, jnp.floating) and x.size)
+        index = next(
+            i
+            for i, x in enumerate(leaves)
+            if jnp.issubdtype(x.dtype, jnp.floating) and x.size
+        )
         flat = jnp.ravel(leaves[index])
-        leaves[index] = flat.at[0].set(flat[0] + 1).reshape(
-            leaves[index].shape)
+        leaves[index] = flat.at[0].set(flat[0] + 1).reshape(leaves[index].shape)
         rewritten = item.with_name("default.rewritten")
         checkpointer.save(rewritten, jax.tree.unflatten(treedef, leaves))
         checkpointer.wait_until_finished()

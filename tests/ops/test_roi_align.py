@@ -43,8 +43,7 @@ def _reference_matrix(box, height, width, output_size, ratio):
                     ly, lx = y - y_low, x - x_low
                     for yy, wy in ((y_low, 1 - ly), (y_high, ly)):
                         for xx, wx in ((x_low, 1 - lx), (x_high, lx)):
-                            matrix[row, yy * width + xx] += (
-                                wy * wx / ratio**2)
+                            matrix[row, yy * width + xx] += wy * wx / ratio**2
     return matrix
 
 
@@ -58,8 +57,7 @@ def _random_boxes(rng, count, extent):
 def test_single_map_values_and_gradients_match_reference(implementation):
     rng = np.random.default_rng(0)
     height, width, channels, size, ratio = 9, 12, 3, 4, 2
-    features = rng.normal(size=(2, height * width, channels)).astype(
-        np.float32)
+    features = rng.normal(size=(2, height * width, channels)).astype(np.float32)
     boxes = _random_boxes(rng, 10, 12.0).reshape(2, 5, 4)
     boxes[0, 0] = [-20.0, -20.0, -15.0, -12.0]  # entirely outside: zeros
     boxes[1, 0] = [3.3, 4.1, 3.6, 4.2]  # smaller than a pixel
@@ -68,26 +66,34 @@ def test_single_map_values_and_gradients_match_reference(implementation):
 
     @jax.jit
     def pooled(f):
-        return roi_align.roi_align(f, jnp.asarray(boxes), jnp.asarray(zeros),
-                                   jnp.asarray(heights), jnp.asarray(widths),
-                                   output_size=size, sampling_ratio=ratio,
-                                   implementation=implementation)
+        return roi_align.roi_align(
+            f,
+            jnp.asarray(boxes),
+            jnp.asarray(zeros),
+            jnp.asarray(heights),
+            jnp.asarray(widths),
+            output_size=size,
+            sampling_ratio=ratio,
+            implementation=implementation,
+        )
 
     out = np.asarray(pooled(jnp.asarray(features)))
     cotangent = rng.normal(size=out.shape).astype(np.float32)
-    grad = np.asarray(jax.jit(jax.grad(
-        lambda f: jnp.sum(pooled(f) * cotangent)))(jnp.asarray(features)))
+    grad = np.asarray(
+        jax.jit(jax.grad(lambda f: jnp.sum(pooled(f) * cotangent)))(
+            jnp.asarray(features)
+        )
+    )
     for b in range(2):
         expected_grad = np.zeros((height * width, channels))
         for r in range(5):
-            matrix = _reference_matrix(boxes[b, r], height, width, size,
-                                       ratio)
+            matrix = _reference_matrix(boxes[b, r], height, width, size, ratio)
             expected = (matrix @ features[b]).reshape(size, size, channels)
-            np.testing.assert_allclose(out[b, r], expected, rtol=1e-5,
-                                       atol=1e-5)
+            np.testing.assert_allclose(
+                out[b, r], expected, rtol=1e-5, atol=1e-5
+            )
             expected_grad += matrix.T @ cotangent[b, r].reshape(-1, channels)
-        np.testing.assert_allclose(grad[b], expected_grad, rtol=1e-4,
-                                   atol=1e-5)
+        np.testing.assert_allclose(grad[b], expected_grad, rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(out[0, 0], 0.0)
 
 
@@ -95,56 +101,76 @@ def test_single_map_values_and_gradients_match_reference(implementation):
 def test_multilevel_reads_each_roi_from_its_level(implementation):
     rng = np.random.default_rng(1)
     image, channels, min_level = 64, 2, 2
-    levels = [rng.normal(size=(2, image // 2**level, image // 2**level,
-                               channels)).astype(np.float32)
-              for level in range(min_level, 5)]
+    levels = [
+        rng.normal(
+            size=(2, image // 2**level, image // 2**level, channels)
+        ).astype(np.float32)
+        for level in range(min_level, 5)
+    ]
     boxes = _random_boxes(rng, 12, float(image)).reshape(2, 6, 4)
     boxes[0, 0] = [0.0, 0.0, 64.0, 64.0]  # large: clipped to the top level
     boxes[0, 1] = [10.0, 10.0, 12.0, 12.0]  # tiny: clipped to min_level
     boxes[1, 0] = [5.0, 9.0, 45.0, 49.0]  # side 40: level 3
-    pyramid = roi_align.flatten_pyramid([jnp.asarray(x) for x in levels],
-                                        min_level)
+    pyramid = roi_align.flatten_pyramid(
+        [jnp.asarray(x) for x in levels], min_level
+    )
     canonical_size, canonical_level = 32.0, 3
 
     @jax.jit
     def pooled(features):
         return roi_align.multilevel_roi_align(
-            pyramid._replace(features=features), jnp.asarray(boxes),
-            output_size=3, sampling_ratio=2, canonical_size=canonical_size,
-            canonical_level=canonical_level, implementation=implementation)
+            pyramid._replace(features=features),
+            jnp.asarray(boxes),
+            output_size=3,
+            sampling_ratio=2,
+            canonical_size=canonical_size,
+            canonical_level=canonical_level,
+            implementation=implementation,
+        )
 
     out = np.asarray(pooled(pyramid.features))
     cotangent = rng.normal(size=out.shape).astype(np.float32)
-    grad = np.asarray(jax.jit(jax.grad(
-        lambda f: jnp.sum(pooled(f) * cotangent)))(pyramid.features))
+    grad = np.asarray(
+        jax.jit(jax.grad(lambda f: jnp.sum(pooled(f) * cotangent)))(
+            pyramid.features
+        )
+    )
     expected_grads = [np.zeros_like(x) for x in levels]
     seen_levels = set()
     for b in range(2):
         for r in range(6):
             box = boxes[b, r].astype(np.float64)
             side = np.sqrt((box[2] - box[0]) * (box[3] - box[1]))
-            level = int(np.clip(np.floor(canonical_level + np.log2(
-                side / canonical_size)), min_level, 4))
+            level = int(
+                np.clip(
+                    np.floor(canonical_level + np.log2(side / canonical_size)),
+                    min_level,
+                    4,
+                )
+            )
             seen_levels.add(level)
             stride = 2**level
             feature = levels[level - min_level][b]
             h, w = feature.shape[:2]
             matrix = _reference_matrix(box / stride, h, w, 3, 2)
             expected = matrix @ feature.reshape(-1, channels)
-            np.testing.assert_allclose(out[b, r].reshape(-1, channels),
-                                       expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                out[b, r].reshape(-1, channels), expected, rtol=1e-5, atol=1e-5
+            )
             expected_grads[level - min_level][b] += (
-                matrix.T @ cotangent[b, r].reshape(-1, channels)).reshape(
-                    h, w, channels)
+                matrix.T @ cotangent[b, r].reshape(-1, channels)
+            ).reshape(h, w, channels)
     assert seen_levels == {2, 3, 4}
     flat_expected = np.concatenate(
-        [g.reshape(2, -1, channels) for g in expected_grads], axis=1)
+        [g.reshape(2, -1, channels) for g in expected_grads], axis=1
+    )
     np.testing.assert_allclose(grad, flat_expected, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("side, level", [(224.0, 4), (223.0, 3), (448.0, 5),
-                                         (112.0, 3), (16.0, 2),
-                                         (4000.0, 5)])
+@pytest.mark.parametrize(
+    "side, level",
+    [(224.0, 4), (223.0, 3), (448.0, 5), (112.0, 3), (16.0, 2), (4000.0, 5)],
+)
 def test_roi_levels_follow_the_fpn_rule(side, level):
     box = jnp.array([[10.0, 10.0, 10.0 + side, 10.0 + side]])
     levels = jax.jit(roi_align.roi_levels, static_argnums=(1, 2, 3, 4))
@@ -156,10 +182,19 @@ def test_bfloat16_features_keep_their_dtype(implementation):
     features = jnp.ones((1, 16, 4), jnp.bfloat16)
     box = jnp.array([[[0.5, 0.5, 3.0, 3.5]]])
     one = jnp.zeros((1, 1), jnp.int32)
-    out = jax.jit(roi_align.roi_align, static_argnames=(
-        "output_size", "sampling_ratio", "implementation"))(
-            features, box, one, one + 4, one + 4, output_size=2,
-            sampling_ratio=2, implementation=implementation)
+    out = jax.jit(
+        roi_align.roi_align,
+        static_argnames=("output_size", "sampling_ratio", "implementation"),
+    )(
+        features,
+        box,
+        one,
+        one + 4,
+        one + 4,
+        output_size=2,
+        sampling_ratio=2,
+        implementation=implementation,
+    )
     assert out.dtype == jnp.bfloat16
     np.testing.assert_allclose(np.asarray(out, np.float32), 1.0)
 
@@ -168,12 +203,15 @@ def test_bfloat16_gradient_accumulates_in_float32():
     """4096 contributions of 2**-12 to one pixel sum to 1 (bf16 stalls)."""
     features = jnp.zeros((1, 4, 1), jnp.bfloat16)
     index = jnp.zeros((1, 4096), jnp.int32)
-    grad = jax.grad(lambda f: jnp.sum(
-        roi_align.take_rows(f, index).astype(jnp.float32) * 2.0**-12))(
-            features)
+    grad = jax.grad(
+        lambda f: jnp.sum(
+            roi_align.take_rows(f, index).astype(jnp.float32) * 2.0**-12
+        )
+    )(features)
     assert grad.dtype == jnp.bfloat16
-    np.testing.assert_allclose(np.asarray(grad, np.float32)[0, :, 0],
-                               [1.0, 0.0, 0.0, 0.0])
+    np.testing.assert_allclose(
+        np.asarray(grad, np.float32)[0, :, 0], [1.0, 0.0, 0.0, 0.0]
+    )
 
 
 def test_unknown_implementation_is_one_clear_error():

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from pycocotools import cocoeval
 
-from detector.data import coco
-from detector.data import pipeline
+from detector.data import coco, pipeline
 from tests.detector.data import helpers
 
 
@@ -41,8 +40,9 @@ def _edit_json(path, edit) -> None:
 
 def test_missing_folder(config, tmp_path):
     config.data.root = str(tmp_path / "nowhere")
-    with pytest.raises(FileNotFoundError,
-                       match=r"nowhere: data.root folder does not exist"):
+    with pytest.raises(
+        FileNotFoundError, match=r"nowhere: data.root folder does not exist"
+    ):
         pipeline.train_batches(config)
 
 
@@ -51,14 +51,17 @@ def test_missing_annotation_file(config):
         pipeline.eval_split(config, "val2017")
     message = str(error.value)
     assert "instances_val2017.json: annotation file for split 'val2017'" in (
-            message)
+        message
+    )
     assert "present: instances_train.json, instances_val.json" in message
 
 
 def test_missing_image_folder_and_file(config, folder):
     os.remove(folder / "val" / "0002.png")
-    with pytest.raises(FileNotFoundError,
-                       match=r"val/0002.png: image listed in .*instances_val"):
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"val/0002.png: image listed in .*instances_val",
+    ):
         pipeline.eval_split(config)
     # A slice without the missing image is fine.
     assert pipeline.eval_split(config, "val[2:]").image_ids == [3]
@@ -70,12 +73,12 @@ def test_missing_image_folder_and_file(config, folder):
 def test_corrupt_image_names_the_file(config, folder, capfd):
     (folder / "val" / "0002.png").write_bytes(b"\x89PNG not really")
     split = pipeline.eval_split(config)
-    with pytest.raises(ValueError,
-                       match=r"val/0002.png: cannot decode image"):
+    with pytest.raises(ValueError, match=r"val/0002.png: cannot decode image"):
         list(split.batches())
     (folder / "train" / "0003.png").write_bytes(b"")
-    with pytest.raises(ValueError,
-                       match=r"train/0003.png: cannot decode image"):
+    with pytest.raises(
+        ValueError, match=r"train/0003.png: cannot decode image"
+    ):
         list(itertools.islice(pipeline.train_batches(config), 3))
     # Our error is the only report: TensorFlow logged no traceback of it.
     assert "Traceback" not in capfd.readouterr().err
@@ -84,11 +87,16 @@ def test_corrupt_image_names_the_file(config, folder, capfd):
 def test_image_size_differs_from_json(config, folder):
     image = np.zeros((10, 12, 3), np.uint8)
     helpers.write_folder(str(folder), "tiny", [image], [])
-    _edit_json(folder / "annotations" / "instances_tiny.json",
-               lambda d: d["images"][0].update(height=11))
+    _edit_json(
+        folder / "annotations" / "instances_tiny.json",
+        lambda d: d["images"][0].update(height=11),
+    )
     split = pipeline.eval_split(config, "tiny")
-    with pytest.raises(ValueError, match=r"tiny/0001.png: image is 12x10 but "
-                       r".*instances_tiny.json says 12x11"):
+    with pytest.raises(
+        ValueError,
+        match=r"tiny/0001.png: image is 12x10 but "
+        r".*instances_tiny.json says 12x11",
+    ):
         next(split.batches())
 
 
@@ -126,8 +134,9 @@ def test_bad_annotations_are_skipped_and_logged(config, folder, caplog):
         batches = list(itertools.islice(pipeline.train_batches(config), 3))
     seen = set()
     for batch in batches:
-        for image_id, valid in zip(batch["image_id"], batch["valid"],
-                                   strict=True):
+        for image_id, valid in zip(
+            batch["image_id"], batch["valid"], strict=True
+        ):
             assert valid.sum() == min(kept[image_id], 2), image_id
             seen.add(int(image_id))
     assert seen == set(kept)
@@ -147,23 +156,30 @@ def test_crowd_regions_are_ground_truth_not_targets(config, folder):
 def test_json_problems(config, folder):
     path = folder / "annotations" / "instances_val.json"
     _edit_json(path, lambda d: d.pop("categories"))
-    with pytest.raises(ValueError, match="instances_val.json: missing the "
-                       "'categories' list"):
+    with pytest.raises(
+        ValueError, match="instances_val.json: missing the 'categories' list"
+    ):
         pipeline.eval_split(config)
     path.write_text("{ not json")
     with pytest.raises(ValueError, match="instances_val.json: not valid JSON"):
         pipeline.eval_split(config)
-    _edit_json(folder / "annotations" / "instances_train.json",
-               lambda d: d["images"][0].pop("width"))
-    with pytest.raises(ValueError, match=r"instances_train.json: images\[0\] "
-                       r"\(id=1\) lacks 'width'$"):
+    _edit_json(
+        folder / "annotations" / "instances_train.json",
+        lambda d: d["images"][0].pop("width"),
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"instances_train.json: images\[0\] "
+        r"\(id=1\) lacks 'width'$",
+    ):
         pipeline.train_batches(config)
 
 
 def test_config_problems(config):
     config.data.num_classes = 80
-    with pytest.raises(ValueError, match="3 categories but data.num_classes "
-                       "is 80"):
+    with pytest.raises(
+        ValueError, match="3 categories but data.num_classes is 80"
+    ):
         pipeline.eval_split(config)
     config.data.num_classes = 3
     with pytest.raises(ValueError, match=r"split 'val\[:5': expected NAME"):
@@ -173,13 +189,21 @@ def test_config_problems(config):
 
 
 def test_empty_slice_is_one_error_without_a_mask_warning(config, caplog):
-    with caplog.at_level("WARNING"), pytest.raises(
-            ValueError, match=r"instances_val.json: split 'val\[5:2\]' "
-            r"selects no images \(of 3\)$"):
+    with (
+        caplog.at_level("WARNING"),
+        pytest.raises(
+            ValueError,
+            match=r"instances_val.json: split 'val\[5:2\]' "
+            r"selects no images \(of 3\)$",
+        ),
+    ):
         pipeline.eval_split(config, "val[5:2]")
     assert not caplog.records  # no "no instance segmentations" warning
-    with pytest.raises(ValueError, match="train.batch_size=4 must be a "
-                       "positive multiple of the process count 3"):
+    with pytest.raises(
+        ValueError,
+        match="train.batch_size=4 must be a "
+        "positive multiple of the process count 3",
+    ):
         pipeline.train_batches(config, process_index=0, process_count=3)
     config.data.source = "csv"
     with pytest.raises(ValueError, match="data.source='csv' is not one of"):
@@ -206,11 +230,15 @@ def test_polygon_and_uncompressed_rle_segmentations(tmp_path):
     column_major = mask.T.ravel()  # COCO RLE runs go down the columns
     changes = np.flatnonzero(np.diff(column_major.astype(int))) + 1
     counts = np.diff(np.concatenate([[0], changes, [column_major.size]]))
-    uncompressed = dict(base, id=3, segmentation={
-            "size": [20, 30], "counts": counts.tolist()})
-    helpers.write_folder(str(tmp_path), "forms",
-                         [np.zeros((20, 30, 3), np.uint8)],
-                         [base, polygon, uncompressed])
+    uncompressed = dict(
+        base, id=3, segmentation={"size": [20, 30], "counts": counts.tolist()}
+    )
+    helpers.write_folder(
+        str(tmp_path),
+        "forms",
+        [np.zeros((20, 30, 3), np.uint8)],
+        [base, polygon, uncompressed],
+    )
     folder = coco.CocoFolder(str(tmp_path), "forms", 3)
     masks = folder.load_example(0)[3]
     assert masks.shape == (3, 20, 30)
@@ -218,42 +246,62 @@ def test_polygon_and_uncompressed_rle_segmentations(tmp_path):
         assert (decoded.astype(bool) == mask).all()
 
 
-@pytest.mark.parametrize("records, index, key", [
-        ("categories", 1, "id"), ("images", 2, "file_name"),
-        ("images", 0, "height"), ("annotations", 4, "image_id"),
-        ("annotations", 0, "bbox"), ("annotations", 8, "category_id")])
-def test_missing_keys_name_the_file_record_and_key(folder, records, index,
-                                                   key):
+@pytest.mark.parametrize(
+    "records, index, key",
+    [
+        ("categories", 1, "id"),
+        ("images", 2, "file_name"),
+        ("images", 0, "height"),
+        ("annotations", 4, "image_id"),
+        ("annotations", 0, "bbox"),
+        ("annotations", 8, "category_id"),
+    ],
+)
+def test_missing_keys_name_the_file_record_and_key(folder, records, index, key):
     path = folder / "annotations" / "instances_val.json"
     _edit_json(path, lambda d: d[records][index].pop(key))
     record_id = "None" if key == "id" else index + 1
     with pytest.raises(ValueError) as error:
         coco.CocoFolder(str(folder), "val", 3)
-    assert str(error.value) == (f"{path}: {records}[{index}] (id={record_id})"
-                                f" lacks '{key}'")
+    assert str(error.value) == (
+        f"{path}: {records}[{index}] (id={record_id}) lacks '{key}'"
+    )
 
 
 def test_bad_category_ids(folder):
     path = folder / "annotations" / "instances_val.json"
     _edit_json(path, lambda d: d["categories"][2].update(id=1))
-    with pytest.raises(ValueError, match=r"instances_val.json: "
-                       r"categories\[2\] repeats id 1$"):
+    with pytest.raises(
+        ValueError,
+        match=r"instances_val.json: "
+        r"categories\[2\] repeats id 1$",
+    ):
         coco.CocoFolder(str(folder), "val", 3)
     _edit_json(path, lambda d: d["categories"][2].update(id="3"))
-    with pytest.raises(ValueError, match=r"categories\[2\] id '3' is not an "
-                       "integer$"):
+    with pytest.raises(
+        ValueError,
+        match=r"categories\[2\] id '3' is not an "
+        "integer$",
+    ):
         coco.CocoFolder(str(folder), "val", 3)
 
 
 def _evaluate(ground_truth, iou_type: str) -> float:
     """AP of the ground truth's own boxes/masks scored against it."""
-    results = [{"image_id": a["image_id"], "category_id": a["category_id"],
-                "bbox": a["bbox"], "segmentation": a["segmentation"],
-                "score": 1.0}
-               for a in ground_truth.anns.values()]
+    results = [
+        {
+            "image_id": a["image_id"],
+            "category_id": a["category_id"],
+            "bbox": a["bbox"],
+            "segmentation": a["segmentation"],
+            "score": 1.0,
+        }
+        for a in ground_truth.anns.values()
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
-        evaluation = cocoeval.COCOeval(ground_truth,
-                                       ground_truth.loadRes(results), iou_type)
+        evaluation = cocoeval.COCOeval(
+            ground_truth, ground_truth.loadRes(results), iou_type
+        )
         evaluation.evaluate()
         evaluation.accumulate()
         evaluation.summarize()
@@ -276,15 +324,19 @@ def test_missing_iscrowd_and_area_get_defaults(folder, caplog):
     _edit_json(path, strip)
     with caplog.at_level("WARNING"):
         split = coco.CocoFolder(str(folder), "val", 3)
-    assert (f"{path}: filled defaults for evaluation: iscrowd=0 on 4 "
-            "annotations, area (segmentation pixels, else box w*h) on 3"
-            in caplog.text)
+    assert (
+        f"{path}: filled defaults for evaluation: iscrowd=0 on 4 "
+        "annotations, area (segmentation pixels, else box w*h) on 3"
+        in caplog.text
+    )
     ground_truth = split.coco()
     anns = ground_truth.anns
     assert [anns[i]["iscrowd"] for i in range(1, 10)] == [0] * 9
     # RLE segmentations: their pixel count; the polygon: its 12 x 8 pixels.
-    assert [anns[i]["area"] for i in (3, 4)] == [original[2]["area"],
-                                                 original[3]["area"]]
+    assert [anns[i]["area"] for i in (3, 4)] == [
+        original[2]["area"],
+        original[3]["area"],
+    ]
     assert anns[5]["area"] == 96
     assert isinstance(anns[3]["area"], float)
     assert _evaluate(ground_truth, "bbox") == pytest.approx(1.0)
@@ -323,13 +375,19 @@ def test_rle_without_or_with_another_size_is_skipped(folder, caplog):
     with caplog.at_level("WARNING"):
         split = coco.CocoFolder(str(folder), "val", 3)
     text = caplog.text
-    assert (f"{path}: skipping annotation id=1 of image 1: RLE size differs "
-            "from the image: [10, 10] vs [48, 60] (height, width)") in text
-    assert (f"{path}: skipping annotation id=2 of image 1: RLE segmentation "
-            "without 'size'") in text
+    assert (
+        f"{path}: skipping annotation id=1 of image 1: RLE size differs "
+        "from the image: [10, 10] vs [48, 60] (height, width)"
+    ) in text
+    assert (
+        f"{path}: skipping annotation id=2 of image 1: RLE segmentation "
+        "without 'size'"
+    ) in text
     assert "id=6 of image 2: RLE size differs from the image: [60, 48]" in text
-    assert ("skipped 3 annotations (2 RLE size differs from the image, "
-            "1 RLE segmentation without 'size')") in text
+    assert (
+        "skipped 3 annotations (2 RLE size differs from the image, "
+        "1 RLE segmentation without 'size')"
+    ) in text
     assert sorted(split.coco().anns) == [3, 4, 5, 7, 8, 9]
     assert split.load_example(0)[2].tolist() == [3]
     assert split.load_example(0)[3].shape == (1, 48, 60)

@@ -7,16 +7,22 @@ import time
 import numpy as np
 import pytest
 
-from detector.data import pipeline
-from detector.data import shapes_source
+from detector.data import pipeline, shapes_source
 from tests.detector.data import helpers
 
 H, W, M, S = 64, 80, 4, 16
-TRAIN_DTYPES = {"image": (np.float32, (H, W, 3)), "boxes": (np.float32, (M, 4)),
-                "classes": (np.int32, (M,)), "valid": (np.bool_, (M,)),
-                "masks": (np.uint8, (M, S, S)), "mask_valid": (np.bool_, (M,)),
-                "image_id": (np.int64, ()), "orig_size": (np.int32, (2,)),
-                "scale": (np.float32, ()), "image_valid": (np.bool_, ())}
+TRAIN_DTYPES = {
+    "image": (np.float32, (H, W, 3)),
+    "boxes": (np.float32, (M, 4)),
+    "classes": (np.int32, (M,)),
+    "valid": (np.bool_, (M,)),
+    "masks": (np.uint8, (M, S, S)),
+    "mask_valid": (np.bool_, (M,)),
+    "image_id": (np.int64, ()),
+    "orig_size": (np.int32, (2,)),
+    "scale": (np.float32, ()),
+    "image_valid": (np.bool_, ()),
+}
 
 
 @pytest.fixture(name="shapes_config", scope="module")
@@ -83,10 +89,16 @@ def test_boxes_masks_and_pixels_stay_aligned(colour_config):
             image = batch["image"][i]
             scaled = batch["orig_size"][i] * batch["scale"][i]
             cropped += bool((scaled > [H, W]).any())
-            centres = {int(c): b[0] + b[2]
-                       for c, b, v in zip(batch["classes"][i],
-                                          batch["boxes"][i],
-                                          batch["valid"][i], strict=True) if v}
+            centres = {
+                int(c): b[0] + b[2]
+                for c, b, v in zip(
+                    batch["classes"][i],
+                    batch["boxes"][i],
+                    batch["valid"][i],
+                    strict=True,
+                )
+                if v
+            }
             if 1 in centres and 3 in centres:
                 orders.append(centres[1] > centres[3])
             for k in np.flatnonzero(batch["valid"][i]):
@@ -95,16 +107,20 @@ def test_boxes_masks_and_pixels_stay_aligned(colour_config):
                 painted = image[..., channel] >= 127.5
                 rows = np.flatnonzero(painted.any(axis=1))
                 cols = np.flatnonzero(painted.any(axis=0))
-                region = np.array([cols[0], rows[0], cols[-1] + 1,
-                                   rows[-1] + 1])
+                region = np.array(
+                    [cols[0], rows[0], cols[-1] + 1, rows[-1] + 1]
+                )
                 box = batch["boxes"][i, k]
                 # The painted part lies in the box; an unclipped box is its
                 # tight box (a clipped one may be looser: the crop keeps
                 # the box's part of the frame, not the shape's).
                 assert (region[:2] >= box[:2] - 1.01).all()
                 assert (region[2:] <= box[2:] + 1.01).all()
-                if (box[:2] > 0.5).all() and box[2] < W - 0.5 and (
-                        box[3] < H - 0.5):
+                if (
+                    (box[:2] > 0.5).all()
+                    and box[2] < W - 0.5
+                    and (box[3] < H - 0.5)
+                ):
                     np.testing.assert_allclose(box, region, atol=1.01)
                 pasted = _paste(batch["masks"][i, k], batch["boxes"][i, k])
                 iou = (pasted & painted).sum() / (pasted | painted).sum()
@@ -132,15 +148,23 @@ def test_resume_gives_the_same_batches(shapes_config):
 
 def test_processes_split_each_global_batch(shapes_config):
     single = _take(pipeline.train_batches(shapes_config, start_step=1), 2)
-    halves = [_take(pipeline.train_batches(
-            shapes_config, start_step=1, process_index=p, process_count=2), 2)
-              for p in range(2)]
+    halves = [
+        _take(
+            pipeline.train_batches(
+                shapes_config, start_step=1, process_index=p, process_count=2
+            ),
+            2,
+        )
+        for p in range(2)
+    ]
     for step in range(2):
         for key in single[step]:
-            joined = np.concatenate([halves[0][step][key],
-                                     halves[1][step][key]])
-            np.testing.assert_array_equal(joined, single[step][key],
-                                          err_msg=key)
+            joined = np.concatenate(
+                [halves[0][step][key], halves[1][step][key]]
+            )
+            np.testing.assert_array_equal(
+                joined, single[step][key], err_msg=key
+            )
 
 
 def test_eval_split_pads_the_last_batch(shapes_config):
@@ -173,8 +197,10 @@ def test_eval_split_slicing_and_processes(shapes_config):
     assert all(a["image_id"] in (2, 3, 4) for a in split.coco.anns.values())
     percent = pipeline.eval_split(shapes_config, "val[:40%]")
     assert percent.image_ids == [1, 2]
-    parts = [pipeline.eval_split(shapes_config, process_index=p,
-                                 process_count=2) for p in range(2)]
+    parts = [
+        pipeline.eval_split(shapes_config, process_index=p, process_count=2)
+        for p in range(2)
+    ]
     assert [p.image_ids for p in parts] == [[1, 2, 3], [4, 5]]
     # eval.batch_size 2 over 2 processes: 1 image per batch and process;
     # both processes run the same number of batches.
@@ -227,12 +253,16 @@ def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path):
 def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path):
     config = helpers.small_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
-    path = helpers.write_folder(str(tmp_path), "val",
-                                [np.zeros((8, 8, 3), np.uint8)], [])
+    path = helpers.write_folder(
+        str(tmp_path), "val", [np.zeros((8, 8, 3), np.uint8)], []
+    )
     before = pathlib.Path(path).read_text()
-    with pytest.raises(ValueError, match=rf"^{path}: exists and its 'info' "
-                       "does not name it a 'flax-maskrcnn synthetic shapes' "
-                       "file; refusing to overwrite it"):
+    with pytest.raises(
+        ValueError,
+        match=rf"^{path}: exists and its 'info' "
+        "does not name it a 'flax-maskrcnn synthetic shapes' "
+        "file; refusing to overwrite it",
+    ):
         pipeline.prepare(config)
     assert pathlib.Path(path).read_text() == before
     # Nothing was written, the other split included.
@@ -244,16 +274,21 @@ def test_ensure_shapes_dataset_refuses_a_foreign_json(tmp_path):
 def test_ensure_shapes_dataset_other_processes_wait(tmp_path):
     config = helpers.small_config(str(tmp_path), source="shapes")
     config.data.shapes.num_train, config.data.shapes.num_val = 2, 1
-    with pytest.raises(TimeoutError, match=r"instances_train.json: process 0 "
-                       r"did not write the shapes train split within 0.2 s$"):
-        shapes_source.ensure_dataset(config, process_index=1,
-                                     timeout_s=0.2)
+    with pytest.raises(
+        TimeoutError,
+        match=r"instances_train.json: process 0 "
+        r"did not write the shapes train split within 0.2 s$",
+    ):
+        shapes_source.ensure_dataset(config, process_index=1, timeout_s=0.2)
     assert not (tmp_path / "train").exists()  # only process 0 writes
     shapes_source.ensure_dataset(config, process_index=0)
     started = time.monotonic()
     shapes_source.ensure_dataset(config, process_index=1, timeout_s=60)
     assert time.monotonic() - started < 5
     config.data.shapes.image_size = 16
-    with pytest.raises(ValueError, match=r"^data.shapes.image_size=16 is "
-                       "below the minimum 32$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^data.shapes.image_size=16 is "
+        "below the minimum 32$",
+    ):
         pipeline.prepare(config)

@@ -21,8 +21,9 @@ def _load_coco(path) -> COCO:
 @pytest.fixture(name="written", scope="module")
 def written_fixture(tmp_path_factory):
     out = tmp_path_factory.mktemp("shapes")
-    shapes.write_dataset(str(out), num_train=24, num_val=6, image_size=64,
-                         seed=3)
+    shapes.write_dataset(
+        str(out), num_train=24, num_val=6, image_size=64, seed=3
+    )
     return out
 
 
@@ -39,8 +40,12 @@ def test_json_loads_and_masks_match_boxes(written):
         cols = np.flatnonzero(mask.any(axis=0))
         x, y, w, h = ann["bbox"]
         # The box is the tight box of the mask, x + w exclusive.
-        assert (x, y, x + w, y + h) == (cols[0], rows[0], cols[-1] + 1,
-                                        rows[-1] + 1)
+        assert (x, y, x + w, y + h) == (
+            cols[0],
+            rows[0],
+            cols[-1] + 1,
+            rows[-1] + 1,
+        )
         assert ann["area"] == mask.sum() > 0
         assert ann["iscrowd"] == 0
         assert ann["category_id"] in (1, 2, 3)
@@ -67,8 +72,9 @@ def test_shapes_are_painted_where_their_masks_are(written):
 def test_render_image_counts_and_empty_images():
     counts = []
     for index in range(200):
-        _, instances = shapes.render_image(np.random.default_rng([7, index]),
-                                           48)
+        _, instances = shapes.render_image(
+            np.random.default_rng([7, index]), 48
+        )
         counts.append(len(instances))
         for category, mask in instances:
             assert category in (1, 2, 3) and mask.any()
@@ -107,8 +113,20 @@ def test_split_is_current(tmp_path):
 
 
 def test_command_line(tmp_path):
-    shapes.main(["--out", str(tmp_path), "--num_train", "2", "--num_val",
-                 "1", "--image_size", "40", "--seed", "5"])
+    shapes.main(
+        [
+            "--out",
+            str(tmp_path),
+            "--num_train",
+            "2",
+            "--num_val",
+            "1",
+            "--image_size",
+            "40",
+            "--seed",
+            "5",
+        ]
+    )
     assert shapes.split_is_current(str(tmp_path), "train", 2, 40, 5)
     assert shapes.split_is_current(str(tmp_path), "val", 1, 40, 5)
     assert len(list((tmp_path / "train").glob("*.png"))) == 2
@@ -120,7 +138,8 @@ def test_small_images_still_cover_a_pixel_per_shape():
     for size in (6, 8, 12, 16):
         for index in range(60):
             _, instances = shapes.render_image(
-                    np.random.default_rng([7, index]), size)
+                np.random.default_rng([7, index]), size
+            )
             counts += len(instances)
             for _, mask in instances:
                 assert mask.any(), (size, index)
@@ -128,8 +147,11 @@ def test_small_images_still_cover_a_pixel_per_shape():
 
 
 def test_image_size_lower_bound(tmp_path, capsys):
-    with pytest.raises(ValueError, match=r"^image_size=16 is below the "
-                       r"minimum 32 pixels of the shapes images$"):
+    with pytest.raises(
+        ValueError,
+        match=r"^image_size=16 is below the "
+        r"minimum 32 pixels of the shapes images$",
+    ):
         shapes.write_split(str(tmp_path), "train", 2, image_size=16)
     assert not (tmp_path / "train").exists()
     with pytest.raises(SystemExit):
@@ -137,15 +159,23 @@ def test_image_size_lower_bound(tmp_path, capsys):
     assert "--image_size=8 is below the minimum 32" in capsys.readouterr().err
     with pytest.raises(ValueError, match=r"^split='test' is not one of"):
         shapes.write_split(str(tmp_path), "test", 2)
-    shapes.write_split(str(tmp_path), "val", 1,
-                       image_size=shapes.MIN_IMAGE_SIZE)
-    assert shapes.split_is_current(str(tmp_path), "val", 1,
-                                   shapes.MIN_IMAGE_SIZE, 0)
+    shapes.write_split(
+        str(tmp_path), "val", 1, image_size=shapes.MIN_IMAGE_SIZE
+    )
+    assert shapes.split_is_current(
+        str(tmp_path), "val", 1, shapes.MIN_IMAGE_SIZE, 0
+    )
 
 
-@pytest.mark.parametrize("content", ['{"images": [], "annotations": []}',
-                                     '{"info": {"description": "COCO"}}',
-                                     "[1, 2]", "{not json"])
+@pytest.mark.parametrize(
+    "content",
+    [
+        '{"images": [], "annotations": []}',
+        '{"info": {"description": "COCO"}}',
+        "[1, 2]",
+        "{not json",
+    ],
+)
 def test_foreign_json_is_never_overwritten(tmp_path, capsys, content):
     path = tmp_path / "annotations" / "instances_val.json"
     path.parent.mkdir()
@@ -153,12 +183,23 @@ def test_foreign_json_is_never_overwritten(tmp_path, capsys, content):
     with pytest.raises(ValueError) as error:
         shapes.write_split(str(tmp_path), "val", 1, image_size=32)
     assert str(error.value).startswith(
-            f"{path}: exists and its 'info' does not name it a "
-            "'flax-maskrcnn synthetic shapes' file; refusing to overwrite")
+        f"{path}: exists and its 'info' does not name it a "
+        "'flax-maskrcnn synthetic shapes' file; refusing to overwrite"
+    )
     # The command line refuses before writing any split.
     with pytest.raises(SystemExit):
-        shapes.main(["--out", str(tmp_path), "--num_train", "1",
-                     "--num_val", "1", "--image_size", "32"])
+        shapes.main(
+            [
+                "--out",
+                str(tmp_path),
+                "--num_train",
+                "1",
+                "--num_val",
+                "1",
+                "--image_size",
+                "32",
+            ]
+        )
     assert f"{path}: exists" in capsys.readouterr().err
     assert path.read_text() == content
     assert not (tmp_path / "annotations" / "instances_train.json").exists()

@@ -8,20 +8,28 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from detector.data import pipeline
-from detector.data import tfds_coco
+from detector.data import pipeline, tfds_coco
 from tests.detector.data import helpers
 
 # (height, width, objects as (ymin, xmin, ymax, xmax) normalised, label,
 # is_crowd), image ids 101.. in this order.
 EXAMPLES = [
-        (40, 60, [((0.1, 0.1, 0.5, 0.4), 0, False),
-                  ((0.5, 0.5, 0.9, 0.9), 79, False),
-                  ((0.0, 0.0, 1.0, 1.0), 0, True)]),
-        (50, 30, [((0.2, 0.2, 0.6, 0.8), 5, False),
-                  ((0.3, 0.3, 0.3, 0.6), 6, False)]),  # zero height
-        (30, 30, []),
-        (60, 40, [((0.1, 0.2, 0.3, 0.4), 2, False)]),
+    (
+        40,
+        60,
+        [
+            ((0.1, 0.1, 0.5, 0.4), 0, False),
+            ((0.5, 0.5, 0.9, 0.9), 79, False),
+            ((0.0, 0.0, 1.0, 1.0), 0, True),
+        ],
+    ),
+    (
+        50,
+        30,
+        [((0.2, 0.2, 0.6, 0.8), 5, False), ((0.3, 0.3, 0.3, 0.6), 6, False)],
+    ),  # zero height
+    (30, 30, []),
+    (60, 40, [((0.1, 0.2, 0.3, 0.4), 2, False)]),
 ]
 
 
@@ -31,58 +39,76 @@ FIRST_IDS = {"train": 101, "validation": 201}
 CORRUPT_BYTES = b"\x00\x01 not an image"
 
 
-def _records(encoded_image: bool, first_id: int,
-             corrupt: int | None = None) -> tf.data.Dataset:
+def _records(
+    encoded_image: bool, first_id: int, corrupt: int | None = None
+) -> tf.data.Dataset:
     """The mocked coco/2017 records, as TFDS would decode them.
 
     Record `corrupt` (an index) holds bytes of no image format.
     """
+
     def generate():
         for index, (height, width, objects) in enumerate(EXAMPLES):
             pixels = np.full((height, width, 3), 40 * index, np.uint8)
-            image = (tf.io.encode_jpeg(pixels).numpy() if encoded_image
-                     else pixels)
+            image = (
+                tf.io.encode_jpeg(pixels).numpy() if encoded_image else pixels
+            )
             if index == corrupt:
                 image = CORRUPT_BYTES
             boxes = np.array([o[0] for o in objects], np.float32)
-            yield {"image": image, "image/filename": f"{index}.jpg",
-                   "image/id": first_id + index,
-                   "objects": {
-                           "id": np.arange(len(objects), dtype=np.int64),
-                           "area": np.full(len(objects), 12, np.int64),
-                           "bbox": boxes.reshape(-1, 4),
-                           "label": np.array([o[1] for o in objects],
-                                             np.int64),
-                           "is_crowd": np.array([o[2] for o in objects],
-                                                bool)}}
+            yield {
+                "image": image,
+                "image/filename": f"{index}.jpg",
+                "image/id": first_id + index,
+                "objects": {
+                    "id": np.arange(len(objects), dtype=np.int64),
+                    "area": np.full(len(objects), 12, np.int64),
+                    "bbox": boxes.reshape(-1, 4),
+                    "label": np.array([o[1] for o in objects], np.int64),
+                    "is_crowd": np.array([o[2] for o in objects], bool),
+                },
+            }
 
-    image_spec = (tf.TensorSpec([], tf.string) if encoded_image
-                  else tf.TensorSpec([None, None, 3], tf.uint8))
-    signature = {"image": image_spec,
-                 "image/filename": tf.TensorSpec([], tf.string),
-                 "image/id": tf.TensorSpec([], tf.int64),
-                 "objects": {"id": tf.TensorSpec([None], tf.int64),
-                             "area": tf.TensorSpec([None], tf.int64),
-                             "bbox": tf.TensorSpec([None, 4], tf.float32),
-                             "label": tf.TensorSpec([None], tf.int64),
-                             "is_crowd": tf.TensorSpec([None], tf.bool)}}
-    dataset = tf.data.Dataset.from_generator(generate,
-                                             output_signature=signature)
-    return dataset.apply(tf.data.experimental.assert_cardinality(
-            len(EXAMPLES)))
+    image_spec = (
+        tf.TensorSpec([], tf.string)
+        if encoded_image
+        else tf.TensorSpec([None, None, 3], tf.uint8)
+    )
+    signature = {
+        "image": image_spec,
+        "image/filename": tf.TensorSpec([], tf.string),
+        "image/id": tf.TensorSpec([], tf.int64),
+        "objects": {
+            "id": tf.TensorSpec([None], tf.int64),
+            "area": tf.TensorSpec([None], tf.int64),
+            "bbox": tf.TensorSpec([None, 4], tf.float32),
+            "label": tf.TensorSpec([None], tf.int64),
+            "is_crowd": tf.TensorSpec([None], tf.bool),
+        },
+    }
+    dataset = tf.data.Dataset.from_generator(
+        generate, output_signature=signature
+    )
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(EXAMPLES)))
 
 
 def _as_dataset_fn(corrupt: int | None = None):
     """A builder._as_dataset that slices the split with TFDS' own rules."""
-    def as_dataset(self, split, decoders=None, read_config=None,
-                   shuffle_files=False):
+
+    def as_dataset(
+        self, split, decoders=None, read_config=None, shuffle_files=False
+    ):
         del self, read_config, shuffle_files
-        skip = isinstance((decoders or {}).get("image"),
-                          tfds.decode.SkipDecoding)
-        split_infos = {name: types.SimpleNamespace(num_examples=len(EXAMPLES))
-                       for name in FIRST_IDS}
+        skip = isinstance(
+            (decoders or {}).get("image"), tfds.decode.SkipDecoding
+        )
+        split_infos = {
+            name: types.SimpleNamespace(num_examples=len(EXAMPLES))
+            for name in FIRST_IDS
+        }
         (absolute,) = tfds.core.ReadInstruction.from_spec(
-                str(split)).to_absolute(split_infos)
+            str(split)
+        ).to_absolute(split_infos)
         start = absolute.from_ or 0
         stop = len(EXAMPLES) if absolute.to is None else absolute.to
         records = _records(skip, FIRST_IDS[absolute.splitname], corrupt)
@@ -116,8 +142,9 @@ def test_train_batches_from_tfds_and_resume(tfds_config):
     assert orders[2] not in orders[:2], orders
     resumed = next(pipeline.train_batches(tfds_config, start_step=2))
     for key in resumed:
-        np.testing.assert_array_equal(resumed[key], batches[2][key],
-                                      err_msg=key)
+        np.testing.assert_array_equal(
+            resumed[key], batches[2][key], err_msg=key
+        )
     first = batches[0]
     assert first["image"].shape == (4, 64, 80, 3)
     assert first["masks"].shape == (4, 4, 16, 16)
@@ -129,20 +156,32 @@ def test_train_batches_from_tfds_and_resume(tfds_config):
     for batch in batches:
         for row, image_id in enumerate(batch["image_id"]):
             height, width, objects = EXAMPLES[image_id - 101]
-            kept = [o for o in objects
-                    if not o[2] and o[0][2] > o[0][0] and o[0][3] > o[0][1]]
+            kept = [
+                o
+                for o in objects
+                if not o[2] and o[0][2] > o[0][0] and o[0][3] > o[0][1]
+            ]
             valid = batch["valid"][row]
             assert valid.sum() == len(kept)
             scale = min(64 / height, 80 / width)
             assert np.isclose(batch["scale"][row], scale)
             assert batch["orig_size"][row].tolist() == [height, width]
-            expected = [[o[0][1] * width, o[0][0] * height, o[0][3] * width,
-                         o[0][2] * height] for o in kept]
+            expected = [
+                [
+                    o[0][1] * width,
+                    o[0][0] * height,
+                    o[0][3] * width,
+                    o[0][2] * height,
+                ]
+                for o in kept
+            ]
             resized = np.round(np.array([height, width]) * scale)
             factor = np.tile((resized / [height, width])[::-1], 2)
-            np.testing.assert_allclose(batch["boxes"][row][valid],
-                                       np.reshape(expected, (-1, 4)) * factor,
-                                       atol=1e-3)
+            np.testing.assert_allclose(
+                batch["boxes"][row][valid],
+                np.reshape(expected, (-1, 4)) * factor,
+                atol=1e-3,
+            )
             classes = [o[1] + 1 for o in kept]
             assert batch["classes"][row][valid].tolist() == classes
 
@@ -161,8 +200,11 @@ def test_eval_split_from_tfds(tfds_config):
     assert len(anns) == 5
     labels = sorted(a["category_id"] for a in anns)
     assert labels == [1, 1, 3, 6, 90]  # labels 0, 0, 2, 5, 79
-    first = next(a for a in anns if a["image_id"] == 201 and not a["iscrowd"]
-                 and a["category_id"] == 1)
+    first = next(
+        a
+        for a in anns
+        if a["image_id"] == 201 and not a["iscrowd"] and a["category_id"] == 1
+    )
     np.testing.assert_allclose(first["bbox"], [6, 4, 18, 16], atol=1e-4)
     batches = list(split.batches())
     assert len(batches) == split.num_batches == 2
@@ -193,23 +235,33 @@ def test_eval_split_slices_like_tfds(tfds_config):
     ids = [int(i) for b in first_two.batches() for i in b["image_id"]]
     assert ids == [201, 202]
     assert pipeline.eval_split(tfds_config, "validation[1:3]").image_ids == [
-            202, 203]
+        202,
+        203,
+    ]
     assert pipeline.eval_split(tfds_config, "validation[-1:]").image_ids == [
-            204]
+        204
+    ]
     assert pipeline.eval_split(tfds_config, "validation[50%:]").image_ids == [
-            203, 204]
+        203,
+        204,
+    ]
     assert pipeline.eval_split(tfds_config, "train[:1]").image_ids == [101]
     # As in TFDS, a slice past the end of the split is an error.
-    with pytest.raises(ValueError, match=r"split 'validation\[:10\]' of tfds "
-                       r"coco/2017: .*\[:10\] incompatible with 4 examples"):
+    with pytest.raises(
+        ValueError,
+        match=r"split 'validation\[:10\]' of tfds "
+        r"coco/2017: .*\[:10\] incompatible with 4 examples",
+    ):
         pipeline.eval_split(tfds_config, "validation[:10]")
 
 
 def test_corrupt_image_names_the_record(tmp_path):
     config = _config(str(tmp_path))
-    expected = (r"^tfds coco/2017 record image/filename=2.jpg \(image/id="
-                r"{}\): cannot decode its image: "
-                rf"{len(CORRUPT_BYTES)} bytes in no known format \(JPEG, ")
+    expected = (
+        r"^tfds coco/2017 record image/filename=2.jpg \(image/id="
+        r"{}\): cannot decode its image: "
+        rf"{len(CORRUPT_BYTES)} bytes in no known format \(JPEG, "
+    )
     with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn(corrupt=2)):
         with pytest.raises(ValueError, match=expected.format(203)):
             pipeline.eval_split(config)
@@ -217,7 +269,9 @@ def test_corrupt_image_names_the_record(tmp_path):
             next(pipeline.train_batches(config))
         # Records before the corrupt one still load.
         assert pipeline.eval_split(config, "validation[:2]").image_ids == [
-                201, 202]
+            201,
+            202,
+        ]
 
 
 class CocoWithoutLabels(tfds.core.GeneratorBasedBuilder):
@@ -227,15 +281,22 @@ class CocoWithoutLabels(tfds.core.GeneratorBasedBuilder):
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
-                builder=self,
-                features=tfds.features.FeaturesDict({
-                        "image": tfds.features.Image(),
-                        "image/filename": tfds.features.Text(),
-                        "image/id": tf.int64,
-                        "objects": tfds.features.Sequence({
-                                "bbox": tfds.features.BBoxFeature(),
-                                "is_crowd": tf.bool,
-                                "area": tf.int64})}))
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {
+                    "image": tfds.features.Image(),
+                    "image/filename": tfds.features.Text(),
+                    "image/id": tf.int64,
+                    "objects": tfds.features.Sequence(
+                        {
+                            "bbox": tfds.features.BBoxFeature(),
+                            "is_crowd": tf.bool,
+                            "area": tf.int64,
+                        }
+                    ),
+                }
+            ),
+        )
 
     def _split_generators(self, dl_manager):
         del dl_manager
@@ -248,8 +309,13 @@ class CocoWithoutLabels(tfds.core.GeneratorBasedBuilder):
 def test_features_without_labels_name_the_builder_and_key(tmp_path):
     config = _config(str(tmp_path))
     config.data.tfds_name = "coco_without_labels"
-    with (tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()),
-          pytest.raises(ValueError, match=r"^tfds coco_without_labels: "
-                        r"features lack 'objects/label' \(the source "
-                        r"reads image, image/id, objects/bbox")):
+    with (
+        tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()),
+        pytest.raises(
+            ValueError,
+            match=r"^tfds coco_without_labels: "
+            r"features lack 'objects/label' \(the source "
+            r"reads image, image/id, objects/bbox",
+        ),
+    ):
         pipeline.eval_split(config)

@@ -10,12 +10,20 @@ S = 16  # GT mask size
 BOXES = [[6, 12, 22, 28], [50, 4, 58, 36], [55, 30, 70, 45]]
 
 
-def _data(hflip: bool, jitter: tuple[float, float]
-          ) -> ml_collections.ConfigDict:
-    return ml_collections.ConfigDict({
-            "image_size": (64, 80), "max_instances": 4, "gt_mask_size": S,
-            "hflip": hflip, "scale_jitter": jitter,
-            "pixel_mean": (0.0, 0.0, 0.0), "pixel_std": (1.0, 1.0, 1.0)})
+def _data(
+    hflip: bool, jitter: tuple[float, float]
+) -> ml_collections.ConfigDict:
+    return ml_collections.ConfigDict(
+        {
+            "image_size": (64, 80),
+            "max_instances": 4,
+            "gt_mask_size": S,
+            "hflip": hflip,
+            "scale_jitter": jitter,
+            "pixel_mean": (0.0, 0.0, 0.0),
+            "pixel_std": (1.0, 1.0, 1.0),
+        }
+    )
 
 
 def _example() -> dict:
@@ -28,18 +36,21 @@ def _example() -> dict:
     image[disc] = 255
     image[rectangle] = 128
     corner = (xs >= 55) & (ys >= 30)
-    return {"image": tf.constant(image),
-            "boxes": tf.constant(BOXES, tf.float32),
-            "classes": tf.constant([1, 2, 3], tf.int32),
-            "masks": tf.constant(
-                    np.stack([disc, rectangle, corner]).astype(np.uint8)),
-            "image_id": tf.constant(7, tf.int64)}
+    return {
+        "image": tf.constant(image),
+        "boxes": tf.constant(BOXES, tf.float32),
+        "classes": tf.constant([1, 2, 3], tf.int32),
+        "masks": tf.constant(
+            np.stack([disc, rectangle, corner]).astype(np.uint8)
+        ),
+        "image_id": tf.constant(7, tf.int64),
+    }
 
 
 def _disc(size: int) -> np.ndarray:
     """A disc inscribed in an S x S grid, sampled at pixel centres."""
     centres = (np.arange(size) + 0.5) / size - 0.5
-    return (centres[:, None] ** 2 + centres[None, :] ** 2 <= 0.25)
+    return centres[:, None] ** 2 + centres[None, :] ** 2 <= 0.25
 
 
 def _expected_boxes(boxes, flip, scale_hw, offset, limit_hw):
@@ -54,14 +65,20 @@ def _expected_boxes(boxes, flip, scale_hw, offset, limit_hw):
 
 
 def test_no_augmentation_scales_boxes_and_crops_masks_exactly():
-    out = transforms.transform(_example(), tf.constant([0, 0], tf.int64),
-                               _data(False, (1.0, 1.0)), True, True)
+    out = transforms.transform(
+        _example(),
+        tf.constant([0, 0], tf.int64),
+        _data(False, (1.0, 1.0)),
+        True,
+        True,
+    )
     scale = 4 / 3  # min(64/40, 80/60); the image becomes 53x80
     assert np.isclose(out["scale"], scale)
     assert out["orig_size"].numpy().tolist() == [40, 60]
     # The box past the corner is clipped to the resized image (80 x 53).
-    expected = np.minimum(np.array(BOXES) * ([80 / 60, 53 / 40] * 2),
-                          [80, 53] * 2)
+    expected = np.minimum(
+        np.array(BOXES) * ([80 / 60, 53 / 40] * 2), [80, 53] * 2
+    )
     np.testing.assert_allclose(out["boxes"][:3], expected, rtol=1e-6)
     assert out["valid"].numpy().tolist() == [True, True, True, False]
     masks = out["masks"].numpy()
@@ -76,24 +93,34 @@ def test_no_augmentation_scales_boxes_and_crops_masks_exactly():
 
 def test_flip_mirrors_boxes_masks_and_pixels():
     data = _data(True, (1.0, 1.0))
-    plain = transforms.transform(_example(), tf.constant([0, 0], tf.int64),
-                                 _data(False, (1.0, 1.0)), True, True)
+    plain = transforms.transform(
+        _example(),
+        tf.constant([0, 0], tf.int64),
+        _data(False, (1.0, 1.0)),
+        True,
+        True,
+    )
     flipped = None
     for seed in range(16):
         key = tf.constant([seed, 1], tf.int64)
-        if transforms.sample_geometry(tf.constant([40.0, 60.0]), key, data,
-                                      True)[0]:
+        if transforms.sample_geometry(
+            tf.constant([40.0, 60.0]), key, data, True
+        )[0]:
             flipped = transforms.transform(_example(), key, data, True, True)
             break
     assert flipped is not None, "no key flipped the example"
     boxes, plain_boxes = flipped["boxes"].numpy(), plain["boxes"].numpy()
-    np.testing.assert_allclose(boxes[:3, [0, 2]], 80 - plain_boxes[:3, [2, 0]],
-                               atol=1e-4)
+    np.testing.assert_allclose(
+        boxes[:3, [0, 2]], 80 - plain_boxes[:3, [2, 0]], atol=1e-4
+    )
     np.testing.assert_allclose(boxes[:3, [1, 3]], plain_boxes[:3, [1, 3]])
     masks, plain_masks = flipped["masks"].numpy(), plain["masks"].numpy()
     assert (masks[:3] != plain_masks[:3, :, ::-1]).mean() <= 0.01
-    np.testing.assert_allclose(flipped["image"].numpy()[:53, ::-1],
-                               plain["image"].numpy()[:53], atol=1e-3)
+    np.testing.assert_allclose(
+        flipped["image"].numpy()[:53, ::-1],
+        plain["image"].numpy()[:53],
+        atol=1e-3,
+    )
 
 
 def test_jitter_crops_clips_and_drops_like_the_numpy_statement():
@@ -102,16 +129,21 @@ def test_jitter_crops_clips_and_drops_like_the_numpy_statement():
     for seed in range(12):
         key = tf.constant([seed, 2], tf.int64)
         flip, _, resized, offset = (
-                t.numpy() for t in transforms.sample_geometry(
-                        tf.constant([40.0, 60.0]), key, data, True))
+            t.numpy()
+            for t in transforms.sample_geometry(
+                tf.constant([40.0, 60.0]), key, data, True
+            )
+        )
         out = transforms.transform(_example(), key, data, True, True)
         limit = np.minimum(resized - offset, [64, 80])
-        expected = _expected_boxes(BOXES, flip,
-                                   resized / [40, 60], offset, limit)
+        expected = _expected_boxes(
+            BOXES, flip, resized / [40, 60], offset, limit
+        )
         count = len(expected)
         assert out["valid"].numpy().sum() == count
-        np.testing.assert_allclose(out["boxes"].numpy()[:count], expected,
-                                   atol=1e-3)
+        np.testing.assert_allclose(
+            out["boxes"].numpy()[:count], expected, atol=1e-3
+        )
         dropped += count < 3
         clipped += bool((expected == 0).any() or (expected[:, 2] == 80).any())
         masks = out["masks"].numpy()[:count]
@@ -122,10 +154,13 @@ def test_jitter_crops_clips_and_drops_like_the_numpy_statement():
 
 
 def test_limit_instances_keeps_the_largest_in_order():
-    example = {"boxes": tf.constant([[0, 0, 2, 2], [0, 0, 9, 9],
-                                     [0, 0, 1, 1], [0, 0, 5, 5]], tf.float32),
-               "classes": tf.constant([1, 2, 3, 1], tf.int32),
-               "image_id": tf.constant(3, tf.int64)}
+    example = {
+        "boxes": tf.constant(
+            [[0, 0, 2, 2], [0, 0, 9, 9], [0, 0, 1, 1], [0, 0, 5, 5]], tf.float32
+        ),
+        "classes": tf.constant([1, 2, 3, 1], tf.int32),
+        "image_id": tf.constant(3, tf.int64),
+    }
     log = transforms.TruncationLog(2)
     out = transforms.limit_instances(example, log)
     assert out["classes"].numpy().tolist() == [2, 1]
@@ -137,11 +172,18 @@ def test_limit_instances_keeps_the_largest_in_order():
 
 def test_eval_transform_has_no_randomness_and_pads():
     data = _data(True, (0.5, 2.0))
-    example = {"image": _example()["image"],
-               "image_id": tf.constant(7, tf.int64)}
+    example = {
+        "image": _example()["image"],
+        "image_id": tf.constant(7, tf.int64),
+    }
     out = transforms.transform(example, None, data, False, False)
-    assert set(out) == {"image", "image_id", "orig_size", "scale",
-                        "image_valid"}
+    assert set(out) == {
+        "image",
+        "image_id",
+        "orig_size",
+        "scale",
+        "image_valid",
+    }
     assert np.isclose(out["scale"], 4 / 3)
     pad = transforms.padding_example(data)
     assert pad["image_id"] == -1 and not pad["image_valid"]

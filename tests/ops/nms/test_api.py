@@ -17,43 +17,80 @@ def _call(boxes=_BOXES, scores=_SCORES, **params):
     return nms_lib.nms(boxes, scores, **params)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(scores=np.zeros((2, 6), np.float32)),
-     r"scores shape \(2, 6\) does not match boxes shape \(2, 5, 4\)"),
-    (dict(scores=np.zeros((3, 5), np.float32)),
-     r"scores shape \(3, 5\) does not match boxes shape \(2, 5, 4\)"),
-    (dict(boxes=np.zeros((2, 5, 5), np.float32)),
-     r"boxes must have shape \[\.\.\., N, 4\], got \(2, 5, 5\)"),
-    (dict(boxes=np.zeros((4,), np.float32)),
-     r"boxes must have shape \[\.\.\., N, 4\], got \(4,\)"),
-    (dict(boxes=np.zeros((2, 5, 4), np.int32)),
-     r"boxes must be floating point, got dtype int32 "
-     r"with shape \(2, 5, 4\)"),
-    (dict(scores=np.zeros((2, 5), np.int32)),
-     r"scores must be floating point, got dtype int32"),
-    (dict(iou_threshold=1.5), r"iou_threshold must be a number in \[0, 1\]"),
-    (dict(iou_threshold=-0.1), r"iou_threshold must be a number in \[0, 1\]"),
-    (dict(iou_threshold=float("nan")), r"iou_threshold must be a number in"),
-    (dict(max_output_size=0), r"max_output_size must be an int >= 1, got 0"),
-    (dict(max_output_size=2.5), r"max_output_size must be an int >= 1"),
-    (dict(score_threshold="0.1"), r"score_threshold must be a number or None"),
-    (dict(backend="gpu"), r"backend='gpu' is not a known NMS backend; known "
-     r"backends: auto, cpu, while_loop, pallas"),
-    (dict(classes=np.zeros((2, 5), np.float32)),
-     r"classes must be integer, got dtype float32"),
-    (dict(classes=np.zeros((2, 4), np.int32)),
-     r"classes shape \(2, 4\) does not match scores shape \(2, 5\)"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (
+            dict(scores=np.zeros((2, 6), np.float32)),
+            r"scores shape \(2, 6\) does not match boxes shape \(2, 5, 4\)",
+        ),
+        (
+            dict(scores=np.zeros((3, 5), np.float32)),
+            r"scores shape \(3, 5\) does not match boxes shape \(2, 5, 4\)",
+        ),
+        (
+            dict(boxes=np.zeros((2, 5, 5), np.float32)),
+            r"boxes must have shape \[\.\.\., N, 4\], got \(2, 5, 5\)",
+        ),
+        (
+            dict(boxes=np.zeros((4,), np.float32)),
+            r"boxes must have shape \[\.\.\., N, 4\], got \(4,\)",
+        ),
+        (
+            dict(boxes=np.zeros((2, 5, 4), np.int32)),
+            r"boxes must be floating point, got dtype int32 "
+            r"with shape \(2, 5, 4\)",
+        ),
+        (
+            dict(scores=np.zeros((2, 5), np.int32)),
+            r"scores must be floating point, got dtype int32",
+        ),
+        (
+            dict(iou_threshold=1.5),
+            r"iou_threshold must be a number in \[0, 1\]",
+        ),
+        (
+            dict(iou_threshold=-0.1),
+            r"iou_threshold must be a number in \[0, 1\]",
+        ),
+        (
+            dict(iou_threshold=float("nan")),
+            r"iou_threshold must be a number in",
+        ),
+        (
+            dict(max_output_size=0),
+            r"max_output_size must be an int >= 1, got 0",
+        ),
+        (dict(max_output_size=2.5), r"max_output_size must be an int >= 1"),
+        (
+            dict(score_threshold="0.1"),
+            r"score_threshold must be a number or None",
+        ),
+        (
+            dict(backend="gpu"),
+            r"backend='gpu' is not a known NMS backend; known "
+            r"backends: auto, cpu, while_loop, pallas",
+        ),
+        (
+            dict(classes=np.zeros((2, 5), np.float32)),
+            r"classes must be integer, got dtype float32",
+        ),
+        (
+            dict(classes=np.zeros((2, 4), np.int32)),
+            r"classes shape \(2, 4\) does not match scores shape \(2, 5\)",
+        ),
+    ],
+)
 def test_bad_input_names_argument(kwargs, message):
     with pytest.raises(ValueError, match=message):
         _call(**kwargs)
 
 
 def test_empty_inputs_return_padding():
-    for boxes, scores in [(np.zeros((2, 0, 4), np.float32),
-                           np.zeros((2, 0), np.float32)),
-                          (np.zeros((0, 5, 4), np.float32),
-                           np.zeros((0, 5), np.float32))]:
+    for boxes, scores in [
+        (np.zeros((2, 0, 4), np.float32), np.zeros((2, 0), np.float32)),
+        (np.zeros((0, 5, 4), np.float32), np.zeros((0, 5), np.float32)),
+    ]:
         for backend in nms_lib.BACKENDS:
             indices, num = _call(boxes, scores, backend=backend)
             assert indices.shape == scores.shape[:-1] + (3,)
@@ -79,8 +116,9 @@ def test_resolve_backend_names_what_auto_runs():
     # jax.default_backend() says 'gpu' where AUTO_BACKEND says 'cuda'.
     assert nms_lib.resolve_backend("auto", "gpu") == "pallas"
     assert nms_lib.resolve_backend("auto", "cuda") == "pallas"
-    assert (nms_lib.resolve_backend("auto") ==
-            nms_lib.resolve_backend("auto", jax.default_backend()))
+    assert nms_lib.resolve_backend("auto") == nms_lib.resolve_backend(
+        "auto", jax.default_backend()
+    )
 
 
 def test_auto_on_cuda_without_triton_falls_back_to_while_loop(monkeypatch):
@@ -93,7 +131,8 @@ def test_auto_on_cuda_without_triton_falls_back_to_while_loop(monkeypatch):
 def test_topk_baseline_keeps_best_scores_without_suppression():
     boxes = np.tile(np.float32([0, 0, 10, 10]), (6, 1))  # all identical
     scores = np.float32([0.1, 0.9, np.nan, 0.5, 0.7, 0.05])
-    indices, num = _call(boxes, scores, backend="topk", max_output_size=8,
-                         score_threshold=0.08)
+    indices, num = _call(
+        boxes, scores, backend="topk", max_output_size=8, score_threshold=0.08
+    )
     assert np.asarray(indices).tolist() == [1, 4, 3, 0, -1, -1, -1, -1]
     assert int(num) == 4

@@ -11,8 +11,11 @@ from hypothesis import strategies as st
 
 from ops import nms as nms_lib
 from ops.nms import reference
-from tests.ops.nms.helpers import (ALL_BACKENDS, assert_matches_reference,
-                                    random_boxes)
+from tests.ops.nms.helpers import (
+    ALL_BACKENDS,
+    assert_matches_reference,
+    random_boxes,
+)
 
 SIZES = (0, 1, 7, 127, 128, 129, 1000, 3000)
 THRESHOLDS = (0.1, 0.5, 0.7, 0.9)
@@ -20,18 +23,27 @@ THRESHOLDS = (0.1, 0.5, 0.7, 0.9)
 
 @functools.cache
 def _jitted(backend, max_output_size, iou_threshold, score_threshold=None):
-    return jax.jit(functools.partial(
-        nms_lib.nms, max_output_size=max_output_size,
-        iou_threshold=iou_threshold, score_threshold=score_threshold,
-        backend=backend))
+    return jax.jit(
+        functools.partial(
+            nms_lib.nms,
+            max_output_size=max_output_size,
+            iou_threshold=iou_threshold,
+            score_threshold=score_threshold,
+            backend=backend,
+        )
+    )
 
 
 def _check(boxes, scores, backend, classes=None, **params):
     call = _jitted(backend, **params)
     return assert_matches_reference(
-        boxes, scores, backend=backend, classes=classes,
+        boxes,
+        scores,
+        backend=backend,
+        classes=classes,
         call=lambda b, s, classes, backend, **_: call(b, s, classes=classes),
-        **params)
+        **params,
+    )
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -42,8 +54,13 @@ def test_random_inputs(backend, n):
         rng = np.random.default_rng([n, int(iou_threshold * 10)])
         for _ in range(2):
             boxes, scores = random_boxes(rng, (2, n), extent=100.0)
-            _check(boxes, scores, backend, max_output_size=min(
-                max(n, 1), 300), iou_threshold=iou_threshold)
+            _check(
+                boxes,
+                scores,
+                backend,
+                max_output_size=min(max(n, 1), 300),
+                iou_threshold=iou_threshold,
+            )
 
 
 @pytest.mark.parametrize("n", (129, 1000))
@@ -52,8 +69,14 @@ def test_random_class_aware(backend, n):
     boxes, scores = random_boxes(rng, (3, n))
     classes = rng.integers(0, 5, (3, n)).astype(np.int32)
     for iou_threshold in (0.3, 0.6):
-        _check(boxes, scores, backend, classes=classes, max_output_size=200,
-               iou_threshold=iou_threshold)
+        _check(
+            boxes,
+            scores,
+            backend,
+            classes=classes,
+            max_output_size=200,
+            iou_threshold=iou_threshold,
+        )
 
 
 def test_pair_just_above_and_below_threshold(backend):
@@ -62,23 +85,38 @@ def test_pair_just_above_and_below_threshold(backend):
     # by one, puts the pair just above or just below the threshold; the
     # reference decides each case and every backend must follow it.
     one, three = np.float32(1.0), np.float32(3.0)
-    shifts = [one, np.nextafter(one, three), np.nextafter(
-        np.nextafter(one, three), three), np.nextafter(one, np.float32(0))]
-    boxes = np.array([[[0, 0, 3, 1], [x, 0, x + three, 1]] for x in shifts] +
-                     [[[0, 0, 3, 1], [1, 0, 4, np.nextafter(one, three)]]],
-                     np.float32)
+    shifts = [
+        one,
+        np.nextafter(one, three),
+        np.nextafter(np.nextafter(one, three), three),
+        np.nextafter(one, np.float32(0)),
+    ]
+    boxes = np.array(
+        [[[0, 0, 3, 1], [x, 0, x + three, 1]] for x in shifts]
+        + [[[0, 0, 3, 1], [1, 0, 4, np.nextafter(one, three)]]],
+        np.float32,
+    )
     scores = np.tile(np.array([1.0, 0.5], np.float32), (len(boxes), 1))
     decisions = set()
     half = np.float32(0.5)
-    for threshold in (half, np.nextafter(half, np.float32(0)),
-                      np.nextafter(half, one)):
-        _, num = _check(boxes, scores, backend, max_output_size=2,
-                        iou_threshold=float(threshold))
+    for threshold in (
+        half,
+        np.nextafter(half, np.float32(0)),
+        np.nextafter(half, one),
+    ):
+        _, num = _check(
+            boxes,
+            scores,
+            backend,
+            max_output_size=2,
+            iou_threshold=float(threshold),
+        )
         decisions.update(num.tolist())
     assert decisions == {1, 2}, "the cases must straddle the threshold"
     # At exactly 0.5 the untouched pair is not suppressed (0.5 > 0.5 fails).
-    _, num = reference.nms(boxes[:1], scores[:1], max_output_size=2,
-                           iou_threshold=0.5)
+    _, num = reference.nms(
+        boxes[:1], scores[:1], max_output_size=2, iou_threshold=0.5
+    )
     assert num.tolist() == [2]
 
 
@@ -86,12 +124,18 @@ def test_equal_scores_and_duplicate_boxes(backend):
     rng = np.random.default_rng(7)
     boxes, _ = random_boxes(rng, (300,))
     boxes = np.concatenate([boxes, boxes, boxes[:50]])  # duplicates
-    scores = np.repeat(np.float32([0.5, 0.25, 0.0, -0.0]), len(boxes) // 4 +
-                       1)[:len(boxes)]
+    scores = np.repeat(np.float32([0.5, 0.25, 0.0, -0.0]), len(boxes) // 4 + 1)[
+        : len(boxes)
+    ]
     rng.shuffle(scores)
     for iou_threshold in (0.5, 1.0):
-        _check(boxes, scores, backend, max_output_size=400,
-               iou_threshold=iou_threshold)
+        _check(
+            boxes,
+            scores,
+            backend,
+            max_output_size=400,
+            iou_threshold=iou_threshold,
+        )
 
 
 def test_zero_area_inverted_and_non_finite(backend):
@@ -103,8 +147,13 @@ def test_zero_area_inverted_and_non_finite(backend):
     boxes[3::13, 3] = np.nan
     boxes[4::17, 1] = -np.inf
     for iou_threshold in (0.0, 0.3):
-        _check(boxes, scores, backend, max_output_size=200,
-               iou_threshold=iou_threshold)
+        _check(
+            boxes,
+            scores,
+            backend,
+            max_output_size=200,
+            iou_threshold=iou_threshold,
+        )
 
 
 def test_nan_scores_and_score_threshold(backend):
@@ -114,15 +163,22 @@ def test_nan_scores_and_score_threshold(backend):
     scores[:, 1::9] = 0.5  # exactly at the threshold: never selected
     scores[:, 2::9] = -np.inf
     _check(boxes, scores, backend, max_output_size=100, iou_threshold=0.5)
-    _check(boxes, scores, backend, max_output_size=100, iou_threshold=0.5,
-           score_threshold=0.5)
+    _check(
+        boxes,
+        scores,
+        backend,
+        max_output_size=100,
+        iou_threshold=0.5,
+        score_threshold=0.5,
+    )
 
 
 def test_max_output_size_larger_than_n(backend):
     rng = np.random.default_rng(5)
     boxes, scores = random_boxes(rng, (2, 40))
-    indices, num = _check(boxes, scores, backend, max_output_size=64,
-                          iou_threshold=0.5)
+    indices, num = _check(
+        boxes, scores, backend, max_output_size=64, iou_threshold=0.5
+    )
     assert indices.shape == (2, 64) and np.all(indices[:, 40:] == -1)
 
 
@@ -138,10 +194,14 @@ def test_pallas_at_20000_boxes(max_output_size):
     # O(N) memory: 20000 boxes need no 20000 x 20000 matrix. K=20000 walks
     # every tile; K=1000 stops early.
     rng = np.random.default_rng(20000)
-    boxes, scores = random_boxes(rng, (1, 20000), extent=800.0,
-                                 max_size=200.0)
-    _, num = _check(boxes, scores, "pallas", max_output_size=max_output_size,
-                    iou_threshold=0.5)
+    boxes, scores = random_boxes(rng, (1, 20000), extent=800.0, max_size=200.0)
+    _, num = _check(
+        boxes,
+        scores,
+        "pallas",
+        max_output_size=max_output_size,
+        iou_threshold=0.5,
+    )
     assert 1000 <= num[0] < 20000
 
 
@@ -150,8 +210,13 @@ def test_batch_dims(backend):
     boxes, scores = random_boxes(rng, (2, 3, 150))
     classes = rng.integers(0, 3, (2, 3, 150)).astype(np.int32)
     indices, num = assert_matches_reference(
-        boxes, scores, backend=backend, classes=classes, max_output_size=50,
-        iou_threshold=0.4)
+        boxes,
+        scores,
+        backend=backend,
+        classes=classes,
+        max_output_size=50,
+        iou_threshold=0.4,
+    )
     assert indices.shape == (2, 3, 50) and num.shape == (2, 3)
 
 
@@ -159,18 +224,25 @@ def test_vmap_and_jit(backend):
     rng = np.random.default_rng(9)
     boxes, scores = random_boxes(rng, (4, 2, 130))
     classes = rng.integers(0, 3, (4, 2, 130)).astype(np.int32)
-    per_image = functools.partial(nms_lib.nms, max_output_size=60,
-                                  iou_threshold=0.5, backend=backend)
-    want = reference.nms(boxes, scores, max_output_size=60,
-                         iou_threshold=0.5, classes=classes)
-    got = jax.jit(jax.vmap(jax.vmap(
-        lambda b, s, c: per_image(b, s, classes=c))))(boxes, scores, classes)
+    per_image = functools.partial(
+        nms_lib.nms, max_output_size=60, iou_threshold=0.5, backend=backend
+    )
+    want = reference.nms(
+        boxes, scores, max_output_size=60, iou_threshold=0.5, classes=classes
+    )
+    got = jax.jit(
+        jax.vmap(jax.vmap(lambda b, s, c: per_image(b, s, classes=c)))
+    )(boxes, scores, classes)
     np.testing.assert_array_equal(np.asarray(got[0]), want[0])
     np.testing.assert_array_equal(np.asarray(got[1]), want[1])
     # Batched boxes with shared scores: vmap broadcasts the unbatched side.
     got = jax.vmap(lambda b: per_image(b, scores[0, 0]))(boxes[:, 0])
-    want = reference.nms(boxes[:, 0], np.broadcast_to(scores[0, 0], (4, 130)),
-                         max_output_size=60, iou_threshold=0.5)
+    want = reference.nms(
+        boxes[:, 0],
+        np.broadcast_to(scores[0, 0], (4, 130)),
+        max_output_size=60,
+        iou_threshold=0.5,
+    )
     np.testing.assert_array_equal(np.asarray(got[0]), want[0])
 
 
@@ -179,8 +251,9 @@ def test_stays_out_of_autodiff(backend):
     boxes, scores = random_boxes(rng, (64,))
 
     def loss(b, s):
-        indices, _ = nms_lib.nms(b, s, max_output_size=8, iou_threshold=0.5,
-                                 backend=backend)
+        indices, _ = nms_lib.nms(
+            b, s, max_output_size=8, iou_threshold=0.5, backend=backend
+        )
         return jnp.sum(jnp.take(s, jnp.maximum(indices, 0)))
 
     grad_boxes, grad_scores = jax.grad(loss, argnums=(0, 1))(boxes, scores)
@@ -194,11 +267,19 @@ def test_bfloat16_inputs_are_computed_in_float32(backend):
     boxes, scores = random_boxes(rng, (100,))
     boxes16 = jnp.asarray(boxes, jnp.bfloat16)
     scores16 = jnp.asarray(scores, jnp.bfloat16)
-    indices, num = nms_lib.nms(boxes16, scores16, max_output_size=30,
-                               iou_threshold=0.5, backend=backend)
-    want = reference.nms(np.asarray(boxes16.astype(jnp.float32)),
-                         np.asarray(scores16.astype(jnp.float32)),
-                         max_output_size=30, iou_threshold=0.5)
+    indices, num = nms_lib.nms(
+        boxes16,
+        scores16,
+        max_output_size=30,
+        iou_threshold=0.5,
+        backend=backend,
+    )
+    want = reference.nms(
+        np.asarray(boxes16.astype(jnp.float32)),
+        np.asarray(scores16.astype(jnp.float32)),
+        max_output_size=30,
+        iou_threshold=0.5,
+    )
     np.testing.assert_array_equal(np.asarray(indices), want[0])
 
 
@@ -209,16 +290,42 @@ def test_property_small_grid_boxes(backend_name, data):
     # Coordinates on a coarse grid make ties, duplicates, degenerate and
     # exactly-at-threshold boxes common.
     grid = st.integers(0, 6).map(float)
-    boxes = np.array(data.draw(st.lists(st.tuples(grid, grid, grid, grid),
-                                        min_size=24, max_size=24)),
-                     np.float32)
-    scores = np.array(data.draw(st.lists(
-        st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0, float("nan")]),
-        min_size=24, max_size=24)), np.float32)
-    classes = np.array(data.draw(st.lists(st.integers(0, 1), min_size=24,
-                                          max_size=24)), np.int32)
+    boxes = np.array(
+        data.draw(
+            st.lists(
+                st.tuples(grid, grid, grid, grid), min_size=24, max_size=24
+            )
+        ),
+        np.float32,
+    )
+    scores = np.array(
+        data.draw(
+            st.lists(
+                st.sampled_from([0.0, 0.25, 0.5, 0.75, 1.0, float("nan")]),
+                min_size=24,
+                max_size=24,
+            )
+        ),
+        np.float32,
+    )
+    classes = np.array(
+        data.draw(st.lists(st.integers(0, 1), min_size=24, max_size=24)),
+        np.int32,
+    )
     iou_threshold = data.draw(st.sampled_from([0.0, 1 / 3, 0.5, 1.0]))
-    _check(boxes, scores, backend_name, max_output_size=10,
-           iou_threshold=iou_threshold)
-    _check(boxes, scores, backend_name, classes=classes, max_output_size=10,
-           iou_threshold=iou_threshold, score_threshold=0.25)
+    _check(
+        boxes,
+        scores,
+        backend_name,
+        max_output_size=10,
+        iou_threshold=iou_threshold,
+    )
+    _check(
+        boxes,
+        scores,
+        backend_name,
+        classes=classes,
+        max_output_size=10,
+        iou_threshold=iou_threshold,
+        score_threshold=0.25,
+    )

@@ -8,8 +8,9 @@ from ops.nms import reference
 def _nms(boxes, scores, **params):
     params.setdefault("max_output_size", 10)
     params.setdefault("iou_threshold", 0.5)
-    indices, num = reference.nms(np.asarray(boxes, np.float32),
-                                 np.asarray(scores, np.float32), **params)
+    indices, num = reference.nms(
+        np.asarray(boxes, np.float32), np.asarray(scores, np.float32), **params
+    )
     return indices[:num].tolist()
 
 
@@ -48,13 +49,17 @@ def test_equal_scores_visit_lower_index_first():
 def test_zero_area_and_inverted_boxes_never_suppress():
     boxes = [[5, 5, 5, 9], [8, 0, 2, 10], [0, 0, 10, 10], [5, 5, 5, 9]]
     # Zero area: IoU is 0 with everything, even with an identical box.
-    assert _nms(boxes, [0.9, 0.8, 0.7, 0.6], iou_threshold=0.0) == [0, 1, 2,
-                                                                     3]
+    assert _nms(boxes, [0.9, 0.8, 0.7, 0.6], iou_threshold=0.0) == [0, 1, 2, 3]
 
 
 def test_nan_scores_non_finite_boxes_and_score_threshold():
-    boxes = [[0, 0, 1, 1], [2, 2, 3, 3], [4, 4, 5, 5], [6, 6, np.inf, 7],
-             [8, 8, 9, np.nan]]
+    boxes = [
+        [0, 0, 1, 1],
+        [2, 2, 3, 3],
+        [4, 4, 5, 5],
+        [6, 6, np.inf, 7],
+        [8, 8, 9, np.nan],
+    ]
     scores = [np.nan, 0.2, 0.3, 0.9, 0.9]
     assert _nms(boxes, scores) == [2, 1]
     assert _nms(boxes, scores, score_threshold=0.2) == [2]
@@ -64,31 +69,40 @@ def test_nan_scores_non_finite_boxes_and_score_threshold():
 
 
 def test_max_output_size_and_classes():
-    boxes = [[0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 10],
-             [20, 20, 30, 30]]
+    boxes = [[0, 0, 10, 10], [0, 0, 10, 10], [0, 0, 10, 10], [20, 20, 30, 30]]
     scores = [0.9, 0.8, 0.7, 0.6]
     assert _nms(boxes, scores, classes=np.array([1, 2, 1, 1])) == [0, 1, 3]
-    assert _nms(boxes, scores, classes=np.array([1, 2, 1, 1]),
-                max_output_size=2) == [0, 1]
-    indices, num = reference.nms(np.asarray(boxes, np.float32),
-                                 np.asarray(scores, np.float32),
-                                 max_output_size=6, iou_threshold=0.5)
+    assert _nms(
+        boxes, scores, classes=np.array([1, 2, 1, 1]), max_output_size=2
+    ) == [0, 1]
+    indices, num = reference.nms(
+        np.asarray(boxes, np.float32),
+        np.asarray(scores, np.float32),
+        max_output_size=6,
+        iou_threshold=0.5,
+    )
     assert num == 2 and indices.tolist() == [0, 3, -1, -1, -1, -1]
 
 
 def test_batch_dims_are_independent_images():
-    boxes = np.array([[[0, 0, 10, 10], [1, 1, 11, 11]],
-                      [[0, 0, 10, 10], [20, 20, 30, 30]]], np.float32)
+    boxes = np.array(
+        [[[0, 0, 10, 10], [1, 1, 11, 11]], [[0, 0, 10, 10], [20, 20, 30, 30]]],
+        np.float32,
+    )
     scores = np.array([[0.1, 0.2], [0.1, 0.2]], np.float32)
-    indices, num = reference.nms(boxes[None], scores[None],
-                                 max_output_size=3, iou_threshold=0.5)
+    indices, num = reference.nms(
+        boxes[None], scores[None], max_output_size=3, iou_threshold=0.5
+    )
     assert indices.shape == (1, 2, 3) and num.shape == (1, 2)
     assert indices[0].tolist() == [[1, -1, -1], [1, 0, -1]]
     assert num[0].tolist() == [1, 2]
 
 
 def test_empty_input():
-    indices, num = reference.nms(np.zeros((0, 4), np.float32),
-                                 np.zeros((0,), np.float32),
-                                 max_output_size=3, iou_threshold=0.5)
+    indices, num = reference.nms(
+        np.zeros((0, 4), np.float32),
+        np.zeros((0,), np.float32),
+        max_output_size=3,
+        iou_threshold=0.5,
+    )
     assert indices.tolist() == [-1, -1, -1] and num == 0
