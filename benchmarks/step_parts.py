@@ -281,7 +281,7 @@ def run_parts(
     'nms_ms': proposals minus its topk version, 'dtype', 'device_kind'}.
     """
     config = _with_backend(config, backend)
-    tx, schedule = optimizer.make_optimizer(config.train)
+    tx, schedule = optimizer.make_optimizer(config)
     graphdef, params, rest = state_lib.create_model(config, config.seed)
     key = jax.random.key(config.seed)
     batch = dict(batch, boxes=batch["boxes"].astype(jnp.float32))
@@ -361,7 +361,7 @@ def count_parts(
     Everything is traced abstractly (nothing is initialised, compiled or
     run), so this works for any config on any machine.
     """
-    tx, schedule = optimizer.make_optimizer(config.train)
+    tx, schedule = optimizer.make_optimizer(config)
     graphdef, params, rest = nnx.split(
         nnx.eval_shape(lambda: _build(config)), nnx.Param, ...
     )
@@ -463,7 +463,7 @@ def trace_steps(
     steps: int = 3,
 ) -> None:
     """Writes a jax.profiler trace of `steps` train steps (after warm-up)."""
-    tx, schedule = optimizer.make_optimizer(config.train)
+    tx, schedule = optimizer.make_optimizer(config)
     graphdef, params, rest = state_lib.create_model(config, config.seed)
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
