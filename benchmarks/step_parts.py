@@ -252,17 +252,6 @@ def _variants(config: ml_collections.ConfigDict):
     yield "proposals, approx_max_k (recall 0.95)", "proposals", override
 
 
-def _build(config: ml_collections.ConfigDict) -> model_lib.MaskRCNN:
-    model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(config.seed))
-    model.train()
-    return model
-
-
-def _graphdef(config: ml_collections.ConfigDict) -> nnx.GraphDef:
-    """The train-mode graphdef of `config`'s model, without initialising."""
-    return nnx.split(nnx.eval_shape(lambda: _build(config)), nnx.Param, ...)[0]
-
-
 def run_parts(
     config: ml_collections.ConfigDict,
     batch: dict,
@@ -304,7 +293,9 @@ def run_parts(
         print(f"  {name}: {results[name]['median_ms']:.2f} ms", flush=True)
     variants = {}
     for label, stage, override in _variants(config):
-        variant = _Stages(_graphdef(override), rest)
+        variant = _Stages(
+            state_lib.abstract_model(override, override.seed)[0], rest
+        )
         variants[label] = _measure(
             getattr(variant, stage), (params, inputs, batch), reps, warmup
         )
@@ -362,9 +353,7 @@ def count_parts(
     run), so this works for any config on any machine.
     """
     tx, schedule = optimizer.make_optimizer(config)
-    graphdef, params, rest = nnx.split(
-        nnx.eval_shape(lambda: _build(config)), nnx.Param, ...
-    )
+    graphdef, params, rest = state_lib.abstract_model(config, config.seed)
     batch = {
         k: jax.ShapeDtypeStruct(shape, _BATCH_DTYPES[k])
         for k, shape in batch_file.expected_shapes(config).items()

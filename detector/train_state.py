@@ -30,6 +30,25 @@ class TrainState:
     opt_state: optax.OptState
 
 
+def build_model(
+    config: ml_collections.ConfigDict, seed: int
+) -> model_lib.MaskRCNN:
+    """The model of `config` in train mode, initialised from `seed`."""
+    model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(seed))
+    model.train()
+    return model
+
+
+def abstract_model(
+    config: ml_collections.ConfigDict, seed: int
+) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
+    """(graphdef, params, rest) of `config`'s train-mode model as shapes
+    only: nothing is initialised or compiled."""
+    return nnx.split(
+        nnx.eval_shape(lambda: build_model(config, seed)), nnx.Param, ...
+    )
+
+
 def create_model(
     config: ml_collections.ConfigDict, seed: int
 ) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
@@ -39,14 +58,10 @@ def create_model(
     optimisation: building the model eagerly compiles one small program per
     parameter shape, which takes several times longer on CPU.
     """
-
-    def build():
-        model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(seed))
-        model.train()
-        return model
-
-    graphdef = nnx.split(nnx.eval_shape(build), nnx.Param, ...)[0]
-    init = jax.jit(lambda: nnx.split(build(), nnx.Param, ...)[1:])
+    graphdef = abstract_model(config, seed)[0]
+    init = jax.jit(
+        lambda: nnx.split(build_model(config, seed), nnx.Param, ...)[1:]
+    )
     params, rest = init.lower().compile(
         compiler_options={"xla_backend_optimization_level": 0}
     )()
