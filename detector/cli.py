@@ -44,6 +44,13 @@ def fail(message: str) -> None:
     sys.exit(f"error: {message}")
 
 
+def fail_now(message: str) -> None:
+    """As `fail`, from any thread: ends the process at once (no cleanup)."""
+    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.flush()
+    os._exit(1)
+
+
 def _one_line(error: BaseException, *, last_only: bool = False) -> str:
     """The message of `error` on one line: its lines joined, or only the
     last one (`last_only`, for flag and config errors, whose last line says
@@ -179,13 +186,15 @@ def start_multihost(
     """Calls jax.distributed.initialize() when `wants_distributed` says so.
 
     Must run before anything touches a device. Returns whether it did; a
-    failed start-up (an unreachable coordinator after `timeout_s` seconds
-    included) is one error line.
+    failed start-up (an unreachable coordinator, or processes that did not
+    all join, after `timeout_s` seconds) is one error line.
     """
     if not wants_distributed(mode, os.environ if env is None else env, cluster):
         return False
     try:
-        multihost.initialize(cluster or multihost.Cluster(), timeout_s)
+        multihost.initialize(
+            cluster or multihost.Cluster(), timeout_s, on_stuck=fail_now
+        )
     except TimeoutError as e:
         fail(str(e))
     except (RuntimeError, ValueError) as e:

@@ -19,8 +19,9 @@ import dataclasses
 import hashlib
 import json
 import socket
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -28,6 +29,8 @@ import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+# How much longer than our own start-up limit JAX may wait before it aborts.
+_JAX_GRACE_S = 30
 # Setting -> its environment variable; a flag wins over the variable.
 ENV_VARS = {
     "coordinator_address": "JAX_COORDINATOR_ADDRESS",
@@ -139,8 +142,31 @@ def wait_for_coordinator(address: str, timeout_s: float) -> None:
         time.sleep(0.2)
 
 
-def initialize(cluster: Cluster, timeout_s: int) -> None:
+def _stuck_message(cluster: Cluster, timeout_s: float) -> str:
+    """Why start-up did not finish: some process never joined the job."""
+    where = cluster.coordinator_address or "the coordinator"
+    count = cluster.num_processes
+    who = f"all {count} processes" if count else "every process of the job"
+    ids = f" (ids 0..{count - 1})" if count else ""
+    return (
+        f"--coordinator_timeout_s={timeout_s:g}: not {who} joined the job "
+        f"at {where} within {timeout_s:g} s; start every process{ids} "
+        "with the same --coordinator_address and --num_processes"
+    )
+
+
+def initialize(
+    cluster: Cluster,
+    timeout_s: float,
+    on_stuck: Callable[[str], None] | None = None,
+) -> None:
     """jax.distributed.initialize for `cluster`, waiting `timeout_s` s.
+
+    Every process waits until all of them have joined. JAX aborts a process
+    whose peers do not join in time (no exception), so past `timeout_s` a
+    watchdog thread calls `on_stuck(message)` first; it must end the process
+    (the entry points print the message as their one error line). JAX's own
+    limit is set `_JAX_GRACE_S` later.
 
     Raises:
       TimeoutError: (processes other than 0) the coordinator is unreachable.
@@ -149,12 +175,22 @@ def initialize(cluster: Cluster, timeout_s: int) -> None:
     """
     if cluster.coordinator_address and cluster.process_id not in (None, 0):
         wait_for_coordinator(cluster.coordinator_address, timeout_s)
-    jax.distributed.initialize(
-        coordinator_address=cluster.coordinator_address,
-        num_processes=cluster.num_processes,
-        process_id=cluster.process_id,
-        initialization_timeout=timeout_s,
-    )
+    joined = threading.Event()
+
+    def watch() -> None:
+        if not joined.wait(timeout_s) and on_stuck is not None:
+            on_stuck(_stuck_message(cluster, timeout_s))
+
+    threading.Thread(target=watch, name="join-watchdog", daemon=True).start()
+    try:
+        jax.distributed.initialize(
+            coordinator_address=cluster.coordinator_address,
+            num_processes=cluster.num_processes,
+            process_id=cluster.process_id,
+            initialization_timeout=int(timeout_s + _JAX_GRACE_S),
+        )
+    finally:
+        joined.set()
 
 
 def _allgather_bytes(data: bytes) -> list[bytes]:

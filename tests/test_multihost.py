@@ -283,3 +283,28 @@ def test_batch_not_divisible_by_the_processes_is_one_line(tmp_path):
     )
     assert lines == [expected, expected]
     assert not (tmp_path / "run").exists()
+
+
+def test_process_0_whose_peer_never_joins_fails_in_one_line(tmp_path):
+    address = f"localhost:{_free_port()}"
+    alone = (
+        [
+            "train.py",
+            *SMOKE,
+            f"--workdir={tmp_path}/run",
+            f"--config.data.root={tmp_path}/shapes",
+            f"--coordinator_address={address}",
+            "--num_processes=2",
+            "--process_id=0",
+            "--coordinator_timeout_s=3",
+        ],
+        _env(tmp_path),
+    )
+    results = _run([alone], tmp_path / "logs")
+    assert _error_lines(results) == [
+        "error: --coordinator_timeout_s=3: not all 2 processes joined the "
+        f"job at {address} within 3 s; start every process (ids 0..1) with "
+        "the same --coordinator_address and --num_processes"
+    ]
+    assert "Fatal Python error" not in results[0][1]
+    assert not (tmp_path / "run").exists()

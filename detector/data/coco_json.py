@@ -6,7 +6,9 @@ tf.data; records are image indices, so a position costs nothing to skip.
 
 Training order: position g is image perm_e[g mod n] of epoch e = g // n,
 where perm_e is a stateless shuffle keyed by (config.seed, e); epochs run
-into each other, and resuming at position s decodes nothing before it.
+into each other, and resuming at position s decodes nothing before it. The
+order is the same for any process count; each process loads only the images
+of its own rows.
 """
 
 from collections.abc import Iterator
@@ -45,11 +47,11 @@ class CocoJsonSource:
         del config
 
     def train_records(
-        self, seed: int, start: int, global_batch: int
+        self, seed: int, start_step: int, batch: int, process: tuple[int, int]
     ) -> Iterator[tf.data.Dataset]:
-        """One endless dataset of (position, image index) from `start` on."""
-        del global_batch  # epochs run into each other: no batch alignment
+        """One endless dataset of this process's (position, image index)."""
         num_images = len(self.folder.images)
+        start = start_step * batch * process[1]
         first_epoch = start // num_images
 
         def epoch(e):
@@ -61,7 +63,9 @@ class CocoJsonSource:
             return tf.data.Dataset.from_tensor_slices((positions, order))
 
         epochs = tf.data.Dataset.range(first_epoch, np.iinfo(np.int64).max)
-        yield epochs.flat_map(epoch).skip(start - first_epoch * num_images)
+        skipped = start - first_epoch * num_images
+        positions = epochs.flat_map(epoch).skip(skipped)
+        yield source.own_rows(positions, batch, process)
 
     def decode_train(self, index: tf.Tensor) -> dict[str, tf.Tensor]:
         """Loads image `index` and its targets inside tf.data."""

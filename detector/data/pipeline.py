@@ -13,10 +13,11 @@ Order, determinism and resume. Every training example has a global position
 g = step * global_batch + j; process p of P takes the rows j in
 [p * B, (p + 1) * B). Its augmentation (flip, scale jitter, crop) comes from
 stateless random ops keyed by (config.seed, g), never from iterator state.
-The source maps positions to records (`Source.train_records`: the folder
-sources shuffle per epoch by a stateless permutation, TFDS reads epoch by
-epoch; see their modules), so the batch of step s is the same whether the
-run started at 0 or resumed at any start_step <= s.
+The source maps this process's positions to records (`Source.train_records`:
+the folder sources shuffle per epoch by a stateless permutation, TFDS reads
+the process's share epoch by epoch; see their modules), so the batch of
+step s is the same whether the run started at 0 or resumed at any
+start_step <= s.
 
 Sources are registered in `SOURCES` by `data.source`; the pipeline has no
 per-source code. TensorFlow is set up at the first dataset built, not at
@@ -167,13 +168,10 @@ def _batch_train(
     positions: tf.data.Dataset,
     source: source_lib.Source,
     config: ml_collections.ConfigDict,
-    process: tuple[int, int],
     batch: int,
 ) -> tf.data.Dataset:
-    """(position, record) stream -> this process's augmented batches."""
-    index, count = process
+    """This process's (position, record) rows -> its augmented batches."""
     data = config.data
-    positions = positions.filter(lambda g, _: (g // batch) % count == index)
     truncations = transforms.TruncationLog(data.max_instances)
 
     @tf.autograph.experimental.do_not_convert
@@ -210,16 +208,13 @@ def train_batches(
         raise ValueError(f"start_step={start_step} must be >= 0")
     _set_up_tensorflow()
     source = source_class(config, config.data.train_split)
-    global_batch = batch * process[1]
     records = iter(
-        source.train_records(
-            config.seed, start_step * global_batch, global_batch
-        )
+        source.train_records(config.seed, start_step, batch, process)
     )
 
     def numpy_batches() -> _NumpyBatches:
         return _NumpyBatches(
-            _batch_train(next(records), source, config, process, batch), source
+            _batch_train(next(records), source, config, batch), source
         )
 
     def batches(first: _NumpyBatches) -> Iterator[dict[str, np.ndarray]]:

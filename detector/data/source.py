@@ -39,13 +39,17 @@ class Source(Protocol):
     category_ids: list[int]  # COCO category id of classes 1..C, in order
 
     def train_records(
-        self, seed: int, start: int, global_batch: int
+        self, seed: int, start_step: int, batch: int, process: tuple[int, int]
     ) -> Iterator[tf.data.Dataset]:
-        """Datasets of (global position g, record), from position `start` on.
+        """Datasets of (global position g, record): this process's rows only.
 
-        Together they run forever; each holds consecutive positions. A record
-        is whatever `decode_train` takes (an index, an encoded example).
-        Checks that can fail are made before the first dataset is asked for.
+        Process p of P owns the rows g = s * P * batch + p * batch + j
+        (j < batch) of every step s; the datasets hold them in order from
+        step `start_step` on, run forever together, and each holds whole
+        steps. A record is whatever `decode_train` takes (an index, an
+        encoded example); a source reads no other process's records where
+        reading costs I/O. Checks that can fail are made before the first
+        dataset is asked for.
         """
 
     def decode_train(self, record) -> dict[str, tf.Tensor]:
@@ -69,3 +73,11 @@ def stream_key(seed: int, stream: int, position: tf.Tensor) -> tf.Tensor:
     """Stateless seed for (config.seed, stream, position): int64 [2]."""
     base = tf.constant([seed, stream], tf.int64)
     return tf.random.experimental.stateless_fold_in(base, position)
+
+
+def own_rows(
+    positions: tf.data.Dataset, batch: int, process: tuple[int, int]
+) -> tf.data.Dataset:
+    """The (g, record) elements of `process`'s rows (see train_records)."""
+    index, count = process
+    return positions.filter(lambda g, _: (g // batch) % count == index)

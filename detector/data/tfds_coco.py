@@ -19,7 +19,7 @@ naming its image/filename and image/id. `TfdsCoco` wraps the builder;
 """
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import ml_collections
 import numpy as np
@@ -61,6 +61,15 @@ _IMAGE_SIGNATURES = (
     ((0, b"\x00\x00\x00\x0cJXL "),),
 )
 _ASSERTION = "assertion failed: ["
+# A split string ('train[:50%]') or a TFDS subsplit object of one.
+SplitArg: TypeAlias = str | Any
+
+
+def split_name(split: SplitArg) -> str:
+    """The split string a split or subsplit (`tfds.even_splits`) was made of."""
+    if isinstance(split, str):
+        return split
+    return str(getattr(split, "split", split))
 
 
 def error_line(error: tf.errors.OpError, context: str) -> str:
@@ -238,10 +247,11 @@ class TfdsCoco:
         self.has_masks = False
 
     def raw(
-        self, split: str, shuffle_seed: int | None = None
+        self, split: SplitArg, shuffle_seed: int | None = None
     ) -> tf.data.Dataset:
         """Records of `split` with the image still encoded.
 
+        `split` is a split string or a TFDS subsplit (`tfds.even_splits`).
         `shuffle_seed` shuffles the file order (deterministically); None reads
         in the stored order.
         """
@@ -264,10 +274,11 @@ class TfdsCoco:
             ) from None
         except (KeyError, ValueError) as e:
             raise ValueError(
-                f"split {split!r} of tfds {self.name}: {str(e).splitlines()[0]}"
+                f"split {split_name(split)!r} of tfds {self.name}: "
+                f"{str(e).splitlines()[0]}"
             ) from None
 
-    def num_examples(self, split: str) -> int:
+    def num_examples(self, split: SplitArg) -> int:
         """Number of records of `split` (cardinality, or counted once)."""
         dataset = self.raw(split)
         count = int(dataset.cardinality())
@@ -345,11 +356,19 @@ class TfdsCoco:
 class TfdsSource:
     """The `tfds` source: one split of a TFDS COCO builder.
 
-    Training reads the split epoch by epoch: each epoch shuffles the file
-    order and a `data.shuffle_buffer` window, both seeded by (config.seed,
-    epoch), and keeps the first steps_per_epoch = n // global_batch batches.
-    Resuming at position s opens the epoch holding s and skips the earlier
-    records with the image still encoded (reading, no decoding).
+    Each of P processes reads only its own share of the training split:
+    `tfds.even_splits(split, P, drop_remainder=True)`, the process's
+    contiguous 1/P of the records (the last N mod P records go unused).
+    Training reads the share epoch by epoch: each epoch shuffles the share's
+    file order and a `data.shuffle_buffer` window, both seeded by
+    (config.seed, epoch), and keeps its first steps_per_epoch = (N // P) //
+    batch batches, so every process has the same number of steps per epoch.
+    The k-th record of an epoch's share fills row k mod batch of the
+    process's part of step epoch * steps_per_epoch + k // batch. Resuming at
+    step s opens the epoch holding s and skips the earlier records of the
+    share with the image still encoded (reading, no decoding). A 1-process
+    run reads the whole split in the same order as before it was sharded;
+    with P processes the order, and so the batches, depend on P.
     """
 
     def __init__(
@@ -377,34 +396,55 @@ class TfdsSource:
         del config
 
     def train_records(
-        self, seed: int, start: int, global_batch: int
+        self, seed: int, start_step: int, batch: int, process: tuple[int, int]
     ) -> Iterator[tf.data.Dataset]:
-        """One dataset of (position, encoded record) per epoch, from `start`."""
-        num_examples = self.builder.num_examples(self.split)
-        steps_per_epoch = num_examples // global_batch
+        """One dataset of (position, encoded record) per epoch of the share."""
+        index, count = process
+        share = tfds.even_splits(self.split, n=count, drop_remainder=True)[
+            index
+        ]
+        num_examples = self.builder.num_examples(share)
+        steps_per_epoch = num_examples // batch
         if steps_per_epoch == 0:
             raise ValueError(
                 f"split {self.split!r} of tfds {self.builder.name} has "
-                f"{num_examples} examples, fewer than one global batch "
-                f"({global_batch})"
+                f"{num_examples} examples per process ({count} processes), "
+                f"fewer than one per-process batch ({batch})"
             )
-        per_epoch = steps_per_epoch * global_batch
-        return self._epochs(seed, *divmod(start, per_epoch), per_epoch)
+        return self._epochs(
+            seed, share, start_step, steps_per_epoch, batch, process
+        )
 
     def _epochs(
-        self, seed: int, epoch: int, skip: int, per_epoch: int
+        self,
+        seed: int,
+        share: SplitArg,
+        start_step: int,
+        steps_per_epoch: int,
+        batch: int,
+        process: tuple[int, int],
     ) -> Iterator[tf.data.Dataset]:
+        index, count = process
+        epoch, skip_steps = divmod(start_step, steps_per_epoch)
         while True:
             epoch_seed = int(
                 np.random.SeedSequence(
                     [seed, source.ORDER_STREAM, epoch]
                 ).generate_state(1)[0]
             )
-            records = self.builder.raw(self.split, shuffle_seed=epoch_seed)
+            records = self.builder.raw(share, shuffle_seed=epoch_seed)
             records = records.shuffle(self.shuffle_buffer, seed=epoch_seed)
-            records = records.take(per_epoch)
-            yield records.enumerate(epoch * per_epoch).skip(skip)
-            epoch, skip = epoch + 1, 0
+            records = records.take(steps_per_epoch * batch)
+            first_step = epoch * steps_per_epoch
+
+            def position(k, record, first_step=first_step):
+                step = first_step + k // batch
+                row = index * batch + k % batch
+                return step * batch * count + row, record
+
+            records = records.enumerate().skip(skip_steps * batch)
+            yield records.map(position)
+            epoch, skip_steps = epoch + 1, 0
 
     def decode_train(self, record: dict) -> dict[str, tf.Tensor]:
         return self.builder.decode(record, training=True)

@@ -92,8 +92,12 @@ def _records(
     return dataset.apply(tf.data.experimental.assert_cardinality(len(EXAMPLES)))
 
 
-def _as_dataset_fn(corrupt: int | None = None):
-    """A builder._as_dataset that slices the split with TFDS' own rules."""
+def _as_dataset_fn(corrupt: int | None = None, reads: list | None = None):
+    """A builder._as_dataset that slices the split with TFDS' own rules.
+
+    Each call appends the (split name, first, stop) record range it serves
+    to `reads`.
+    """
 
     def as_dataset(
         self, split, decoders=None, read_config=None, shuffle_files=False
@@ -106,11 +110,13 @@ def _as_dataset_fn(corrupt: int | None = None):
             name: types.SimpleNamespace(num_examples=len(EXAMPLES))
             for name in FIRST_IDS
         }
-        (absolute,) = tfds.core.ReadInstruction.from_spec(
-            str(split)
-        ).to_absolute(split_infos)
+        if isinstance(split, str):  # a subsplit object resolves itself
+            split = tfds.core.ReadInstruction.from_spec(split)
+        (absolute,) = split.to_absolute(split_infos)
         start = absolute.from_ or 0
         stop = len(EXAMPLES) if absolute.to is None else absolute.to
+        if reads is not None:
+            reads.append((absolute.splitname, start, stop))
         records = _records(skip, FIRST_IDS[absolute.splitname], corrupt)
         return records.skip(start).take(stop - start)
 
@@ -141,10 +147,7 @@ def test_train_batches_from_tfds_and_resume(tfds_config):
     orders = [b["image_id"].tolist() for b in batches]
     assert orders[2] not in orders[:2], orders
     resumed = next(pipeline.train_batches(tfds_config, start_step=2))
-    for key in resumed:
-        np.testing.assert_array_equal(
-            resumed[key], batches[2][key], err_msg=key
-        )
+    _assert_same_batch(resumed, batches[2])
     first = batches[0]
     assert first["image"].shape == (4, 64, 80, 3)
     assert first["masks"].shape == (4, 4, 16, 16)
@@ -184,6 +187,46 @@ def test_train_batches_from_tfds_and_resume(tfds_config):
             )
             classes = [o[1] + 1 for o in kept]
             assert batch["classes"][row][valid].tolist() == classes
+
+
+def _assert_same_batch(got: dict, want: dict) -> None:
+    assert got.keys() == want.keys()
+    for key in got:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+
+
+def test_each_of_two_processes_reads_only_its_share_and_resumes(tmp_path):
+    """Process p reads records [2p, 2p + 2) of the 4, and nothing else.
+
+    Global batch 4 over 2 processes: one step per epoch of each 2-record
+    share. Resuming either process at step 2 gives the batch of step 2.
+    """
+    reads = []
+    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn(reads=reads)):
+        config = _config(str(tmp_path))
+        runs, seen = [], []
+        for p in range(2):
+            reads.clear()
+            batches = pipeline.train_batches(
+                config, process_index=p, process_count=2
+            )
+            run = list(itertools.islice(batches, 3))
+            runs.append(run)
+            assert set(reads) == {("train", 2 * p, 2 * p + 2)}, reads
+            seen.append({i for b in run for i in b["image_id"].tolist()})
+            reads.clear()
+            resumed = next(
+                pipeline.train_batches(
+                    config, start_step=2, process_index=p, process_count=2
+                )
+            )
+            assert set(reads) == {("train", 2 * p, 2 * p + 2)}, reads
+            _assert_same_batch(resumed, run[2])
+    assert seen == [{101, 102}, {103, 104}]
+    for run in runs:
+        assert all(b["image"].shape == (2, 64, 80, 3) for b in run)
+        # The share is reshuffled each epoch (seeded): 2 records, 3 epochs.
+        assert len({tuple(b["image_id"].tolist()) for b in run}) == 2
 
 
 def test_eval_split_from_tfds(tfds_config):
