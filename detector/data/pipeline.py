@@ -104,9 +104,17 @@ def prepare(config: ml_collections.ConfigDict) -> None:
 
 
 def _options() -> tf.data.Options:
+    """Deterministic order; no autotuning model thread.
+
+    The parallel maps run on min(16, CPU cores) threads. tf.data's
+    autotuning thread is off: destroying an iterator waits for that thread,
+    whose sleep between optimisations grows to tens of seconds and was seen
+    to delay the end of training runs by up to 40 s.
+    """
     options = tf.data.Options()
     options.deterministic = True
     options.threading.max_intra_op_parallelism = 1
+    options.autotune.enabled = False
     return options
 
 
