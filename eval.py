@@ -5,8 +5,9 @@
       --split='val2017[:500]' --nms=pallas --max_images=100
 
 Without --config the workdir's config.json is used. Prints the COCO 12-number
-summaries for bbox and segm and writes <workdir>/eval_<slug>.json and .png
-(the exact split in a file name: 'val[:3]' -> eval_val_3-<hash>.json).
+summaries for bbox and segm and writes <workdir>/eval_<slug>.json, .png and
+.detections.json (COCO results format; the exact split in a file name:
+'val[:3]' -> eval_val_3-<hash>.json).
 """
 
 import pathlib

@@ -184,6 +184,16 @@ def result_stem(workdir: pathlib.Path, split: str) -> pathlib.Path:
     return stem
 
 
+def detections_path(stem: pathlib.Path) -> pathlib.Path:
+    """`<stem>.detections.json`: every detection in COCO results format.
+
+    The list pycocotools' `loadRes` and the COCO test server take: image_id,
+    category_id, bbox [x, y, w, h] in original pixels, score and, with
+    masks, segmentation (RLE).
+    """
+    return stem.with_name(f"{stem.name}.detections.json")
+
+
 def check_request(split: str | None, max_images: int) -> None:
     """Raises ValueError on an empty --split or a negative --max_images."""
     if split is not None and not split.strip():
@@ -232,7 +242,8 @@ def evaluate(
     max_images: int = 0,
     predict: CompiledPredict | None = None,
 ) -> dict:
-    """Evaluates on a COCO subset and writes eval_<slug>.json and .png.
+    """Evaluates on a COCO subset; writes eval_<slug>.json, .png and the
+    detections (`detections_path`).
 
     `predict` is a `compile_predict` result to reuse (default: compiled
     here from `graphdef`).
@@ -251,6 +262,7 @@ def evaluate(
     )
     # Every process's results, in process order (a collective).
     results = [r for part in multihost.gather_json(results) for r in part]
+    detections = json.dumps(results)  # before COCOeval adds its own keys
     image_ids = sorted(data.coco.getImgIds())  # all processes' images
     summary = {"split": split, "images": len(image_ids)}
     box_results = [
@@ -271,6 +283,7 @@ def evaluate(
     )
     if jax.process_index() == 0:
         stem.with_suffix(".json").write_text(json.dumps(summary, indent=2))
+        detections_path(stem).write_text(detections)
         visualize.draw_predictions(
             drawn,
             config,

@@ -27,6 +27,7 @@ from detector import (
 )
 from detector import config as config_lib
 from detector import train_state as state_lib
+from detector.data import pipeline
 from ops import host_audit
 from tests.detector.helpers import tiny_config
 from tests.helpers import checkpoint_faults
@@ -169,6 +170,25 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
         assert set(written[task]) == set(eval_lib.METRIC_NAMES)
     assert written["predict_latency_ms_per_image"] > 0
     assert (straight / "eval_val.png").stat().st_size > 0
+    # The detections file is COCO results: COCOeval of it gives the summary.
+    path = eval_lib.detections_path(straight / "eval_val")
+    assert path.name == "eval_val.detections.json"
+    coco = pipeline.eval_split(config).coco
+    image_ids = sorted(coco.getImgIds())
+    segm = json.loads(path.read_text())
+    assert segm and all(
+        set(d) == {"image_id", "category_id", "bbox", "score", "segmentation"}
+        for d in segm
+    )
+    boxes = [{k: v for k, v in d.items() if k != "segmentation"} for d in segm]
+    assert (
+        eval_lib.coco_metrics(coco, boxes, "bbox", image_ids)
+        == (written["bbox"])
+    )
+    assert (
+        eval_lib.coco_metrics(coco, segm, "segm", image_ids)
+        == (written["segm"])
+    )
 
 
 def test_strict_device_refuses_host_nms_before_step_one(
