@@ -40,11 +40,19 @@ def _free_port() -> int:
 
 
 def _env(tmp_path: pathlib.Path, devices: int = 1) -> dict[str, str]:
-    """CPU only, a compilation cache shared by the test's runs."""
+    """CPU only, a compilation cache shared by the test's runs.
+
+    The programs are compiled without backend optimisation (every run of a
+    test alike): the runs are a few steps long, and the processes of a leg
+    compile at the same time on the same cores.
+    """
     return {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+        "XLA_FLAGS": (
+            f"--xla_force_host_platform_device_count={devices} "
+            "--xla_backend_optimization_level=0"
+        ),
         "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
         "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
     }
@@ -163,12 +171,31 @@ def _train_lines(workdir: pathlib.Path) -> list[dict]:
 
 
 def _eval_summary(workdir: pathlib.Path) -> tuple[str, dict]:
-    """(file name, contents) of the one eval JSON, latency left out."""
-    found = sorted(workdir.glob("eval_*.json"))
+    """(file name, contents) of the one eval summary, latency left out."""
+    found = sorted(
+        path
+        for path in workdir.glob("eval_*.json")
+        if not path.name.endswith(".detections.json")
+    )
     assert len(found) == 1, found
     summary = json.loads(found[0].read_text())
     summary.pop("predict_latency_ms_per_image")
     return found[0].name, summary
+
+
+def _assert_same_detections(got: pathlib.Path, want: pathlib.Path) -> None:
+    """Same detections in the same order; boxes and scores within 1e-5."""
+    got, want = (json.loads(path.read_text()) for path in (got, want))
+    assert len(got) == len(want) > 0
+    for key in ("image_id", "category_id", "segmentation"):
+        assert [d[key] for d in got] == [d[key] for d in want], key
+    for key in ("bbox", "score"):
+        np.testing.assert_allclose(
+            [d[key] for d in got],
+            [d[key] for d in want],
+            rtol=1e-5,
+            err_msg=key,
+        )
 
 
 def _checkpoint_bytes(step_dir: pathlib.Path) -> int:
@@ -233,6 +260,10 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
                 err_msg=f"step {got['step']} {name}",
             )
     assert _eval_summary(run) == _eval_summary(ref)
+    # Every detection, not only the (near-zero) AP of 4 steps.
+    _assert_same_detections(
+        run / "eval_val.detections.json", ref / "eval_val.detections.json"
+    )
 
 
 def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
