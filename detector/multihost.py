@@ -30,7 +30,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 
 # How much longer than our own start-up limit JAX may wait before it aborts.
-_JAX_GRACE_S = 30
+JAX_GRACE_S = 30
 # Setting -> its environment variable; a flag wins over the variable.
 ENV_VARS = {
     "coordinator_address": "JAX_COORDINATOR_ADDRESS",
@@ -166,7 +166,7 @@ def initialize(
     whose peers do not join in time (no exception), so past `timeout_s` a
     watchdog thread calls `on_stuck(message)` first; it must end the process
     (the entry points print the message as their one error line). JAX's own
-    limit is set `_JAX_GRACE_S` later.
+    limit is set `JAX_GRACE_S` later.
 
     Raises:
       TimeoutError: (processes other than 0) the coordinator is unreachable.
@@ -187,7 +187,7 @@ def initialize(
             coordinator_address=cluster.coordinator_address,
             num_processes=cluster.num_processes,
             process_id=cluster.process_id,
-            initialization_timeout=int(timeout_s + _JAX_GRACE_S),
+            initialization_timeout=int(timeout_s + JAX_GRACE_S),
         )
     finally:
         joined.set()

@@ -79,9 +79,32 @@ def test_start_multihost_passes_the_cluster(monkeypatch):
             "coordinator_address": "localhost:1234",
             "num_processes": 2,
             "process_id": 0,
-            "initialization_timeout": 7,
+            # JAX's own limit (it aborts) comes after our watchdog's.
+            "initialization_timeout": 7 + multihost.JAX_GRACE_S,
         }
     ]
+
+
+def test_processes_that_do_not_all_join_are_reported_before_jax_aborts(
+    monkeypatch,
+):
+    def never_joined(**kwargs):
+        time.sleep(1.5)  # JAX's wait, cut short
+
+    monkeypatch.setattr(jax.distributed, "initialize", never_joined)
+    reports = []
+    cluster = multihost.Cluster("localhost:1234", 3, 0)
+    multihost.initialize(cluster, 0.2, on_stuck=reports.append)
+    assert reports == [
+        "--coordinator_timeout_s=0.2: not all 3 processes joined the job at "
+        "localhost:1234 within 0.2 s; start every process (ids 0..2) with "
+        "the same --coordinator_address and --num_processes"
+    ]
+    reports.clear()  # a start that finishes in time reports nothing
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: None)
+    multihost.initialize(cluster, 0.2, on_stuck=reports.append)
+    time.sleep(0.4)
+    assert reports == []
 
 
 def test_resolve_cluster_flags_win_over_environment():
