@@ -174,9 +174,14 @@ def test_eval_without_checkpoint_or_config(tmp_path):
     assert line == "error: --max_images=-5: must be >= 0 (0: the whole split)"
 
 
+# Two CPU devices; programs compiled without backend optimisation, since
+# these runs take a few steps and compiling dominates them.
 _TWO_DEVICES = {
     **os.environ,
-    "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    "XLA_FLAGS": (
+        "--xla_force_host_platform_device_count=2 "
+        "--xla_backend_optimization_level=0"
+    ),
 }
 
 
