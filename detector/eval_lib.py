@@ -262,7 +262,8 @@ def evaluate(
     )
     # Every process's results, in process order (a collective).
     results = [r for part in multihost.gather_json(results) for r in part]
-    detections = json.dumps(results)  # before COCOeval adds its own keys
+    # Serialised before COCOeval adds its own keys to the dicts.
+    detections = json.dumps(results) if jax.process_index() == 0 else ""
     image_ids = sorted(data.coco.getImgIds())  # all processes' images
     summary = {"split": split, "images": len(image_ids)}
     box_results = [
