@@ -2,9 +2,10 @@
 
 A source is one split of one dataset (`data.source`, registered in
 `detector.data.pipeline.SOURCES`). The pipeline owns batching, augmentation,
-process sharding and padding; a source only says which records exist, how
-to decode them, and what the ground truth is. Examples are in original image
-pixels (h, w; N instances):
+the split of eval images between processes and padding; a source says which
+training records exist (only this process's, so it reads no other
+process's share), how to decode them, and what the ground truth is.
+Examples are in original image pixels (h, w; N instances):
 
   training example  image u8[h, w, 3], boxes f32[N, 4] (x1, y1, x2, y2),
                     classes i32[N] 1..C, masks u8[N, h, w] (N x 0 x 0
