@@ -42,8 +42,8 @@ from flax import nnx
 from benchmarks import batch_file
 from benchmarks import flops as flops_lib
 from detector import config as config_lib
-from detector import losses, optimizer, sharding
 from detector import model as model_lib
+from detector import optimizer, sharding
 from detector import train_state as state_lib
 from detector import train_step as step_lib
 from ops import roi_align
@@ -157,18 +157,7 @@ class _Stages:
         targets = inputs["targets"]
 
         def loss(p, pooled):
-            m = self.model(p)
-            class_logits, box_deltas = m.box_head(pooled)
-            return _sum(
-                losses.box_head_losses(
-                    class_logits,
-                    box_deltas,
-                    targets.classes,
-                    targets.box_targets,
-                    targets.is_valid,
-                    beta=m.cfg.loss.box_beta,
-                )
-            )
+            return _sum(self.model(p)._box_losses_of_pooled(pooled, targets))
 
         return jax.grad(loss, argnums=(0, 1))(params, inputs["box_pooled"])
 

@@ -348,6 +348,20 @@ class MaskRCNN(nnx.Module):
                 weights=roi.box_weights,
             )
 
+    def _box_losses_of_pooled(
+        self, pooled, targets: roi_heads.RoiTargets
+    ) -> dict[str, jax.Array]:
+        """Box head and its losses ('cls', 'box') of the rois, pooled [B, R]."""
+        class_logits, box_deltas = self.box_head(pooled)
+        return losses.box_head_losses(
+            class_logits,
+            box_deltas,
+            targets.classes,
+            targets.box_targets,
+            targets.is_valid,
+            beta=self.cfg.loss.box_beta,
+        )
+
     def _mask_loss(self, pyramid, targets: roi_heads.RoiTargets, batch):
         rois = targets.rois[:, : self.num_mask_rois()]
         return self._mask_loss_of_pooled(
@@ -408,17 +422,9 @@ class MaskRCNN(nnx.Module):
         )
         targets = self._sample_rois(proposals, proposal_valid, batch, roi_key)
         pyramid = self._roi_pyramid(features)
-        class_logits, box_deltas = self.box_head(
-            self._pool(pyramid, targets.rois, cfg.roi.pool_size)
-        )
         terms.update(
-            losses.box_head_losses(
-                class_logits,
-                box_deltas,
-                targets.classes,
-                targets.box_targets,
-                targets.is_valid,
-                beta=cfg.loss.box_beta,
+            self._box_losses_of_pooled(
+                self._pool(pyramid, targets.rois, cfg.roi.pool_size), targets
             )
         )
         terms["mask"] = self._mask_loss(pyramid, targets, batch)
