@@ -178,10 +178,13 @@ def initialize(
     joined = threading.Event()
 
     def watch() -> None:
-        if not joined.wait(timeout_s) and on_stuck is not None:
+        if not joined.wait(timeout_s):
             on_stuck(_stuck_message(cluster, timeout_s))
 
-    threading.Thread(target=watch, name="join-watchdog", daemon=True).start()
+    if on_stuck is not None:
+        threading.Thread(
+            target=watch, name="join-watchdog", daemon=True
+        ).start()
     try:
         jax.distributed.initialize(
             coordinator_address=cluster.coordinator_address,

@@ -181,14 +181,9 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
         for d in segm
     )
     boxes = [{k: v for k, v in d.items() if k != "segmentation"} for d in segm]
-    assert (
-        eval_lib.coco_metrics(coco, boxes, "bbox", image_ids)
-        == (written["bbox"])
-    )
-    assert (
-        eval_lib.coco_metrics(coco, segm, "segm", image_ids)
-        == (written["segm"])
-    )
+    for task, results in (("bbox", boxes), ("segm", segm)):
+        again = eval_lib.coco_metrics(coco, results, task, image_ids)
+        assert again == written[task], task
 
 
 def test_strict_device_refuses_host_nms_before_step_one(
