@@ -49,7 +49,7 @@ def main(argv: list[str]) -> None:
             else config_lib.load_json(workdir / "config.json")
         )
     cli.start_jax(config, _MULTIHOST)
-    from detector import eval_lib
+    from detector.evaluation import eval_lib
 
     with cli.one_line_errors():
         with config.unlocked():

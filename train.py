@@ -57,7 +57,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     config = cli.config_value(_CONFIG)
     cli.start_jax(config, _MULTIHOST)
-    from detector import train_lib
+    from detector.engine import train_lib
     from ops import host_audit
 
     with cli.one_line_errors(FloatingPointError, host_audit.HostRoundTripError):

@@ -4,10 +4,10 @@
     batches = batch_file.load("batches.npz")             # anywhere (numpy)
     batch_file.check_shapes(batches, config, "batches.npz")
 
-Saves the model inputs (`detector.sharding.MODEL_INPUTS`) of a few batches
-from the real input pipeline, so a step can be timed on a machine without
-TensorFlow (benchmarks/step_bench.py --save_batches / --batches). Each entry
-is stacked over the batches: [num_batches, B, ...].
+Saves the model inputs (`detector.engine.sharding.MODEL_INPUTS`) of a few
+batches from the real input pipeline, so a step can be timed on a machine
+without TensorFlow (benchmarks/step_bench.py --save_batches / --batches).
+Each entry is stacked over the batches: [num_batches, B, ...].
 
 Images are stored as 8-bit pixels (the pipeline's normalised floats mapped
 back through `data.pixel_mean` / `pixel_std` and rounded), with the mean and
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
-from detector import sharding
+from detector.engine import sharding
 
 FORMAT = 1
 _PIXELS = "image_u8"

@@ -42,10 +42,9 @@ from flax import nnx
 from benchmarks import batch_file
 from benchmarks import flops as flops_lib
 from detector import config as config_lib
-from detector import model as model_lib
-from detector import optimizer, sharding
-from detector import train_state as state_lib
-from detector import train_step as step_lib
+from detector.engine import optimizer, sharding
+from detector.engine import train_state as state_lib
+from detector.engine import train_step as step_lib
 from ops import roi_align
 
 STAGES = (
@@ -318,7 +317,7 @@ def run_parts(
         ),
         "backend": backend,
         "batch_size": int(batch["image"].shape[0]),
-        "dtype": model_lib.resolve_dtype(config.model.dtype).name,
+        "dtype": config_lib.resolve_dtype(config.model.dtype).name,
         "device_kind": device.device_kind,
     }
 

@@ -22,7 +22,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from detector import determinism, multihost
+from detector.engine import determinism, multihost
 
 MULTIHOST_MODES = ("auto", "on", "off")
 MULTIHOST_HELP = (

@@ -4,7 +4,7 @@ Before JAX starts a backend (this file is imported before any test):
 - XLA_PYTHON_CLIENT_PREALLOCATE=false: each JAX process takes GPU memory as
   it needs it instead of 75% of the card up front, so parallel pytest
   workers (`-n 8`) share one GPU.
-- XLA's deterministic GPU ops (detector/determinism.py), appended to any
+- XLA's deterministic GPU ops (detector/engine/determinism.py), appended to any
   XLA_FLAGS: the backend-identity tests compare programs bit for bit, which
   on a GPU holds only with deterministic reductions. No effect on CPU.
 
@@ -15,7 +15,7 @@ per-worker temporary folder makes the second compile a lookup.
 
 import os
 
-from detector import determinism
+from detector.engine import determinism
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ["XLA_FLAGS"] = determinism.with_flag(os.environ.get("XLA_FLAGS"))

@@ -1,7 +1,9 @@
 """The import graph of detector/ and ops/, and what importing costs.
 
-The graph runs one way (entry points -> train_lib -> eval_lib -> model ->
-ops); ops/ knows nothing of detector/. Every import statement counts,
+The graph runs one way (entry points -> engine -> evaluation -> modeling ->
+ops) and the folders are its layers: detector/modeling/ (Mask R-CNN itself)
+never imports the engine or evaluation, detector/data/ never imports the
+model, and ops/ knows nothing of detector/. Every import statement counts,
 function-level ones included.
 """
 
@@ -69,7 +71,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_import_graph_has_no_cycle():
     graph = import_graph()
-    assert "detector.eval_lib" in graph["detector.train_lib"]
+    assert "detector.evaluation.eval_lib" in graph["detector.engine.train_lib"]
     cycle = _cycle(graph)
     assert cycle is None, " -> ".join(cycle)
 
@@ -80,15 +82,45 @@ def test_cycle_finder_finds_a_planted_cycle():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_ops_imports_nothing_from_detector():
+def _imports_into(
+    graph: dict[str, set[str]], layer: str, forbidden: tuple[str, ...]
+) -> dict[str, list[str]]:
+    """module of `layer` -> the modules under `forbidden` that it imports."""
+    found = {
+        module: sorted(t for t in targets if t.startswith(forbidden))
+        for module, targets in graph.items()
+        if module == layer or module.startswith(layer + ".")
+    }
+    return {module: targets for module, targets in found.items() if targets}
+
+
+# layer -> the packages it must never import.
+LAYER_RULES = {
+    "ops": ("detector",),
+    "detector.modeling": ("detector.engine", "detector.evaluation"),
+    "detector.data": ("detector.modeling",),
+}
+
+
+def test_layers_import_only_downwards():
     graph = import_graph()
     assert graph["ops.nms"]  # the graph does see ops' own imports
-    wrong = {
-        module: sorted(t for t in targets if t.startswith("detector"))
-        for module, targets in graph.items()
-        if module.startswith("ops")
+    assert graph["detector.modeling.model"]
+    for layer, forbidden in LAYER_RULES.items():
+        wrong = _imports_into(graph, layer, forbidden)
+        assert not wrong, f"{layer} imports {forbidden}: {wrong}"
+
+
+def test_layer_rules_catch_a_planted_import():
+    graph = {
+        "detector.modeling.rpn": {"detector.engine.train_lib"},
+        "detector.modeling.fpn": {"ops.nms"},
+        "detector.data.pipeline": set(),
     }
-    assert not any(wrong.values()), wrong
+    assert _imports_into(graph, "detector.modeling", ("detector.engine",)) == {
+        "detector.modeling.rpn": ["detector.engine.train_lib"]
+    }
+    assert not _imports_into(graph, "detector.data", ("detector.modeling",))
 
 
 def _python(code: str) -> str:

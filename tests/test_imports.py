@@ -16,13 +16,13 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BLOCKED = ("tensorflow", "tensorflow_datasets", "pycocotools")
 # Importable with BLOCKED missing.
 WITHOUT_DATA_LIBRARIES = (
-    "detector.model",
-    "detector.train_step",
-    "detector.train_state",
-    "detector.optimizer",
-    "detector.sharding",
-    "detector.checkpoint",
-    "detector.determinism",
+    "detector.modeling.model",
+    "detector.engine.train_step",
+    "detector.engine.train_state",
+    "detector.engine.optimizer",
+    "detector.engine.sharding",
+    "detector.engine.checkpoint",
+    "detector.engine.determinism",
     "ops.nms",
     "ops.host_audit",
     "configs.shapes",

@@ -3,7 +3,7 @@
 import pytest
 
 from benchmarks import step_parts
-from detector import sharding
+from detector.engine import sharding
 from tests.detector.helpers import tiny_config
 
 

@@ -3,8 +3,9 @@
 import pytest
 
 from configs import coco_r50_fpn
-from detector import backbone, optimizer
-from detector import model as model_lib
+from detector import config as config_lib
+from detector.engine import optimizer
+from detector.modeling import backbone
 
 
 def test_default_is_the_pretrained_1x_recipe():
@@ -34,7 +35,7 @@ def test_default_is_the_pretrained_1x_recipe():
         train.warmup_init_factor,
     ) == (16, 0.02, 90_000, 1000, 0.001)
     assert optimizer.step_boundaries(train) == (60_000, 80_000)
-    model_lib.validate_config(config)
+    config_lib.validate(config)
 
 
 @pytest.mark.parametrize(
@@ -75,7 +76,7 @@ def test_variants_combine_and_unknown_ones_are_one_line():
     config = coco_r50_fpn.get_config("gn_scratch,runlocal")
     assert (config.model.norm, config.model.backbone) == ("group", "resnet18")
     assert config.train.num_steps == 4
-    model_lib.validate_config(config)
+    config_lib.validate(config)
     with pytest.raises(
         ValueError,
         match=r"unknown variant 'fast'; known: "

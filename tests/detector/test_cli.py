@@ -6,7 +6,8 @@ import time
 import jax
 import pytest
 
-from detector import cli, multihost
+from detector import cli
+from detector.engine import multihost
 
 
 @pytest.mark.parametrize(

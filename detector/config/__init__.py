@@ -1,0 +1,141 @@
+"""The full configuration schema, with defaults, shared by every config file.
+
+Config files in `configs/` start from `base_config()` and change what they
+need; every field a module reads is declared here, so a typo in an override
+(`--config.model.fpn_chanels=128`) is an error, not a silently ignored key.
+Each section (`data`, `model`, `train`, `eval`) lives in its own module with
+its defaults and its checks; `validate` runs them all.
+
+Box convention everywhere: (x1, y1, x2, y2) in pixels of the padded model
+input, x2 and y2 exclusive (a COCO [x, y, w, h] box is [x, y, x + w, y + h]).
+Class ids: 1..num_classes for objects, 0 for background / padding.
+"""
+
+import json
+import pathlib
+
+import ml_collections
+
+from detector.config import data as data_section
+from detector.config import eval as eval_section
+from detector.config import model as model_section
+from detector.config import train as train_section
+from detector.config.checks import check_image_size
+from ops import host_audit
+from ops import nms as nms_lib
+
+NMS_BACKENDS = nms_lib.BACKENDS  # auto, cpu, while_loop, pallas
+resolve_dtype = model_section.resolve_dtype
+
+# Section name -> its module (defaults() and validate(config)).
+SECTIONS = {
+    "data": data_section,
+    "model": model_section,
+    "train": train_section,
+    "eval": eval_section,
+}
+
+__all__ = [
+    "NMS_BACKENDS",
+    "SECTIONS",
+    "base_config",
+    "check_image_size",
+    "host_nms_advice",
+    "load_json",
+    "nms_backend_name",
+    "resolve_dtype",
+    "set_nms_backend",
+    "validate",
+]
+
+
+def base_config() -> ml_collections.ConfigDict:
+    """Returns the schema with COCO-style defaults (TF Model Garden R50-FPN)."""
+    config = ml_collections.ConfigDict()
+    config.seed = 0
+    for name, section in SECTIONS.items():
+        config[name] = section.defaults()
+    return config
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Checks every section before anything is built or written.
+
+    Raises:
+      ValueError: one line naming the first bad key, its value and the
+        reason.
+    """
+    for section in SECTIONS.values():
+        section.validate(config)
+
+
+def set_nms_backend(
+    config: ml_collections.ConfigDict,
+    backend: str,
+    *,
+    allow_baselines: bool = False,
+) -> None:
+    """Points both NMS sites (RPN proposals, detections) at one backend.
+
+    `allow_baselines` also admits ops.nms.BASELINES ('topk', no suppression),
+    which benchmarks use to measure what NMS costs.
+    """
+    nms_lib.check_backend(backend, name="--nms", baselines=allow_baselines)
+    config.model.rpn.nms_backend = backend
+    config.model.detection.nms_backend = backend
+
+
+def host_nms_advice(finding: host_audit.HostRoundTrip) -> str:
+    """What to do about a host round-trip the audit found: for an NMS op,
+    the flags that keep NMS on the device."""
+    if "nms" not in finding.op_name:
+        return ""
+    return (
+        "the NMS backend 'cpu' runs on the host; use --nms=pallas or "
+        "--nms=while_loop"
+    )
+
+
+def _merge_json(
+    target: ml_collections.ConfigDict, values: dict, prefix: str
+) -> None:
+    for key, value in values.items():
+        if key not in target:
+            raise ValueError(
+                f"{prefix}{key}: not a config field (written "
+                "by another version?)"
+            )
+        if isinstance(value, dict):
+            _merge_json(target[key], value, f"{prefix}{key}.")
+        elif isinstance(target[key], tuple) and isinstance(value, list):
+            target[key] = tuple(value)
+        else:
+            target[key] = value
+
+
+def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
+    """Reads a workdir's config.json back into the schema's types."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path}: no config.json here; pass "
+            "--config=... or a workdir written by "
+            "train.py"
+        )
+    config = base_config()
+    _merge_json(config, json.loads(path.read_text()), f"{path}: ")
+    return config
+
+
+def nms_backend_name(config: ml_collections.ConfigDict) -> str:
+    """Both NMS sites' backend, with what 'auto' resolves to on this host."""
+    rpn, det = (
+        _resolved(config.model.rpn.nms_backend),
+        _resolved(config.model.detection.nms_backend),
+    )
+    return rpn if rpn == det else f"rpn={rpn},detection={det}"
+
+
+def _resolved(backend: str) -> str:
+    name = nms_lib.resolve_backend(backend)
+    return backend if name == backend else f"{backend} ({name})"

@@ -1,0 +1,265 @@
+"""config.model: backbone, FPN, anchors, heads, losses and dtype.
+
+The registries the checks read (backbones, norms, ROIAlign implementations,
+NMS backends) live with the code they name; this module only validates the
+config against them.
+"""
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from detector.config.checks import check, check_image_size
+from detector.modeling import backbone
+from ops import nms as nms_lib
+from ops import roi_align
+
+DTYPES = ("auto", "float32", "bfloat16")
+# 'auto' per jax.default_backend(); other platforms get float32.
+_AUTO_DTYPES = {"cpu": "float32", "gpu": "bfloat16", "tpu": "bfloat16"}
+
+
+def defaults() -> ml_collections.ConfigDict:
+    """config.model: backbone, FPN and anchors; one sub-dict per head."""
+    model = ml_collections.ConfigDict()
+    # 'resnet18' | 'resnet50' | 'resnet101' | 'tiny' (a CPU-sized ResNet,
+    # one basic block per stage); see backbone.BACKBONES.
+    model.backbone = "resnet50"
+    # Channels of the stem; the four stages use 1x, 2x, 4x, 8x this (x4 more
+    # at the output of bottleneck stages).
+    model.backbone_width = 64
+    model.norm = "group"  # 'group' | 'batch' | 'frozen_batch'
+    # Pretrained backbone weights read before step 1 of a fresh run: a
+    # .safetensors or .npz file with torchvision ResNet names (timm's
+    # ResNets use the same), or a .pth when torch is installed. '': random.
+    model.backbone_init = ""
+    # Start from another run's orbax checkpoint (its workdir, checkpoints/
+    # folder or one step folder): every array whose path and shape match is
+    # copied; class-dependent heads are reinitialised when num_classes
+    # differs; the step and optimizer state start fresh. '': none.
+    model.init_checkpoint = ""
+    # Frozen (never updated) backbone parts, as detectron2's FREEZE_AT:
+    # 0 none, 1 the stem, 2 the stem and stage 1 (C2), ... 5 all.
+    model.freeze_at = 0
+    model.group_norm_groups = 32
+    model.fpn_channels = 256
+    model.min_level = 2
+    model.max_level = 6
+    model.anchor_scale = 8.0  # anchor side at level l: anchor_scale * 2**l
+    model.aspect_ratios = (0.5, 1.0, 2.0)
+    # Activation dtype: 'auto' (float32 on CPU, bfloat16 on GPU/TPU),
+    # 'float32' or 'bfloat16'. Params and losses stay float32.
+    model.dtype = "auto"
+    model.rpn = _rpn_config()
+    model.roi = _roi_config()
+    model.detection = _detection_config()
+    model.loss = _loss_config()
+    return model
+
+
+def _rpn_config() -> ml_collections.ConfigDict:
+    """config.model.rpn: proposals (top-k, NMS) and RPN anchor sampling."""
+    rpn = ml_collections.ConfigDict()
+    rpn.pre_nms_top_k_train = 2000  # per level
+    rpn.pre_nms_top_k_test = 1000  # per level
+    rpn.post_nms_top_k_train = 1000  # per image, after merging levels
+    rpn.post_nms_top_k_test = 1000
+    rpn.nms_iou = 0.7
+    rpn.min_box_size = 0.0
+    rpn.fg_iou = 0.7
+    rpn.bg_iou = 0.3
+    rpn.num_samples = 256
+    rpn.positive_fraction = 0.5
+    rpn.box_weights = (1.0, 1.0, 1.0, 1.0)
+    rpn.nms_backend = "auto"
+    # Per-level pre-NMS top-k: 0 exact; in (0, 1) lax.approx_max_k with this
+    # recall target (opt-in: the proposals may change).
+    rpn.approx_top_k_recall = 0.0
+    return rpn
+
+
+def _roi_config() -> ml_collections.ConfigDict:
+    """config.model.roi: ROI sampling, ROIAlign, box and mask heads."""
+    roi = ml_collections.ConfigDict()
+    roi.num_rois = 512
+    roi.fg_fraction = 0.25
+    roi.fg_iou = 0.5
+    roi.bg_iou_high = 0.5
+    roi.bg_iou_low = 0.0
+    roi.box_weights = (10.0, 10.0, 5.0, 5.0)
+    roi.pool_size = 7
+    roi.canonical_size = 224.0
+    roi.canonical_level = 4
+    roi.sampling_ratio = 2
+    # ROIAlign pooling: 'auto' (per platform), 'gather' or 'matmul'; see
+    # ops/roi_align.py.
+    roi.align_implementation = "auto"
+    roi.box_head_dim = 1024
+    roi.mask_pool_size = 14
+    roi.mask_head_dim = 256
+    roi.mask_head_convs = 4
+    roi.max_mask_rois = 128  # mask loss uses at most this many fg rois/image
+    roi.mask_size = 28  # 2 * mask_pool_size
+    return roi
+
+
+def _detection_config() -> ml_collections.ConfigDict:
+    """config.model.detection: scoring and class-aware NMS of detections."""
+    detection = ml_collections.ConfigDict()
+    detection.score_threshold = 0.05
+    detection.nms_iou = 0.5
+    detection.max_detections = 100
+    # Candidates (roi, class) pairs kept by score before class-aware NMS.
+    detection.pre_nms_top_k = 1000
+    detection.nms_backend = "auto"
+    return detection
+
+
+def _loss_config() -> ml_collections.ConfigDict:
+    """config.model.loss: Huber deltas and loss weights."""
+    loss = ml_collections.ConfigDict()
+    loss.rpn_box_beta = 1.0 / 9.0  # Huber delta of the RPN box loss
+    loss.box_beta = 1.0
+    loss.rpn_cls_weight = 1.0
+    loss.rpn_box_weight = 1.0
+    loss.cls_weight = 1.0
+    loss.box_weight = 1.0
+    loss.mask_weight = 1.0
+    return loss
+
+
+def resolve_dtype(name: str, platform: str | None = None) -> jnp.dtype:
+    """The activation dtype that config `model.dtype` names.
+
+    Args:
+      name: 'float32', 'bfloat16', or 'auto' (float32 on CPU, bfloat16 on
+        GPU and TPU).
+      platform: the backend 'auto' resolves for; jax.default_backend() when
+        None.
+
+    Raises:
+      ValueError: one line naming model.dtype, for an unknown name.
+    """
+    check(
+        name in DTYPES,
+        "model.dtype",
+        name,
+        f"unknown dtype; known: {', '.join(DTYPES)}",
+    )
+    if name == "auto":
+        platform = platform or jax.default_backend()
+        name = _AUTO_DTYPES.get(platform, "float32")
+    return jnp.dtype(name)
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Raises ValueError (one line naming the key) on a bad model section."""
+    model, data = config.model, config.data
+    roi, rpn_cfg, det = model.roi, model.rpn, model.detection
+    levels = backbone.entry(model.backbone)
+    check(
+        model.norm in backbone.NORMS,
+        "model.norm",
+        model.norm,
+        f"unknown norm; known: {', '.join(backbone.NORMS)}",
+    )
+    resolve_dtype(model.dtype)
+    check(
+        levels.min_level <= model.min_level <= levels.max_level,
+        "model.min_level",
+        model.min_level,
+        f"must be in [{levels.min_level}, {levels.max_level}] (the "
+        f"feature levels model.backbone={model.backbone!r} provides)",
+    )
+    check(
+        0 <= model.freeze_at <= backbone.MAX_FREEZE_AT,
+        "model.freeze_at",
+        model.freeze_at,
+        f"must be in [0, {backbone.MAX_FREEZE_AT}] "
+        "(0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...)",
+    )
+    check(
+        not (model.backbone_init and model.init_checkpoint),
+        "model.init_checkpoint",
+        model.init_checkpoint,
+        "set at most one of model.backbone_init and model.init_checkpoint",
+    )
+    check(
+        model.max_level >= model.min_level,
+        "model.max_level",
+        model.max_level,
+        "must be >= model.min_level",
+    )
+    stride = 2**model.max_level
+    check_image_size(data.image_size)
+    size = tuple(data.image_size)
+    check(
+        all(s % stride == 0 for s in size),
+        "data.image_size",
+        size,
+        f"(height, width) must be divisible by "
+        f"the coarsest stride 2**model.max_level={stride}",
+    )
+    # Baselines (no suppression) are admitted for the benchmarks.
+    for key, backend in (
+        ("model.rpn.nms_backend", rpn_cfg.nms_backend),
+        ("model.detection.nms_backend", det.nms_backend),
+    ):
+        nms_lib.check_backend(backend, name=f"config.{key}")
+    if model.norm == "group":
+        groups = model.group_norm_groups
+        for key, channels in (
+            ("backbone_width", model.backbone_width),
+            ("fpn_channels", model.fpn_channels),
+            ("roi.mask_head_dim", roi.mask_head_dim),
+        ):
+            check(
+                channels % groups == 0,
+                f"model.{key}",
+                channels,
+                f"must be divisible by model.group_norm_groups={groups}",
+            )
+    check(
+        roi.mask_size == 2 * roi.mask_pool_size,
+        "model.roi.mask_size",
+        roi.mask_size,
+        "must be 2 * model.roi.mask_pool_size",
+    )
+    check(
+        roi.align_implementation == "auto"
+        or roi.align_implementation in roi_align.IMPLEMENTATIONS,
+        "model.roi.align_implementation",
+        roi.align_implementation,
+        f"unknown implementation; known: auto, "
+        f"{', '.join(roi_align.IMPLEMENTATIONS)}",
+    )
+    check(
+        roi.sampling_ratio >= 1,
+        "model.roi.sampling_ratio",
+        roi.sampling_ratio,
+        "must be >= 1",
+    )
+    check(
+        int(roi.num_rois * roi.fg_fraction) >= 1,
+        "model.roi.fg_fraction",
+        roi.fg_fraction,
+        "must leave room for >= 1 foreground roi",
+    )
+    check(
+        0.0 <= rpn_cfg.approx_top_k_recall < 1.0,
+        "model.rpn.approx_top_k_recall",
+        rpn_cfg.approx_top_k_recall,
+        "must be 0 (exact top-k) or a recall target in (0, 1)",
+    )
+    check(
+        0.0 < rpn_cfg.positive_fraction <= 1.0,
+        "model.rpn.positive_fraction",
+        rpn_cfg.positive_fraction,
+        "must be in (0, 1]",
+    )
+    check(
+        len(model.aspect_ratios) >= 1 and min(model.aspect_ratios) > 0,
+        "model.aspect_ratios",
+        model.aspect_ratios,
+        "must be a non-empty tuple of positive ratios",
+    )

@@ -1,0 +1,292 @@
+"""The training loop: data-parallel jitted step, logging, checkpoints, audit.
+
+    train_and_evaluate(config, workdir)
+
+- Data parallel over every device with a `jax.sharding.Mesh` (axis 'data'):
+  the batch is sharded, params are replicated; the step (train_step.py) is
+  a `shard_map` whose gradients, losses and BatchNorm statistics are
+  averaged across devices.
+- The loop runs under `jax.transfer_guard("disallow")`: batches move by an
+  explicit `jax.device_put`, metrics by an explicit `jax.device_get`.
+- Before step 1 it compiles the train step (and, when the run evaluates,
+  the predict program) once and audits the compiled programs for host
+  round-trips (ops/host_audit.py), logs them op by op, and reports the
+  step's count as `host_roundtrips_per_step` on every metrics line;
+  `strict_device=True` turns any finding in either program into an error
+  before step 1.
+- `<workdir>/config.json` is written once the checkpoint restore and the
+  audits have passed, so a run that fails them leaves the workdir as it was.
+- A non-finite total loss, gradient norm or updated weight stops the run
+  before that step's state is checkpointed. On any error the in-flight
+  checkpoint saves finish and the metric writers close.
+- Every `log_every` steps: clu metric writers (TensorBoard + log) and one JSON
+  line in `<workdir>/metrics.jsonl` (see train_metrics.py).
+- Checkpoints (orbax) every `checkpoint_every` steps and at the end. A
+  restarted run resumes from the newest intact checkpoint (checkpoint.py
+  verifies each): same step, params, optimizer state, and data position (the
+  pipeline derives the batch of step s from (seed, s), so it restarts exactly
+  where the checkpoint left off); metrics lines of later steps are dropped.
+- The config's counts and sizes are validated before anything is written;
+  a start that fails leaves no new (empty) workdir or checkpoints folder.
+"""
+
+import dataclasses
+import pathlib
+import time
+from collections.abc import Iterator
+
+import jax
+import ml_collections
+import optax
+from absl import logging
+from clu import periodic_actions
+from flax import nnx
+from jax.sharding import Mesh
+
+from detector import config as config_lib
+from detector.data import pipeline
+from detector.engine import (
+    checkpoint,
+    determinism,
+    multihost,
+    optimizer,
+    sharding,
+    train_metrics,
+)
+from detector.engine import train_state as state_lib
+from detector.engine import train_step as step_lib
+from detector.evaluation import eval_lib
+from ops import host_audit
+
+
+def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
+    """Creates the workdir and checks it is writable."""
+    path = pathlib.Path(workdir).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        # One probe per process: processes sharing the workdir must not
+        # remove each other's.
+        probe = path / f".write_test.{jax.process_index()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as e:
+        raise ValueError(
+            f"--workdir={workdir}: not writable ({e.strerror or e})"
+        ) from None
+    return path
+
+
+def save_config(
+    workdir: pathlib.Path, config: ml_collections.ConfigDict
+) -> None:
+    """Writes `<workdir>/config.json` (process 0), which eval.py reads."""
+    if jax.process_index() == 0:
+        (workdir / "config.json").write_text(
+            config.to_json_best_effort(indent=2, sort_keys=True) + "\n"
+        )
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the training loop and the evaluations of one run share."""
+
+    config: ml_collections.ConfigDict
+    workdir: pathlib.Path
+    mesh: Mesh
+    ckpt: checkpoint.Checkpointer
+    eval_graphdef: nnx.GraphDef
+    predict: eval_lib.CompiledPredict | None  # None: no evaluations
+    log: train_metrics.MetricsLog | None = None
+
+
+def train_and_evaluate(
+    config: ml_collections.ConfigDict,
+    workdir: str | pathlib.Path,
+    *,
+    strict_device: bool = False,
+    evaluate: bool = True,
+) -> dict:
+    """Trains `config` into `workdir`, then evaluates; returns eval results.
+
+    `evaluate=False` skips the evaluations (at the end and every
+    eval_every steps) and returns {}.
+    """
+    multihost.check_same_config(config)
+    config_lib.validate(config)  # before anything is written
+    mesh = sharding.make_mesh()
+    sharding.check_divisible("train.batch_size", config.train.batch_size, mesh)
+    sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
+    created = _new_folders(workdir, "checkpoints")
+    workdir = prepare_workdir(workdir)
+    logging.info(
+        "Data parallel over %d %s devices in %d process(es); batch %d per step",
+        mesh.size,
+        jax.default_backend(),
+        jax.process_count(),
+        config.train.batch_size,
+    )
+    try:
+        pipeline.prepare(config)
+        tx, schedule = optimizer.make_optimizer(config)
+        ckpt = checkpoint.Checkpointer(
+            workdir / "checkpoints", max_to_keep=config.train.keep_checkpoints
+        )
+        try:
+            return _train(
+                config,
+                workdir,
+                mesh,
+                ckpt,
+                tx,
+                schedule,
+                strict=strict_device,
+                evaluate=evaluate,
+            )
+        finally:
+            ckpt.close()  # after the in-flight saves, also when a step failed
+    except BaseException:
+        _remove_if_empty(created)  # a failed start leaves no empty folders
+        raise
+
+
+def _new_folders(workdir: str | pathlib.Path, child: str) -> list[pathlib.Path]:
+    """The folders of `workdir / child` (and up) that do not exist yet,
+    innermost first."""
+    path = (pathlib.Path(workdir).expanduser() / child).absolute()
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove_if_empty(folders: list[pathlib.Path]) -> None:
+    """Removes each folder that is (now) empty, innermost first (process 0)."""
+    if jax.process_index() != 0:
+        return
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or already gone): keep it and parents
+            return
+
+
+def _train(
+    config: ml_collections.ConfigDict,
+    workdir: pathlib.Path,
+    mesh: Mesh,
+    ckpt: checkpoint.Checkpointer,
+    tx: optax.GradientTransformation,
+    schedule: optax.Schedule,
+    *,
+    strict: bool,
+    evaluate: bool,
+) -> dict:
+    """Restores, compiles and audits, then trains and evaluates."""
+    # The data first: a missing dataset fails before the model is built.
+    latest = ckpt.latest_step() or 0
+    batches = pipeline.train_batches(config, start_step=latest)
+    graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
+    start_step = int(jax.device_get(state.step))
+    if start_step != latest:  # damaged checkpoints were skipped
+        batches = pipeline.train_batches(config, start_step=start_step)
+    eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
+    # Predict first: it compiles faster, so a strict run fails sooner.
+    predict = (
+        eval_lib.compile_predict(
+            config, eval_graphdef, state.params, state.rest, mesh, strict=strict
+        )
+        if evaluate
+        else None
+    )
+    run = _Run(config, workdir, mesh, ckpt, eval_graphdef, predict)
+    key = sharding.replicate(jax.random.key(config.seed), mesh)
+    batch = sharding.put_batch(next(batches), mesh)
+    step_fn, findings = host_audit.compile_audited(
+        step_lib.make_train_step(graphdef, tx, schedule, mesh),
+        state,
+        batch,
+        key,
+        program="train_step",
+        strict=strict,
+        advice=config_lib.host_nms_advice,
+    )
+    save_config(workdir, config)  # the restore and the audits passed
+    run.log = train_metrics.MetricsLog(
+        workdir,
+        backend=config_lib.nms_backend_name(config),
+        host_roundtrips=len(findings),
+        images_per_step=config.train.batch_size,
+        deterministic=determinism.enabled(),
+        resume_step=start_step,
+    )
+    try:
+        state = _loop(run, step_fn, state, batch, batches, key, start_step)
+        ckpt.wait()
+        return _evaluate(run, state, config.train.num_steps) if evaluate else {}
+    finally:
+        run.log.close()
+
+
+def _loop(
+    run: _Run,
+    step_fn: jax.stages.Compiled,
+    state: state_lib.TrainState,
+    batch: dict[str, jax.Array],
+    batches: Iterator[dict],
+    key: jax.Array,
+    start_step: int,
+) -> state_lib.TrainState:
+    """Steps start_step + 1 .. num_steps: log, checkpoint, evaluate."""
+    train = run.config.train
+    progress = periodic_actions.ReportProgress(
+        num_train_steps=train.num_steps,
+        writer=run.log.writer,
+        every_steps=train.log_every,
+    )
+    with host_audit.device_only_transfers():
+        for step in range(start_step + 1, train.num_steps + 1):
+            waited = time.perf_counter()
+            if step > start_step + 1:
+                batch = sharding.put_batch(next(batches), run.mesh)
+            started = time.perf_counter()
+            run.log.add_data_wait(started - waited)
+            state, metrics = step_fn(state, batch, key)
+            jax.block_until_ready(metrics)
+            run.log.add_step_time(time.perf_counter() - started)
+            finite = metrics.pop(step_lib.STATE_FINITE)
+            # Before this step's state can reach a checkpoint.
+            run.log.check_finite(
+                step,
+                *jax.device_get(
+                    (metrics["total"], metrics["grad_norm"], finite)
+                ),
+                last_checkpoint=run.ckpt.latest_step(),
+            )
+            if step % train.log_every == 0 or step == train.num_steps:
+                run.log.write(step, jax.device_get(metrics))
+            progress(step)
+            if step % train.checkpoint_every == 0 or step == train.num_steps:
+                run.ckpt.save(step, state_lib.to_tree(state))
+            if (
+                run.predict is not None
+                and train.eval_every
+                and step % train.eval_every == 0
+                and step < train.num_steps
+            ):
+                _evaluate(run, state, step)
+    return state
+
+
+def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
+    results = eval_lib.evaluate(
+        run.config,
+        run.eval_graphdef,
+        state.params,
+        state.rest,
+        mesh=run.mesh,
+        workdir=run.workdir,
+        predict=run.predict,
+    )
+    run.log.write_eval(step, results)
+    return results

@@ -1,0 +1,210 @@
+"""Training metrics: clu writers, `metrics.jsonl`, step timing, NaN stop.
+
+Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
+`step`, the losses (`losses.LOSS_NAMES`),
+`learning_rate`, `grad_norm`, `step_time_ms` (median over the logging window
+of device-synchronised step times), `step_time_p90_ms`, `data_wait_ms`
+(mean per step over the window of the time the loop waited for the next
+batch, host to device included: near the step time means input-bound),
+`images_per_sec`, `nms_backend`, `host_roundtrips_per_step` (host
+round-trip ops the audit found in the compiled step) and `deterministic`
+(whether XLA ran with deterministic GPU ops, detector/engine/determinism.py).
+Evaluations append a line with `"eval": true`.
+A non-finite total loss, gradient norm or updated weight stops the run
+(FloatingPointError).
+"""
+
+import json
+import math
+import os
+import pathlib
+
+import jax
+import numpy as np
+from absl import logging
+from clu import metric_writers
+from jax.typing import ArrayLike
+
+from detector.modeling import losses
+
+
+def drop_lines_after(path: pathlib.Path, step: int) -> None:
+    """Rewrites metrics file `path` without the lines of steps > `step`.
+
+    A resumed run repeats the steps after its checkpoint; their earlier
+    lines go, so each step is logged once. The file is replaced atomically
+    (a temporary file renamed over it); a line that is not JSON (cut short
+    by a kill) is dropped too.
+    """
+    if not path.exists():
+        return
+    kept, dropped = [], 0
+    for line in path.read_text().splitlines():
+        try:
+            keep = json.loads(line)["step"] <= step
+        except (ValueError, KeyError, TypeError):
+            keep = False
+        if keep:
+            kept.append(line + "\n")
+        else:
+            dropped += 1
+    if not dropped:
+        return
+    temp = path.with_name(path.name + ".tmp")
+    temp.write_text("".join(kept))
+    os.replace(temp, path)
+    logging.info(
+        "Resuming after step %d: dropped %d line(s) of later steps from %s",
+        step,
+        dropped,
+        path,
+    )
+
+
+class MetricsLog:
+    """Collects step times and writes metrics lines and summaries."""
+
+    def __init__(
+        self,
+        workdir: pathlib.Path,
+        *,
+        backend: str,
+        host_roundtrips: int,
+        images_per_step: int,
+        deterministic: bool = False,
+        resume_step: int = 0,
+    ):
+        """`resume_step`: the step the run starts after (its checkpoint);
+        lines of later steps, written before the run stopped, are dropped.
+        """
+        self.backend = backend
+        self.deterministic = deterministic
+        self.host_roundtrips = host_roundtrips
+        self.images_per_step = images_per_step
+        self._step_times: list[float] = []
+        self._data_waits: list[float] = []
+        self._closed = False
+        self._is_main = jax.process_index() == 0
+        self.writer = metric_writers.create_default_writer(
+            str(workdir), just_logging=not self._is_main
+        )
+        if self._is_main:
+            drop_lines_after(workdir / "metrics.jsonl", resume_step)
+        self._jsonl = (
+            open(workdir / "metrics.jsonl", "a")  # noqa: SIM115
+            if self._is_main
+            else None
+        )
+
+    def add_step_time(self, seconds: float) -> None:
+        self._step_times.append(seconds)
+
+    def add_data_wait(self, seconds: float) -> None:
+        """The time one step waited for its batch (next + device_put)."""
+        self._data_waits.append(seconds)
+
+    @staticmethod
+    def check_finite(
+        step: int,
+        loss: ArrayLike,
+        grad_norm: ArrayLike | None = None,
+        state_finite: ArrayLike = True,
+        *,
+        last_checkpoint: int | None = None,
+    ) -> None:
+        """Stops the run on a NaN/Inf loss, gradient norm or weight.
+
+        Called before the step's state is checkpointed: a non-finite gradient
+        or update turns the weights into NaN/Inf while the loss of that step
+        still looks finite. `last_checkpoint` is the newest saved step (None:
+        nothing saved yet), which the message names.
+        """
+        loss = float(loss)
+        stop = (
+            "stopping; no checkpoint was saved before it"
+            if last_checkpoint is None
+            else f"stopping; checkpoint {last_checkpoint}, saved before it, "
+            "is intact"
+        )
+        if not math.isfinite(loss):
+            raise FloatingPointError(
+                f"total loss is {loss} at step {step}; {stop}"
+            )
+        if grad_norm is not None and not math.isfinite(float(grad_norm)):
+            raise FloatingPointError(
+                f"gradient norm is {float(grad_norm)} at step {step} (total "
+                f"loss {loss:.4g}); {stop}"
+            )
+        if not bool(state_finite):
+            raise FloatingPointError(
+                f"the update of step {step} made weights non-finite (total "
+                f"loss {loss:.4g}); {stop}"
+            )
+
+    def write(self, step: int, metrics: dict) -> dict:
+        """Logs the window's metrics and starts a new window."""
+        times = np.asarray(self._step_times or [math.nan]) * 1e3
+        waits = np.asarray(self._data_waits or [math.nan]) * 1e3
+        self._step_times, self._data_waits = [], []
+        median = float(np.median(times))
+        line = {"step": step}
+        line.update({k: float(v) for k, v in metrics.items()})
+        line.update(
+            step_time_ms=median,
+            step_time_p90_ms=float(np.percentile(times, 90)),
+            data_wait_ms=float(np.mean(waits)),
+            images_per_sec=self.images_per_step / (median / 1e3),
+            nms_backend=self.backend,
+            host_roundtrips_per_step=self.host_roundtrips,
+            deterministic=self.deterministic,
+        )
+        scalars = {
+            k: v
+            for k, v in line.items()
+            if isinstance(v, float | int) and k != "step"
+        }
+        self.writer.write_scalars(step, scalars)
+        self._append(line)
+        logging.info(
+            "step %d: total %.4f (%s) | %.1f ms/step, %.1f img/s, data "
+            "wait %.1f ms, nms=%s",
+            step,
+            line["total"],
+            ", ".join(f"{k} {line[k]:.4f}" for k in losses.TERM_NAMES),
+            median,
+            line["images_per_sec"],
+            line["data_wait_ms"],
+            self.backend,
+        )
+        return line
+
+    def write_eval(self, step: int, results: dict) -> None:
+        scalars = {
+            f"eval/{task}/{name}": value
+            for task in ("bbox", "segm")
+            for name, value in results.get(task, {}).items()
+        }
+        self.writer.write_scalars(step, scalars)
+        self._append(
+            {
+                "step": step,
+                "eval": True,
+                **{k: v for k, v in results.items() if k in ("bbox", "segm")},
+            }
+        )
+
+    def _append(self, line: dict) -> None:
+        if self._jsonl:
+            self._jsonl.write(json.dumps(line) + "\n")
+            self._jsonl.flush()
+
+    def close(self) -> None:
+        """Flushes and closes the writers and metrics.jsonl (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.writer.close()
+        finally:
+            if self._jsonl:
+                self._jsonl.close()

@@ -1,0 +1,1 @@
+"""COCO evaluation of a checkpoint and drawing of its detections."""

@@ -1,0 +1,345 @@
+"""COCO-subset evaluation: jitted predict, host post-processing, COCOeval.
+
+    results = evaluate(config, eval_graphdef, params, rest, mesh=mesh,
+                       workdir=workdir, split="val2017[:500]")
+
+The predict program is compiled (and audited for host round-trips) once per
+eval batch shape by `compile_predict`; a trainer compiles it before step 1
+and hands it to every `evaluate` call.
+
+Writes `<workdir>/eval_<slug>.json` (`split_slug`: the split's exact string
+in a file name):
+    {"split": ..., "images": N, "bbox": {"AP", "AP50", "AP75", "APs", "APm",
+     "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl"}, "segm": {...},
+     "predict_latency_ms_per_image": median, "nms_backend": ...,
+     "host_roundtrips_per_predict": n, "deterministic": bool}
+and `<workdir>/eval_<slug>.png` with the predictions drawn over the first
+images. pycocotools prints the standard 12-number summaries.
+"""
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import pathlib
+import re
+import time
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from absl import logging
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+from pycocotools import coco as coco_lib
+from pycocotools.cocoeval import COCOeval
+
+from detector import config as config_lib
+from detector.data import pipeline
+from detector.engine import (
+    checkpoint,
+    determinism,
+    multihost,
+    optimizer,
+    sharding,
+)
+from detector.engine import train_state as state_lib
+from detector.evaluation import visualize
+from detector.modeling import postprocess
+from ops import host_audit
+
+METRIC_NAMES = (
+    "AP",
+    "AP50",
+    "AP75",
+    "APs",
+    "APm",
+    "APl",
+    "AR1",
+    "AR10",
+    "AR100",
+    "ARs",
+    "ARm",
+    "ARl",
+)
+
+
+def make_predict(graphdef: nnx.GraphDef, mesh: Mesh) -> jax.stages.Wrapped:
+    """jit(shard_map(predict)): (params, rest, images) -> detections."""
+
+    def local_predict(params, rest, images):
+        return nnx.merge(graphdef, params, rest).predict(images)
+
+    return jax.jit(
+        jax.shard_map(
+            local_predict,
+            mesh=mesh,
+            in_specs=(P(), P(), P("data")),
+            out_specs=P("data"),
+            check_vma=False,
+        )
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class CompiledPredict:
+    """The predict program compiled for the eval batch, and its audit."""
+
+    run: jax.stages.Compiled  # (params, rest, images) -> detections
+    findings: list[host_audit.HostRoundTrip]
+
+
+def compile_predict(
+    config: ml_collections.ConfigDict,
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    rest: nnx.State,
+    mesh: Mesh,
+    *,
+    strict: bool = False,
+) -> CompiledPredict:
+    """Compiles predict for f32[eval.batch_size, H, W, 3] images, audited.
+
+    `graphdef` is the eval-mode graphdef. Raises HostRoundTripError when
+    `strict` and the program goes through the host.
+    """
+    images = jax.ShapeDtypeStruct(
+        (config.eval.batch_size, *config.data.image_size, 3),
+        jnp.float32,
+        sharding=NamedSharding(mesh, P("data")),
+    )
+    compiled, findings = host_audit.compile_audited(
+        make_predict(graphdef, mesh),
+        params,
+        rest,
+        images,
+        program="predict",
+        strict=strict,
+        advice=config_lib.host_nms_advice,
+    )
+    return CompiledPredict(compiled, findings)
+
+
+def coco_metrics(
+    coco_gt: coco_lib.COCO,
+    results: list[dict],
+    iou_type: str,
+    image_ids: list[int],
+) -> dict[str, float]:
+    """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary."""
+    if not results:
+        logging.warning("No %s detections: every metric is 0.", iou_type)
+        return dict.fromkeys(METRIC_NAMES, 0.0)
+    with contextlib.redirect_stdout(io.StringIO()):  # loadRes chatter
+        detections = coco_gt.loadRes(results)
+    evaluator = COCOeval(coco_gt, detections, iou_type)
+    evaluator.params.imgIds = image_ids
+    evaluator.evaluate()
+    evaluator.accumulate()
+    print(f"COCO {iou_type}:")
+    evaluator.summarize()
+    return {
+        name: float(v)
+        for name, v in zip(METRIC_NAMES, evaluator.stats, strict=True)
+    }
+
+
+def split_slug(split: str) -> str:
+    """A file-name-safe name that encodes the split string exactly.
+
+    A split that is already such a name stays as it is ('val2017'); any
+    other gets a readable form plus a short hash of the exact string:
+    'val[:3]' -> 'val_3-<8 hex digits>', so 'val[-3:]' names another file.
+    """
+    readable = re.sub(r"[^A-Za-z0-9%_]+", "_", split).strip("_")
+    if readable == split:
+        return split
+    digest = hashlib.sha256(split.encode()).hexdigest()[:8]
+    return f"{readable}-{digest}"
+
+
+def result_stem(workdir: pathlib.Path, split: str) -> pathlib.Path:
+    """`<workdir>/eval_<slug>`, the stem of the split's .json and .png.
+
+    Raises:
+      ValueError: the .json there holds another split's result (never
+        overwritten).
+    """
+    stem = pathlib.Path(workdir) / f"eval_{split_slug(split)}"
+    path = stem.with_suffix(".json")
+    if path.exists():
+        try:
+            other = json.loads(path.read_text()).get("split")
+        except (ValueError, AttributeError):
+            other = None
+        if other != split:
+            raise ValueError(
+                f"{path}: holds the result of split {other!r}, "
+                f"not {split!r}; move it away to evaluate "
+                f"{split!r}"
+            )
+    return stem
+
+
+def detections_path(stem: pathlib.Path) -> pathlib.Path:
+    """`<stem>.detections.json`: every detection in COCO results format.
+
+    The list pycocotools' `loadRes` and the COCO test server take: image_id,
+    category_id, bbox [x, y, w, h] in original pixels, score and, with
+    masks, segmentation (RLE).
+    """
+    return stem.with_name(f"{stem.name}.detections.json")
+
+
+def check_request(split: str | None, max_images: int) -> None:
+    """Raises ValueError on an empty --split or a negative --max_images."""
+    if split is not None and not split.strip():
+        raise ValueError(
+            f"--split={split!r}: empty; name a split such as "
+            "'val' or 'val2017[:500]', or leave it out for the "
+            "config's data.eval_split"
+        )
+    if max_images < 0:
+        raise ValueError(
+            f"--max_images={max_images}: must be >= 0 (0: the whole split)"
+        )
+
+
+def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
+    """Predicts every batch; returns COCO results, latencies, drawings."""
+    results, latencies, drawn = [], [], []
+    with host_audit.device_only_transfers():
+        for batch in data.batches():
+            images = sharding.put_batch(batch, mesh, keys=("image",))
+            started = time.perf_counter()
+            outputs = jax.block_until_ready(
+                predict.run(params, rest, images["image"])
+            )
+            latencies.append(
+                (time.perf_counter() - started) * 1e3 / len(batch["image"])
+            )
+            outputs = sharding.local_rows(outputs, mesh)
+            results += postprocess.coco_results(
+                outputs, batch, data.category_ids, with_masks=data.has_masks
+            )
+            if len(drawn) < config.eval.num_visualized:
+                drawn.append((batch, outputs))
+    return results, latencies, drawn
+
+
+def evaluate(
+    config: ml_collections.ConfigDict,
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    rest: nnx.State,
+    *,
+    mesh: Mesh,
+    workdir: pathlib.Path,
+    split: str | None = None,
+    max_images: int = 0,
+    predict: CompiledPredict | None = None,
+) -> dict:
+    """Evaluates on a COCO subset; writes eval_<slug>.json, .png and the
+    detections (`detections_path`).
+
+    `predict` is a `compile_predict` result to reuse (default: compiled
+    here from `graphdef`).
+    """
+    check_request(split, max_images)
+    split = config.data.eval_split if split is None else split
+    sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
+    stem = result_stem(workdir, split)  # before the work, not after
+    data = pipeline.eval_split(
+        config, split, max_images or config.eval.max_images
+    )
+    if predict is None:
+        predict = compile_predict(config, graphdef, params, rest, mesh)
+    results, latencies, drawn = _run_predict(
+        data, predict, params, rest, mesh, config
+    )
+    # Every process's results, in process order (a collective).
+    results = [r for part in multihost.gather_json(results) for r in part]
+    # Serialised before COCOeval adds its own keys to the dicts.
+    detections = json.dumps(results) if jax.process_index() == 0 else ""
+    image_ids = sorted(data.coco.getImgIds())  # all processes' images
+    summary = {"split": split, "images": len(image_ids)}
+    box_results = [
+        {k: v for k, v in r.items() if k != "segmentation"} for r in results
+    ]
+    summary["bbox"] = coco_metrics(data.coco, box_results, "bbox", image_ids)
+    if data.has_masks:
+        summary["segm"] = coco_metrics(data.coco, results, "segm", image_ids)
+    else:
+        logging.warning(
+            "Split %s has no instance masks: segm not evaluated.", split
+        )
+    summary.update(
+        predict_latency_ms_per_image=float(np.median(latencies)),
+        nms_backend=config_lib.nms_backend_name(config),
+        host_roundtrips_per_predict=len(predict.findings),
+        deterministic=determinism.enabled(),
+    )
+    if jax.process_index() == 0:
+        stem.with_suffix(".json").write_text(json.dumps(summary, indent=2))
+        detections_path(stem).write_text(detections)
+        visualize.draw_predictions(
+            drawn,
+            config,
+            stem.with_suffix(".png"),
+            class_names=[data.coco.cats[c]["name"] for c in data.category_ids],
+        )
+    logging.info(
+        "Eval %s: bbox AP %.3f%s, %.1f ms/image",
+        split,
+        summary["bbox"]["AP"],
+        f", segm AP {summary['segm']['AP']:.3f}" if "segm" in summary else "",
+        summary["predict_latency_ms_per_image"],
+    )
+    return summary
+
+
+def evaluate_checkpoint(
+    config: ml_collections.ConfigDict,
+    workdir: pathlib.Path,
+    *,
+    split: str | None = None,
+    max_images: int = 0,
+) -> dict:
+    """Restores the latest checkpoint of `workdir` and evaluates it.
+
+    Reads the workdir only: a missing `checkpoints/` is an error, not
+    created.
+
+    Raises:
+      ValueError: an empty `split`, a negative `max_images` or a bad config
+        value, before anything is read.
+    """
+    check_request(split, max_images)
+    config_lib.validate(config)
+    multihost.check_same_config(config)
+    ckpt_dir = pathlib.Path(workdir) / "checkpoints"
+    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
+    try:
+        if ckpt.latest_step() is None:
+            raise FileNotFoundError(
+                f"{ckpt_dir}: no checkpoint to evaluate "
+                "(train first, or check --workdir)"
+            )
+        mesh = sharding.make_mesh()
+        tx, _ = optimizer.make_optimizer(config)
+        graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
+    finally:
+        ckpt.close()
+    return evaluate(
+        config,
+        state_lib.eval_graphdef(graphdef, state.params, state.rest),
+        state.params,
+        state.rest,
+        mesh=mesh,
+        workdir=workdir,
+        split=split,
+        max_images=max_images,
+    )

@@ -1,0 +1,112 @@
+"""Feature pyramid network: P_min..P_max from backbone levels C_min..C_top.
+
+Lateral 1x1 convs on C_l (l = min_level..top, top = min(max_level, the
+backbone's coarsest level)), a top-down pathway with 2x nearest
+upsampling, then a 3x3 output conv per level
+(followed by the norm when the model's norm is 'group' or 'batch'; the new
+layers of a 'frozen_batch' model carry no norm). Levels above top come
+from P_top by max-pooling (kernel 1, stride 2), as in the FPN paper's P6.
+
+Shapes: B batch, H, W input size, F fpn channels.
+Output: [P_l f[B, H / 2**l, W / 2**l, F] for l in min_level..max_level].
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from detector.modeling import backbone
+
+
+def head_norm(norm: str) -> str | None:
+    """The norm of new layers (FPN, mask head) under a model norm."""
+    return norm if norm in ("group", "batch") else None
+
+
+def _upsample2x(x: jax.Array) -> jax.Array:
+    """Nearest-neighbour 2x upsampling of [B, H, W, C]."""
+    batch, height, width, channels = x.shape
+    x = jnp.broadcast_to(
+        x[:, :, None, :, None, :], (batch, height, 2, width, 2, channels)
+    )
+    return x.reshape(batch, 2 * height, 2 * width, channels)
+
+
+class FPN(nnx.Module):
+    """Top-down feature pyramid with lateral connections."""
+
+    def __init__(
+        self,
+        in_channels: dict[int, int],
+        *,
+        channels: int,
+        min_level: int,
+        max_level: int,
+        norm: str,
+        groups: int,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
+        self.min_level, self.max_level = min_level, max_level
+        # The coarsest backbone level used; levels above it are pooled.
+        self.top_level = min(max_level, max(in_channels))
+        levels = range(min_level, self.top_level + 1)
+        # Lateral 1x1 convs as Linear layers over channels (cheaper
+        # gradients on CPU than a 1x1 convolution).
+        self.lateral = nnx.List(
+            [
+                nnx.Linear(
+                    in_channels[level],
+                    channels,
+                    kernel_init=backbone.conv_init,
+                    dtype=dtype,
+                    rngs=rngs,
+                )
+                for level in levels
+            ]
+        )
+        norm = head_norm(norm)
+        if norm is None:
+            self.output = nnx.List(
+                [
+                    nnx.Conv(
+                        channels,
+                        channels,
+                        (3, 3),
+                        kernel_init=backbone.conv_init,
+                        dtype=dtype,
+                        rngs=rngs,
+                    )
+                    for _ in levels
+                ]
+            )
+        else:
+            self.output = nnx.List(
+                [
+                    backbone.ConvNorm(
+                        channels,
+                        channels,
+                        3,
+                        relu=False,
+                        norm=norm,
+                        groups=groups,
+                        dtype=dtype,
+                        rngs=rngs,
+                    )
+                    for _ in levels
+                ]
+            )
+
+    def __call__(self, features: dict[int, jax.Array]) -> list[jax.Array]:
+        levels = list(range(self.min_level, self.top_level + 1))
+        laterals = [
+            conv(features[level])
+            for conv, level in zip(self.lateral, levels, strict=True)
+        ]
+        merged = [laterals[-1]]
+        for lateral in reversed(laterals[:-1]):
+            merged.insert(0, lateral + _upsample2x(merged[0]))
+        outputs = [conv(x) for conv, x in zip(self.output, merged, strict=True)]
+        for _ in range(self.top_level + 1, self.max_level + 1):
+            outputs.append(outputs[-1][:, ::2, ::2, :])
+        return outputs

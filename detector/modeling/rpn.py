@@ -1,0 +1,227 @@
+"""Region proposal network: head, training targets, and proposals (NMS site 1).
+
+The head is shared across levels: a 3x3 conv + ReLU, then 1x1 convs for one
+objectness logit and four deltas per anchor. Targets are computed on device
+with static shapes: IoU matching (>= fg_iou positive, < bg_iou negative,
+each GT's best anchors positive) and balanced sampling with each image's own
+PRNG key. Proposals decode the top-k anchors of every level, clip them,
+mask out tiny boxes, run `ops.nms` over [B, L] at once, merge the levels and
+keep the best post_nms_top_k; gradients never flow through them.
+
+Shapes (the letters of docs/architecture.md where they exist): B batch,
+L levels, A anchors per cell, N_l = H_l W_l A anchors of level l,
+N = sum N_l, G GT boxes per image, S sampled anchors, N_pre pre-NMS boxes
+per level, P proposals per image (kept by NMS), F fpn channels.
+"""
+
+from typing import NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from detector.modeling import box_coder, matcher, sampler
+from ops import box_ops
+from ops.nms import nms
+
+
+class RPNHead(nnx.Module):
+    """Objectness and deltas for every anchor of every level."""
+
+    def __init__(
+        self,
+        channels: int,
+        num_anchors: int,
+        *,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
+        init = nnx.initializers.normal(0.01)
+        self.conv = nnx.Conv(
+            channels, channels, (3, 3), kernel_init=init, dtype=dtype, rngs=rngs
+        )
+        # 1x1 convs as Linear layers over channels (cheaper gradients).
+        self.objectness = nnx.Linear(
+            channels, num_anchors, kernel_init=init, dtype=dtype, rngs=rngs
+        )
+        self.deltas = nnx.Linear(
+            channels, 4 * num_anchors, kernel_init=init, dtype=dtype, rngs=rngs
+        )
+
+    @jax.named_scope("rpn_head")
+    def __call__(
+        self, features: Sequence[jax.Array]
+    ) -> tuple[list[jax.Array], list[jax.Array]]:
+        """Returns per level logits f32[B, N_l] and deltas f32[B, N_l, 4]."""
+        logits, deltas = [], []
+        for x in features:
+            batch = x.shape[0]
+            x = jax.nn.relu(self.conv(x))
+            logits.append(
+                self.objectness(x).astype(jnp.float32).reshape(batch, -1)
+            )
+            deltas.append(
+                self.deltas(x).astype(jnp.float32).reshape(batch, -1, 4)
+            )
+        return logits, deltas
+
+
+class RPNSamples(NamedTuple):
+    """Sampled anchors of every image: indices into the concatenated levels."""
+
+    indices: jax.Array  # int32[B, S]
+    is_positive: jax.Array  # bool[B, S]
+    is_valid: jax.Array  # bool[B, S]
+    box_targets: jax.Array  # f32[B, S, 4]
+
+
+def rpn_targets(
+    anchors: np.ndarray,
+    gt_boxes: jax.Array,
+    gt_valid: jax.Array,
+    key: jax.Array,
+    *,
+    fg_iou: float,
+    bg_iou: float,
+    num_samples: int,
+    positive_fraction: float,
+    weights: Sequence[float],
+) -> RPNSamples:
+    """Matches anchors f32[N, 4] to GT [B, G, 4] and samples S per image."""
+    anchors = jnp.asarray(anchors)
+    keys = jax.random.split(key, gt_boxes.shape[0])
+
+    def one_image(boxes, valid, image_key):
+        iou = box_ops.pairwise_iou(anchors, boxes)  # [N, G]
+        labels, matched = matcher.match(
+            iou,
+            valid,
+            fg_iou=fg_iou,
+            bg_iou_low=0.0,
+            bg_iou_high=bg_iou,
+            low_quality=True,
+        )
+        indices, is_positive, is_valid = sampler.sample_balanced(
+            labels,
+            image_key,
+            num_samples=num_samples,
+            positive_fraction=positive_fraction,
+        )
+        targets = box_coder.encode(
+            boxes[matched[indices]], anchors[indices], weights
+        )
+        return RPNSamples(indices, is_positive, is_valid, targets)
+
+    return jax.vmap(one_image)(gt_boxes.astype(jnp.float32), gt_valid, keys)
+
+
+def gather_samples(
+    logits: Sequence[jax.Array], deltas: Sequence[jax.Array], indices: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """Head outputs of the sampled anchors: [B, S] logits, [B, S, 4] deltas."""
+    all_logits = jnp.concatenate(logits, axis=1)
+    all_deltas = jnp.concatenate(deltas, axis=1)
+    return (
+        jnp.take_along_axis(all_logits, indices, axis=1),
+        jnp.take_along_axis(all_deltas, indices[..., None], axis=1),
+    )
+
+
+def _top_k(logits: jax.Array, k: int, recall: float | None):
+    """Exact top-k, or lax.approx_max_k at recall target `recall`."""
+    if recall is None:
+        return jax.lax.top_k(logits, k)
+    return jax.lax.approx_max_k(logits, k, recall_target=recall)
+
+
+def _level_candidates(
+    logits, deltas, anchors, *, top_k, image_size, min_size, weights, recall
+):
+    """Top boxes of one level: [B, N_pre, 4], scores [B, N_pre] (NaN: none)."""
+    scores, indices = _top_k(logits, min(top_k, logits.shape[1]), recall)
+    deltas = jnp.take_along_axis(deltas, indices[..., None], axis=1)
+    boxes = box_coder.decode(deltas, jnp.asarray(anchors)[indices], weights)
+    boxes = box_ops.clip_boxes(boxes, *image_size)
+    valid = box_ops.is_larger_than(boxes, min_size) & jnp.isfinite(scores)
+    scores = jnp.where(valid, scores, jnp.nan)
+    pad = top_k - scores.shape[1]
+    if pad > 0:
+        boxes = jnp.pad(boxes, ((0, 0), (0, pad), (0, 0)))
+        scores = jnp.pad(scores, ((0, 0), (0, pad)), constant_values=jnp.nan)
+    return boxes, scores
+
+
+def generate_proposals(
+    logits: Sequence[jax.Array],
+    deltas: Sequence[jax.Array],
+    anchors: Sequence[np.ndarray],
+    *,
+    pre_nms_top_k: int,
+    post_nms_top_k: int,
+    nms_iou: float,
+    min_size: float,
+    image_size: tuple[int, int],
+    weights: Sequence[float],
+    backend: str,
+    approx_recall: float | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """Proposals from the RPN outputs (gradients stopped).
+
+    Args:
+      logits, deltas: per level [B, N_l] and [B, N_l, 4].
+      anchors: per level f32[N_l, 4].
+      pre_nms_top_k: N_pre, boxes per level entering NMS.
+      post_nms_top_k: P, proposals kept per level by NMS and per image after
+        merging the levels.
+      nms_iou: NMS IoU threshold.
+      min_size: boxes not wider and taller than this are dropped.
+      image_size: (height, width) to clip to.
+      weights: RPN box coder weights.
+      backend: the ops.nms backend.
+      approx_recall: None for the exact per-level top-k; else the recall
+        target of `lax.approx_max_k` (faster on TPU, may miss a few of the
+        true top N_pre).
+
+    Returns:
+      boxes f32[B, P, 4] by descending score, valid bool[B, P].
+    """
+    top_k = min(pre_nms_top_k, max(x.shape[1] for x in logits))
+    per_level = [
+        _level_candidates(
+            jax.lax.stop_gradient(level_logits),
+            jax.lax.stop_gradient(level_deltas),
+            level_anchors,
+            top_k=top_k,
+            image_size=image_size,
+            min_size=min_size,
+            weights=weights,
+            recall=approx_recall,
+        )
+        for level_logits, level_deltas, level_anchors in zip(
+            logits, deltas, anchors, strict=True
+        )
+    ]
+    boxes = jnp.stack([b for b, _ in per_level], axis=1)  # [B, L, N_pre, 4]
+    scores = jnp.stack([s for _, s in per_level], axis=1)  # [B, L, N_pre]
+    kept, _ = nms(
+        boxes,
+        scores,
+        max_output_size=post_nms_top_k,
+        iou_threshold=nms_iou,
+        backend=backend,
+    )  # [B, L, P]
+    safe = jnp.maximum(kept, 0)
+    kept_scores = jnp.take_along_axis(scores, safe, axis=-1)
+    kept_scores = jnp.where(kept >= 0, kept_scores, -jnp.inf)
+    kept_boxes = jnp.take_along_axis(boxes, safe[..., None], axis=-2)
+    batch = boxes.shape[0]
+    merged_scores, order = jax.lax.top_k(
+        kept_scores.reshape(batch, -1), post_nms_top_k
+    )
+    merged_boxes = jnp.take_along_axis(
+        kept_boxes.reshape(batch, -1, 4), order[..., None], axis=1
+    )
+    valid = merged_scores > -jnp.inf
+    merged_boxes = jnp.where(valid[..., None], merged_boxes, 0.0)
+    return jax.lax.stop_gradient(merged_boxes), valid

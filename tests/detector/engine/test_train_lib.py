@@ -1,0 +1,586 @@
+"""The training loop end to end on a tiny shapes set: logs, resume, audit."""
+
+import json
+import re
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+
+# The loop reads tf.data batches, evaluates with pycocotools and logs with
+# clu: skipped where they are not installed.
+for _module in ("tensorflow", "pycocotools", "clu"):
+    pytest.importorskip(_module)
+
+from detector import config as config_lib
+from detector.data import pipeline
+from detector.engine import (
+    checkpoint,
+    determinism,
+    optimizer,
+    sharding,
+    train_lib,
+    train_metrics,
+    train_step,
+)
+from detector.engine import train_state as state_lib
+from detector.evaluation import eval_lib
+from ops import host_audit
+from tests.detector.helpers import tiny_config
+from tests.helpers import checkpoint_faults
+
+METRIC_KEYS = {
+    "step",
+    "rpn_cls",
+    "rpn_box",
+    "cls",
+    "box",
+    "mask",
+    "total",
+    "learning_rate",
+    "grad_norm",
+    "step_time_ms",
+    "step_time_p90_ms",
+    "data_wait_ms",
+    "images_per_sec",
+    "nms_backend",
+    "host_roundtrips_per_step",
+    "deterministic",
+}
+
+
+@pytest.fixture(scope="module")
+def shapes_config(tmp_path_factory):
+    """The tiny model on a 16-image shapes set, 4 steps of batch 2."""
+    config = tiny_config("while_loop")
+    data = config.data
+    data.source = "shapes"
+    data.root = str(tmp_path_factory.mktemp("shapes"))
+    data.train_split, data.eval_split = "train", "val"
+    data.max_instances = 8
+    data.shapes.num_train, data.shapes.num_val = 16, 4
+    data.scale_jitter = (0.9, 1.1)
+    train = config.train
+    train.batch_size, train.num_steps = 2, 4
+    train.optimizer, train.learning_rate = "adamw", 1e-3
+    # A schedule that does not depend on num_steps, so a run told to stop
+    # at step 2 is the same program as one that goes on.
+    train.schedule, train.step_boundaries, train.warmup_steps = "step", (), 1
+    train.log_every = train.checkpoint_every = 2
+    config.eval.batch_size = 2
+    config.eval.num_visualized = 2
+    return config
+
+
+def _with(config, **overrides):
+    config = config.copy_and_resolve_references()
+    for key, value in overrides.items():
+        node = config
+        *path, leaf = key.split(".")
+        for part in path:
+            node = node[part]
+        node[leaf] = value
+    return config
+
+
+def _params_at(workdir, step):
+    restored = ocp.StandardCheckpointer().restore(
+        workdir / "checkpoints" / str(step) / "default"
+    )
+    return restored["params"], restored["opt_state"]
+
+
+@pytest.fixture(scope="module")
+def resumed_and_straight(shapes_config, tmp_path_factory):
+    """One run stopped at step 2 and resumed to 4; one run straight to 4."""
+    resumed = tmp_path_factory.mktemp("resumed")
+    train_lib.train_and_evaluate(
+        _with(shapes_config, **{"train.num_steps": 2}), resumed, evaluate=False
+    )
+    train_lib.train_and_evaluate(shapes_config, resumed, evaluate=False)
+    straight = tmp_path_factory.mktemp("straight")
+    train_lib.train_and_evaluate(shapes_config, straight, evaluate=False)
+    return resumed, straight
+
+
+def test_resume_continues_exactly_where_the_run_stopped(resumed_and_straight):
+    resumed, straight = resumed_and_straight
+    for got, want in zip(
+        _params_at(resumed, 4), _params_at(straight, 4), strict=True
+    ):
+        jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
+    resumed, _ = resumed_and_straight
+    lines = [
+        json.loads(line)
+        for line in (resumed / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert [line["step"] for line in lines] == [2, 4]
+    for line in lines:
+        assert set(line) == METRIC_KEYS
+        assert line["nms_backend"] == "while_loop"
+        assert line["host_roundtrips_per_step"] == 0
+        # What was in effect: tests/conftest.py turns deterministic GPU ops
+        # on for the whole session, while the config keeps the default.
+        assert line["deterministic"] is determinism.enabled() is True
+        assert line["step_time_ms"] > 0 and np.isfinite(line["total"])
+        assert 0 <= line["data_wait_ms"] < 60e3
+    saved = config_lib.load_json(resumed / "config.json")
+    assert saved.train.deterministic is False
+    assert saved.model.fpn_channels == shapes_config.model.fpn_channels
+    assert tuple(saved.data.image_size) == tuple(shapes_config.data.image_size)
+
+
+def test_checkpoint_from_another_config_is_one_clear_error(
+    resumed_and_straight, shapes_config
+):
+    _, straight = resumed_and_straight
+    saved = (straight / "config.json").read_text()
+    other = _with(shapes_config, **{"model.fpn_channels": 8})
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoint .*/4 holds 'params/.*' "
+        r"with shape .* but this config needs .*: written by "
+        r"a different config",
+    ):
+        train_lib.train_and_evaluate(other, straight, evaluate=False)
+    # The failed run left the workdir's config (what eval.py reads) alone.
+    assert (straight / "config.json").read_text() == saved
+
+
+def test_eval_of_checkpoint_audits_both_nms_sites(
+    resumed_and_straight, shapes_config, caplog
+):
+    _, straight = resumed_and_straight
+    config = shapes_config.copy_and_resolve_references()
+    config_lib.set_nms_backend(config, "cpu")
+    with caplog.at_level("INFO"):
+        summary = eval_lib.evaluate_checkpoint(config, straight)
+    assert summary["host_roundtrips_per_predict"] == 2
+    assert "rpn/nms/pure_callback" in caplog.text
+    assert "detection/nms/pure_callback" in caplog.text
+    written = json.loads((straight / "eval_val.json").read_text())
+    assert written["images"] == 4 and written["nms_backend"] == "cpu"
+    for task in ("bbox", "segm"):
+        assert set(written[task]) == set(eval_lib.METRIC_NAMES)
+    assert written["predict_latency_ms_per_image"] > 0
+    assert (straight / "eval_val.png").stat().st_size > 0
+    # The detections file is COCO results: COCOeval of it gives the summary.
+    path = eval_lib.detections_path(straight / "eval_val")
+    assert path.name == "eval_val.detections.json"
+    coco = pipeline.eval_split(config).coco
+    image_ids = sorted(coco.getImgIds())
+    segm = json.loads(path.read_text())
+    assert segm and all(
+        set(d) == {"image_id", "category_id", "bbox", "score", "segmentation"}
+        for d in segm
+    )
+    boxes = [{k: v for k, v in d.items() if k != "segmentation"} for d in segm]
+    for task, results in (("bbox", boxes), ("segm", segm)):
+        again = eval_lib.coco_metrics(coco, results, task, image_ids)
+        assert again == written[task], task
+
+
+def test_strict_device_refuses_host_nms_before_step_one(
+    shapes_config, tmp_path
+):
+    config = shapes_config.copy_and_resolve_references()
+    config_lib.set_nms_backend(config, "cpu")
+    (tmp_path / "config.json").write_text("{}")  # an earlier run's config
+    with pytest.raises(
+        host_audit.HostRoundTripError,
+        match=r"train_step is not device-only: host callback "
+        r"`pure_callback` at rpn/nms/pure_callback .*"
+        r"--nms=pallas",
+    ):
+        train_lib.train_and_evaluate(
+            config, tmp_path, strict_device=True, evaluate=False
+        )
+    assert not (tmp_path / "checkpoints").exists()  # no empty folder left
+    assert (tmp_path / "config.json").read_text() == "{}"
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_strict_device_audits_predict_before_step_one(shapes_config, tmp_path):
+    # The train step stays on the device; only the detections' NMS (run by
+    # the evaluations) goes through the host.
+    config = _with(shapes_config, **{"model.detection.nms_backend": "cpu"})
+    with pytest.raises(
+        host_audit.HostRoundTripError,
+        match=r"^predict is not device-only: host callback "
+        r"`pure_callback` at detection/nms/pure_callback",
+    ):
+        train_lib.train_and_evaluate(config, tmp_path, strict_device=True)
+    assert not (tmp_path / "checkpoints").exists()
+    assert not (tmp_path / "config.json").exists()
+    assert not (tmp_path / "metrics.jsonl").exists()
+
+
+def test_guard_stops_planted_transfer_and_closes_cleanly(
+    shapes_config, tmp_path, monkeypatch
+):
+    real_put_batch, calls, closed = sharding.put_batch, [], []
+
+    def put_numpy_after_first(batch, mesh, keys=sharding.MODEL_INPUTS):
+        calls.append(len(calls))
+        if len(calls) == 1:  # the batch the step is compiled for
+            return real_put_batch(batch, mesh, keys)
+        return {k: np.asarray(batch[k]) for k in keys}  # implicit transfer
+
+    def recording(cls):
+        close = cls.close
+        monkeypatch.setattr(
+            cls,
+            "close",
+            lambda self: (closed.append(cls.__name__), close(self)),
+        )
+
+    monkeypatch.setattr(sharding, "put_batch", put_numpy_after_first)
+    recording(checkpoint.Checkpointer)
+    recording(train_metrics.MetricsLog)
+    config = _with(
+        shapes_config, **{"train.num_steps": 2, "train.checkpoint_every": 1}
+    )
+    with pytest.raises(Exception, match="Disallowed host-to-device transfer"):
+        train_lib.train_and_evaluate(config, tmp_path, evaluate=False)
+    assert len(calls) == 2  # stopped by the guard at step 2
+    assert sorted(closed) == ["Checkpointer", "MetricsLog"]
+    # Step 1's async save finished before the checkpointer closed.
+    assert _params_at(tmp_path, 1)[0]
+
+
+def test_check_finite_names_the_step():
+    train_metrics.MetricsLog.check_finite(3, 1.5)  # finite: no error
+    train_metrics.MetricsLog.check_finite(3, 1.5, np.float32(2.0))
+    for bad in (float("nan"), float("inf")):
+        with pytest.raises(
+            FloatingPointError,
+            match=rf"total loss is {bad} at step 7; stopping",
+        ):
+            train_metrics.MetricsLog.check_finite(7, np.float32(bad))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_check_finite_stops_on_gradient_norm_with_finite_loss(bad):
+    with pytest.raises(
+        FloatingPointError,
+        match=rf"gradient norm is {bad} at step 5 \(total loss "
+        r"1\.5\); stopping",
+    ):
+        train_metrics.MetricsLog.check_finite(
+            5, np.float32(1.5), np.float32(bad)
+        )
+
+
+def test_check_finite_stops_on_non_finite_weights():
+    train_metrics.MetricsLog.check_finite(4, 1.5, 2.0, np.bool_(True))
+    with pytest.raises(
+        FloatingPointError,
+        match=r"the update of step 4 made weights non-finite "
+        r"\(total loss 1\.5\); stopping",
+    ):
+        train_metrics.MetricsLog.check_finite(4, 1.5, 2.0, np.bool_(False))
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_the_run_with_its_step(shapes_config, tmp_path):
+    config = _with(
+        shapes_config,
+        **{
+            "train.learning_rate": 1e30,
+            "train.optimizer": "sgd",
+            "train.schedule": "step",
+            "train.step_boundaries": (),
+        },
+    )
+    with pytest.raises(
+        FloatingPointError,
+        match=r"((total loss|gradient norm) is (nan|inf) at "
+        r"step|the update of step) [1-4]\b",
+    ):
+        train_lib.train_and_evaluate(config, tmp_path, evaluate=False)
+    # Whatever was checkpointed before the stop holds finite weights.
+    for step_dir in (tmp_path / "checkpoints").iterdir():
+        if step_dir.name.isdigit():
+            params, _ = _params_at(tmp_path, int(step_dir.name))
+            assert bool(train_step.all_finite(params))
+
+
+def test_unwritable_workdir_is_one_clear_error(shapes_config, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(
+        ValueError,
+        match=r"--workdir=.*/file/run: not "
+        r"writable",
+    ):
+        train_lib.train_and_evaluate(shapes_config, blocker / "run")
+
+
+def test_check_finite_names_the_intact_checkpoint_or_none():
+    with pytest.raises(
+        FloatingPointError,
+        match=r"stopping; no checkpoint "
+        r"was saved before it$",
+    ):
+        train_metrics.MetricsLog.check_finite(
+            3, float("nan"), last_checkpoint=None
+        )
+    with pytest.raises(
+        FloatingPointError,
+        match=r"stopping; checkpoint 2, "
+        r"saved before it, is intact$",
+    ):
+        train_metrics.MetricsLog.check_finite(
+            3, 1.0, 1.0, False, last_checkpoint=2
+        )
+
+
+def _copy_run(source, tmp_path):
+    """A copy of a trained workdir, to damage (the source stays intact)."""
+    return shutil.copytree(source, tmp_path / "run")
+
+
+def _restore(config, run):
+    """(restored step, checkpoint log messages) of restore_or_init."""
+    ckpt = checkpoint.Checkpointer(run / "checkpoints", max_to_keep=3)
+    tx, _ = optimizer.make_optimizer(config)
+    try:
+        _, state = state_lib.restore_or_init(
+            config, sharding.make_mesh(), ckpt, tx
+        )
+    finally:
+        ckpt.close()
+    return int(state.step)
+
+
+# fault -> (damaged step, the step restored instead, the logged reason)
+_FAULT_CASES = {
+    "random_bytes": (
+        4,
+        2,
+        (
+            r"(\d+ of \d+ arrays differ from their "
+            r"checksums at save time, first '.*'|its data "
+            r"is unreadable \(.*\))"
+        ),
+    ),
+    "changed_value": (
+        4,
+        2,
+        (
+            r"1 of \d+ arrays differ from their "
+            r"checksums at save time, first '.*'"
+        ),
+    ),
+    "no_metadata": (4, 2, r"default/_METADATA is missing"),
+    "truncated_data": (4, 2, r"its data is unreadable \(.*\)"),
+    "empty_step": (6, 4, r"the step folder is empty"),
+}
+
+
+def test_fault_cases_cover_every_fault():
+    assert set(_FAULT_CASES) == set(checkpoint_faults.FAULTS)
+
+
+@pytest.mark.parametrize("fault", sorted(_FAULT_CASES))
+def test_damaged_checkpoint_is_one_line_and_the_previous_is_restored(
+    fault, resumed_and_straight, shapes_config, tmp_path, caplog, capfd
+):
+    damaged, fallback, reason = _FAULT_CASES[fault]
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    checkpoint_faults.FAULTS[fault](run / "checkpoints", damaged)
+    capfd.readouterr()
+    with caplog.at_level("INFO"):
+        assert _restore(shapes_config, run) == fallback
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelname in ("WARNING", "ERROR")
+    ]
+    assert len(lines) == 1, lines
+    assert re.fullmatch(
+        rf"checkpoint {run}/checkpoints/{damaged} is damaged: {reason}; "
+        rf"moved to {damaged}\.damaged; falling back to the previous "
+        r"checkpoint",
+        lines[0],
+    ), lines[0]
+    assert "Traceback" not in capfd.readouterr().err
+    # Moved aside: the next run neither resumes from it nor saves over it.
+    assert (run / "checkpoints" / f"{damaged}.damaged").is_dir()
+    assert not (run / "checkpoints" / str(damaged)).exists()
+
+
+def test_no_intact_checkpoint_is_one_clear_error(
+    resumed_and_straight, shapes_config, tmp_path
+):
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    checkpoint_faults.remove_metadata(run / "checkpoints", 4)
+    checkpoint_faults.truncate_data_file(run / "checkpoints", 2)
+    with pytest.raises(
+        ValueError,
+        match=rf"^{run}/checkpoints: no intact "
+        r"checkpoint; damaged: 4 \(default/_METADATA is "
+        r"missing\); 2 \(its data is unreadable",
+    ):
+        _restore(shapes_config, run)
+
+
+def test_training_past_a_damaged_checkpoint_resumes_exactly(
+    resumed_and_straight, shapes_config, tmp_path
+):
+    _, straight = resumed_and_straight
+    run = _copy_run(straight, tmp_path)
+    checkpoint_faults.change_one_value(run / "checkpoints", 4)
+    train_lib.train_and_evaluate(shapes_config, run, evaluate=False)
+    # Resumed from step 2 and re-ran steps 3 and 4 exactly.
+    for got, want in zip(
+        _params_at(run, 4), _params_at(straight, 4), strict=True
+    ):
+        jax.tree.map(np.testing.assert_array_equal, got, want)
+    steps = [
+        json.loads(line)["step"]
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+    ]
+    assert steps == [2, 4]  # step 4's earlier line was dropped, not repeated
+    assert (run / "checkpoints" / "4.damaged").is_dir()
+
+
+def test_eval_skips_a_damaged_checkpoint_and_leaves_it(
+    resumed_and_straight, shapes_config, tmp_path, caplog
+):
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    checkpoint_faults.remove_metadata(run / "checkpoints", 4)
+    with caplog.at_level("INFO"):
+        eval_lib.evaluate_checkpoint(shapes_config, run, split="val[:2]")
+    assert f"{run}/checkpoints/4 is damaged" in caplog.text
+    assert "Resumed from" in caplog.text and "checkpoints/2" in caplog.text
+    assert (run / "checkpoints" / "4").is_dir()  # eval only reads
+
+
+def test_content_checksums_see_any_changed_element():
+    tree = {
+        "f32": jnp.linspace(-1, 1, 1000),
+        "bf16": jnp.ones((7, 3), jnp.bfloat16),
+        "i32": jnp.arange(5),
+        "flag": jnp.array([True, False]),
+    }
+    sums = checkpoint.content_checksums(tree)
+    assert sums == checkpoint.content_checksums(jax.tree.map(jnp.copy, tree))
+    assert all(len(v) == 16 for v in sums.values())
+    one_ulp_up = np.nextafter(np.float32(1), np.float32(2))
+    changed = {
+        "f32": tree["f32"].at[999].set(one_ulp_up),
+        "bf16": tree["bf16"].at[6, 2].set(-1),
+        "i32": tree["i32"].at[0].set(-1),
+        "flag": tree["flag"].at[1].set(True),
+    }
+    for name, value in changed.items():
+        other = checkpoint.content_checksums({**tree, name: value})
+        assert [k for k in sums if sums[k] != other[k]] == [name]
+    # Swapping two elements changes the position-weighted sums too.
+    swapped = tree["i32"].at[jnp.array([0, 1])].set(jnp.array([1, 0]))
+    assert (
+        checkpoint.content_checksums({**tree, "i32": swapped})["i32"]
+        != (sums["i32"])
+    )
+
+
+def test_resume_drops_metrics_lines_past_the_restored_step(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    lines = [{"step": s} for s in (2, 4, 6)] + [{"step": 4, "eval": True}]
+    path.write_text(
+        "".join(json.dumps(x) + "\n" for x in lines) + '{"step": 8, "tot'
+    )  # cut short by a kill
+    train_metrics.drop_lines_after(path, 4)
+    assert [json.loads(x) for x in path.read_text().splitlines()] == [
+        {"step": 2},
+        {"step": 4},
+        {"step": 4, "eval": True},
+    ]
+    assert list(tmp_path.iterdir()) == [path]  # no temporary file left
+
+
+@pytest.mark.parametrize(
+    "key,value,message",
+    [
+        ("train.batch_size", 0, r"config.train.batch_size=0: must be >= 1"),
+        ("train.batch_size", -2, r"config.train.batch_size=-2: must be >= 1"),
+        ("eval.batch_size", 0, r"config.eval.batch_size=0: must be >= 1"),
+        ("eval.batch_size", -1, r"config.eval.batch_size=-1: must be >= 1"),
+        ("train.log_every", 0, r"config.train.log_every=0: must be >= 1"),
+        (
+            "train.checkpoint_every",
+            0,
+            r"config.train.checkpoint_every=0: must be >= 1",
+        ),
+        ("train.num_steps", -1, r"config.train.num_steps=-1: must be >= 1"),
+        ("eval.max_images", -5, r"config.eval.max_images=-5: must be >= 0"),
+        (
+            "data.image_size",
+            (128,),
+            r"config.data.image_size=\(128,\): must be \(height, width\)",
+        ),
+        (
+            "data.image_size",
+            (0, 0),
+            r"config.data.image_size=\(0, 0\): height and width must be "
+            r"positive",
+        ),
+    ],
+)
+def test_bad_counts_and_sizes_fail_before_anything_is_written(
+    key, value, message, shapes_config, tmp_path
+):
+    config = _with(shapes_config, **{key: value})
+    with pytest.raises(ValueError, match=rf"^{message}"):
+        train_lib.train_and_evaluate(config, tmp_path / "new")
+    assert not (tmp_path / "new").exists()
+
+
+def test_failed_start_leaves_no_new_workdir(shapes_config, tmp_path):
+    config = _with(
+        shapes_config,
+        **{"data.source": "coco_json", "data.root": str(tmp_path / "none")},
+    )
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        train_lib.train_and_evaluate(config, tmp_path / "new" / "run")
+    assert not (tmp_path / "new").exists()
+
+
+def test_eval_rejects_empty_split_and_negative_max_images(
+    shapes_config, tmp_path
+):
+    with pytest.raises(ValueError, match=r"^--split='': empty"):
+        eval_lib.evaluate_checkpoint(shapes_config, tmp_path, split="")
+    with pytest.raises(ValueError, match=r"^--max_images=-5: must be >= 0"):
+        eval_lib.evaluate_checkpoint(shapes_config, tmp_path, max_images=-5)
+    assert not any(tmp_path.iterdir())
+
+
+def test_eval_file_names_encode_the_split_exactly(tmp_path):
+    assert eval_lib.split_slug("val") == "val"
+    assert eval_lib.split_slug("val2017") == "val2017"
+    head, tail = eval_lib.split_slug("val[:3]"), eval_lib.split_slug("val[-3:]")
+    assert head.startswith("val_3-") and tail.startswith("val_3-")
+    assert head != tail
+    assert re.fullmatch(
+        r"val_10%-[0-9a-f]{8}", eval_lib.split_slug("val[:10%]")
+    )
+    # An existing result of another split is never overwritten.
+    stem = eval_lib.result_stem(tmp_path, "val[:3]")
+    stem.with_suffix(".json").write_text(json.dumps({"split": "val[:3]"}))
+    assert eval_lib.result_stem(tmp_path, "val[:3]") == stem  # same split
+    stem.with_suffix(".json").write_text(json.dumps({"split": "val[0:3]"}))
+    with pytest.raises(
+        ValueError,
+        match=r"eval_val_3-[0-9a-f]{8}\.json: "
+        r"holds the result of split 'val\[0:3\]', not "
+        r"'val\[:3\]'",
+    ):
+        eval_lib.result_stem(tmp_path, "val[:3]")
