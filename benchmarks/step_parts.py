@@ -342,6 +342,9 @@ def count_parts(
     """
     tx, schedule = optimizer.make_optimizer(config)
     graphdef, params, rest = state_lib.abstract_model(config, config.seed)
+    # _Stages closes over `rest` (BatchNorm statistics, a few MB at most),
+    # and a closed-over abstract value cannot be read inside a trace.
+    rest = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), rest)
     batch = {
         k: jax.ShapeDtypeStruct(shape, _BATCH_DTYPES[k])
         for k, shape in batch_file.expected_shapes(config).items()

@@ -7,9 +7,11 @@ from detector.engine import sharding
 from tests.detector.helpers import tiny_config
 
 
-def test_stage_flops_add_up_to_the_train_step():
+@pytest.mark.parametrize("norm", ["group", "frozen_batch"])
+def test_stage_flops_add_up_to_the_train_step(norm):
     config = tiny_config("while_loop")
     config.train.batch_size = 2
+    config.model.norm = norm  # frozen_batch: statistics outside the params
     gflop = step_parts.count_parts(config, sharding.make_mesh())
     stages = sum(gflop[name] for name in step_parts.STAGES[:-1])
     assert gflop["backbone_fpn"] > 0 and gflop["mask"] > 0
