@@ -472,14 +472,6 @@ def test_auto_dtype_is_float32_on_cpu_and_bfloat16_on_accelerators(
         assert _activation_dtypes(model)["fpn"] == {dtype}, platform
 
 
-def test_unknown_dtype_fails_with_one_line_naming_model_dtype():
-    with pytest.raises(ValueError) as error:
-        resolve_dtype("fp16")
-    message = str(error.value)
-    assert message.startswith("config.model.dtype='fp16'")
-    assert "auto" in message and "\n" not in message
-
-
 @pytest.mark.parametrize(
     "backbone, norm",
     [

@@ -1,0 +1,66 @@
+"""detector/config/: the sections' defaults, their one-line checks, and
+config.json read back into the schema's types."""
+
+import json
+
+import pytest
+
+from detector import config as config_lib
+
+
+def test_the_schema_is_the_seed_and_one_entry_per_section():
+    config = config_lib.base_config()
+    assert set(config) == {"seed", *config_lib.SECTIONS}
+    config_lib.validate(config)  # the defaults pass their own checks
+
+
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("data.max_instances", 0, "must be >= 1 (instances per image)"),
+        ("data.num_classes", 0, "must be >= 1"),
+        ("data.image_size", (1024,), "must be (height, width)"),
+        ("model.roi.mask_size", 30, "must be 2 * model.roi.mask_pool_size"),
+        ("model.dtype", "float16", "unknown dtype"),
+        ("train.batch_size", 0, "must be >= 1 (images per step)"),
+        ("train.keep_checkpoints", 0, "must be >= 1 (checkpoints kept)"),
+        ("eval.batch_size", 0, "must be >= 1 (images per predict call)"),
+    ],
+)
+def test_a_bad_field_of_any_section_is_one_line_naming_it(key, value, words):
+    config = config_lib.base_config()
+    node = config
+    *parents, leaf = key.split(".")
+    for parent in parents:
+        node = node[parent]
+    node[leaf] = value
+    with pytest.raises(ValueError) as error:
+        config_lib.validate(config)
+    message = str(error.value)
+    assert message.startswith(f"config.{key}=") and words in message
+    assert "\n" not in message
+
+
+def test_unknown_dtype_fails_with_one_line_naming_model_dtype():
+    with pytest.raises(ValueError) as error:
+        config_lib.resolve_dtype("fp16")
+    message = str(error.value)
+    assert message.startswith("config.model.dtype='fp16'")
+    assert "auto" in message and "\n" not in message
+
+
+def test_config_json_reads_back_with_tuples(tmp_path):
+    config = config_lib.base_config()
+    config.data.image_size = (512, 640)
+    path = tmp_path / "config.json"
+    path.write_text(config.to_json())
+    loaded = config_lib.load_json(path)
+    assert loaded.data.image_size == (512, 640)
+    assert loaded.to_dict() == config.to_dict()
+
+
+def test_config_json_with_an_unknown_field_is_one_line(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model": {"fpn_chanels": 128}}))
+    with pytest.raises(ValueError, match=r"model\.fpn_chanels: not a config"):
+        config_lib.load_json(path)
