@@ -3,7 +3,8 @@
 `CocoFolder` hands the pipeline this per-image example, in original image
 pixels:
 
-  image    uint8   [h, w, 3]
+  image    uint8   [h, w, 3]  (turned by its EXIF orientation, as COCO's
+                              tools and detectron2 read it; `image_file`)
   boxes    float32 [N, 4]   (x1, y1, x2, y2), x2/y2 exclusive
   classes  int32   [N]      1..C (COCO category ids sorted ascending -> 1..C)
   masks    uint8   [N, h, w] 0/1 (with segmentations only)
@@ -32,9 +33,10 @@ import threading
 
 import numpy as np
 from absl import logging
-from PIL import Image
 from pycocotools import coco as coco_lib
 from pycocotools import mask as mask_utils
+
+from detector.data import image_file
 
 _SPLIT_RE = re.compile(
     r"^(?P<name>[^\[\]]+?)"
@@ -453,21 +455,30 @@ class CocoFolder:
         return build_coco(self.ground_truth)
 
     def _decode_image(self, index: int) -> np.ndarray:
-        """Reads image `index` as uint8 RGB; ValueError names a bad file."""
+        """Image `index` as uint8 RGB, turned by its EXIF orientation.
+
+        ValueError names a file that cannot be decoded or whose size is not
+        the annotation file's.
+        """
         info = self.images[index]
         path = os.path.join(self.image_dir, info["file_name"])
-        try:
-            with Image.open(path) as image:
-                pixels = np.asarray(image.convert("RGB"))
-        except (OSError, SyntaxError, ValueError) as e:
-            raise ValueError(f"{path}: cannot decode image ({e})") from None
-        if pixels.shape[:2] != (info["height"], info["width"]):
+        decoded = image_file.read_rgb(path)
+        height, width = decoded.pixels.shape[:2]
+        if (height, width) != (info["height"], info["width"]):
+            turned = ""
+            if decoded.orientation != 1:
+                turned = (
+                    f" after its EXIF orientation {decoded.orientation} "
+                    f"(stored {decoded.stored_size[0]}x"
+                    f"{decoded.stored_size[1]}; annotations are read in "
+                    "the turned image, as COCO's tools and detectron2 do)"
+                )
             raise ValueError(
-                f"{path}: image is {pixels.shape[1]}x{pixels.shape[0]} "
+                f"{path}: image is {width}x{height}{turned} "
                 f"but {self.annotation_file} says "
                 f"{info['width']}x{info['height']}"
             )
-        return pixels
+        return decoded.pixels
 
     def _decode_masks(self, index: int) -> np.ndarray:
         """Instance masks of image `index`, uint8 [N, h, w] (N=0 without)."""

@@ -29,6 +29,7 @@ from absl import logging
 from pycocotools import coco as coco_lib
 
 from detector.data import coco, source
+from detector.data import orientation as orientation_lib
 
 # TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
 COCO_2017_CATEGORY_IDS = (
@@ -289,13 +290,14 @@ class TfdsCoco:
     def decode(self, record: dict, training: bool) -> dict:
         """Record -> example (image uint8, image_id; targets when training).
 
+        The image is turned by its EXIF orientation (`orientation`).
         Training targets drop crowd regions and zero-size boxes; classes are
         the TFDS labels + 1.
         """
-        image = tf.io.decode_image(
-            _checked_image(record, self.name),
-            channels=3,
-            expand_animations=False,
+        encoded = _checked_image(record, self.name)
+        image = orientation_lib.orient_tf(
+            tf.io.decode_image(encoded, channels=3, expand_animations=False),
+            orientation_lib.orientation_tf(encoded),
         )
         example = {"image": image, "image_id": record["image/id"]}
         if not training:
@@ -337,6 +339,10 @@ class TfdsCoco:
                         image, channels=3, expand_animations=False
                     )
                 )[:2],
+            )
+            # The size once turned by the EXIF orientation, as decoded.
+            shape = orientation_lib.oriented_size_tf(
+                shape, orientation_lib.orientation_tf(image)
             )
             return {
                 "image/id": record["image/id"],
