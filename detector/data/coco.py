@@ -11,13 +11,16 @@ pixels:
 
 N counts the non-crowd instances (crowd regions stay in the ground truth for
 evaluation only). The folder also builds the `pycocotools.COCO` ground truth
-of the images it reads, crowd regions included. The split syntax, the skip
-log and the box check here are shared with the TFDS source (`tfds_coco`).
+of the images it reads, crowd regions included. The split syntax and the
+skip log here are shared with the TFDS source (`tfds_coco`).
 
 Bad input raises one-line `FileNotFoundError` / `ValueError`s naming the file
-(a record lacking a key the loader reads also names the record); annotations
-that cannot be used (zero or negative box, empty segmentation, an RLE whose
-size is not its image's, unknown image or category) are skipped and logged.
+(a record lacking a key the loader reads, an id that is not an integer and
+an image id given twice also name the records); annotations that cannot be
+used (a non-finite, zero, negative or wholly outside box, empty segmentation,
+an RLE whose size is not its image's, unknown image or category) are skipped
+and logged. Boxes running over the image edge are clipped to it, in the
+training targets and the ground truth alike (`gt_boxes`), and logged.
 Annotations without `iscrowd` or `area` get COCO's defaults in the ground
 truth (iscrowd 0; area the segmentation's pixel count, else box w * h), with
 one logged count per file.
@@ -36,7 +39,7 @@ from absl import logging
 from pycocotools import coco as coco_lib
 from pycocotools import mask as mask_utils
 
-from detector.data import image_file
+from detector.data import gt_boxes, image_file
 
 _SPLIT_RE = re.compile(
     r"^(?P<name>[^\[\]]+?)"
@@ -48,6 +51,12 @@ _REQUIRED_KEYS = {
     "annotations": ("image_id", "bbox", "category_id"),
     "categories": ("id",),
 }
+# (records, key) whose values must be integers (ids COCOeval matches on).
+_INTEGER_KEYS = (
+    ("images", "id"),
+    ("annotations", "image_id"),
+    ("categories", "id"),
+)
 # Individually logged skipped annotations per file; the rest are counted.
 _MAX_LOGGED_SKIPS = 10
 
@@ -182,21 +191,23 @@ def _to_rle(segmentation, height: int, width: int) -> dict:
     return segmentation
 
 
-def box_problem(bbox) -> str | None:
-    """Why a COCO [x, y, w, h] box is unusable, or None when it is fine."""
-    if not (
-        isinstance(bbox, list)
-        and len(bbox) == 4
-        and all(isinstance(v, (int, float)) for v in bbox)
-    ):
-        return f"bbox is not [x, y, w, h]: {bbox!r}"
-    if not (bbox[2] > 0 and bbox[3] > 0):
-        return f"zero or negative-size bbox: {bbox}"
+def _first_repeat(values: list) -> tuple[int, int] | None:
+    """(first index, repeating index) of the first repeated value, or None."""
+    first: dict = {}
+    for index, value in enumerate(values):
+        if value in first:
+            return first[value], index
+        first[value] = index
     return None
 
 
 def _check_records(path: str, dataset: dict) -> None:
-    """ValueError naming the first record that lacks a key the loader reads."""
+    """ValueError naming the first record the loader cannot read.
+
+    A record that is no object or lacks a key the loader reads, an image or
+    category id or an annotation's image_id that is not an integer, and an
+    image or category id given twice.
+    """
     for key, required in _REQUIRED_KEYS.items():
         for index, record in enumerate(dataset[key]):
             if not isinstance(record, dict):
@@ -208,16 +219,27 @@ def _check_records(path: str, dataset: dict) -> None:
                     f"(id={record.get('id')!r}) lacks "
                     f"{', '.join(missing)}"
                 )
-    seen = set()
-    for index, category in enumerate(dataset["categories"]):
-        cid = category["id"]
-        if not isinstance(cid, int) or isinstance(cid, bool):
-            raise ValueError(
-                f"{path}: categories[{index}] id {cid!r} is not an integer"
-            )
-        if cid in seen:
-            raise ValueError(f"{path}: categories[{index}] repeats id {cid}")
-        seen.add(cid)
+    for key, field in _INTEGER_KEYS:
+        for index, record in enumerate(dataset[key]):
+            value = record[field]
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ValueError(
+                    f"{path}: {key}[{index}] {field} {value!r} is not an "
+                    "integer"
+                )
+    repeat = _first_repeat([c["id"] for c in dataset["categories"]])
+    if repeat:
+        cid = dataset["categories"][repeat[1]]["id"]
+        raise ValueError(f"{path}: categories[{repeat[1]}] repeats id {cid}")
+    images = dataset["images"]
+    repeat = _first_repeat([im["id"] for im in images])
+    if repeat:
+        first, again = (images[i] for i in repeat)
+        raise ValueError(
+            f"{path}: images[{repeat[1]}] repeats id {again['id']} of "
+            f"images[{repeat[0]}] (file_name {first['file_name']!r} and "
+            f"{again['file_name']!r}); image ids must be unique"
+        )
 
 
 def _area(annotation: dict, image: dict) -> float:
@@ -368,6 +390,7 @@ class CocoFolder:
     ) -> None:
         """Validates annotations of the selected images; builds targets + GT."""
         log = SkipLog(self.annotation_file)
+        clips = gt_boxes.ClipLog(self.annotation_file)
         by_id = {im["id"]: i for i, im in enumerate(self.images)}
         known_images = {im["id"] for im in dataset["images"]}
         class_of = {cid: c + 1 for c, cid in enumerate(self.category_ids)}
@@ -389,16 +412,20 @@ class CocoFolder:
                 if image_id not in known_images:
                     log.skip(annotation, "unknown image_id")
                 continue
-            problem = self._annotation_problem(
+            bbox, problem = self._annotation_problem(
                 annotation, self.images[by_id[image_id]], class_of
             )
             if problem:
                 log.skip(annotation, problem)
                 continue
+            if bbox is not annotation["bbox"]:
+                clips.clip(annotation, bbox)
+                annotation = dict(annotation, bbox=bbox)
             ground_truth.append(annotation)
             if not annotation.get("iscrowd"):
                 per_image[by_id[image_id]].append(annotation)
         log.summarize()
+        clips.summarize()
         self._targets = [self._targets_of(anns, class_of) for anns in per_image]
         _renumber_if_needed(ground_truth, self.annotation_file)
         _fill_eval_defaults(
@@ -415,20 +442,24 @@ class CocoFolder:
 
     def _annotation_problem(
         self, annotation: dict, image: dict, class_of: dict[int, int]
-    ) -> str | None:
-        """Why an annotation of a selected image is unusable, or None."""
+    ) -> tuple[list[float] | None, str | None]:
+        """(bbox fitted to the image, None), or (None, why it is unusable).
+
+        The bbox is the annotation's own list unless it had to be clipped
+        (`gt_boxes.fit_box`).
+        """
         if annotation["category_id"] not in class_of:
-            return f"unknown category_id: {annotation['category_id']}"
-        problem = box_problem(annotation["bbox"])
+            return None, f"unknown category_id: {annotation['category_id']}"
+        height, width = image["height"], image["width"]
+        bbox, problem = gt_boxes.fit_box(annotation["bbox"], width, height)
         if problem:
-            return problem
+            return None, problem
         segmentation = annotation.get("segmentation")
         if self.has_masks:
-            return _segmentation_problem(
-                segmentation, image["height"], image["width"]
-            )
-        # Without mask targets only an RLE that cannot fit its image matters.
-        return _rle_problem(segmentation, image["height"], image["width"])
+            problem = _segmentation_problem(segmentation, height, width)
+        else:  # without mask targets only an RLE that cannot fit matters
+            problem = _rle_problem(segmentation, height, width)
+        return (None, problem) if problem else (bbox, None)
 
     @staticmethod
     def _targets_of(

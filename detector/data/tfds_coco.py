@@ -13,11 +13,15 @@ boxes included); C classes (the builder's labels).
   example  image uint8[h, w, 3], image_id int64; when training also
            boxes f32[N', 4] (x1, y1, x2, y2) pixels, classes i32[N'] 1..C
 
-A record whose image bytes are no known image format fails with one line
-naming its image/filename and image/id. `TfdsCoco` wraps the builder;
+A record whose image bytes are no known image format, and an image/id that
+two records share, fail with one line naming image/filename and image/id.
+Images are turned by their EXIF orientation; boxes are clipped to their
+image or skipped (non-finite, empty) alike in training and in the ground
+truth (`gt_boxes`), with a log line. `TfdsCoco` wraps the builder;
 `TfdsSource` is the `detector.data.source.Source` over one of its splits.
 """
 
+import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -28,7 +32,7 @@ import tensorflow_datasets as tfds
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import coco, source
+from detector.data import coco, gt_boxes, source
 from detector.data import orientation as orientation_lib
 
 # TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
@@ -155,6 +159,29 @@ def _numpy_elements(dataset: tf.data.Dataset, context: str) -> Iterator[dict]:
         yield element
 
 
+def _log_unusable_boxes(name: str, image_id, count) -> np.int64:
+    """Logs (first few records) boxes left out of the training targets."""
+    logging.log_first_n(
+        logging.WARNING,
+        "tfds %s record image/id=%d: %d non-finite or empty boxes left out "
+        "of the training targets (the ground truth skips them too)",
+        10,
+        name,
+        int(image_id),
+        int(count),
+    )
+    return np.int64(count)
+
+
+def _text(value) -> str:
+    """A TFDS string feature (bytes in numpy) as str."""
+    return (
+        value.decode("utf-8", "replace")
+        if isinstance(value, bytes)
+        else str(value)
+    )
+
+
 def category_ids_for_tfds(label_names: Sequence[str]) -> list[int]:
     """COCO category ids of TFDS labels 0..C-1 (1..C when not COCO's 80)."""
     if len(label_names) == len(COCO_2017_CATEGORY_IDS):
@@ -176,8 +203,18 @@ def tfds_ground_truth(
     category_ids = category_ids_for_tfds(label_names)
     images, annotations = [], []
     log = coco.SkipLog(source)
+    clips = gt_boxes.ClipLog(source)
+    seen: dict[int, str] = {}  # image id -> its record's image/filename
     for example in examples:
         image_id = int(example["image/id"])
+        filename = _text(example.get("image/filename", str(image_id)))
+        if image_id in seen:
+            raise ValueError(
+                f"{source}: image/id {image_id} repeats (image/filename "
+                f"{seen[image_id]!r} and {filename!r}); image ids must be "
+                "unique"
+            )
+        seen[image_id] = filename
         height, width = int(example["height"]), int(example["width"])
         images.append(
             {
@@ -189,25 +226,28 @@ def tfds_ground_truth(
         )
         objects = example["objects"]
         for k, (ymin, xmin, ymax, xmax) in enumerate(objects["bbox"]):
-            bbox = [
-                float(xmin * width),
-                float(ymin * height),
-                float((xmax - xmin) * width),
-                float((ymax - ymin) * height),
-            ]
             annotation = {
                 "id": len(annotations) + 1,
                 "image_id": image_id,
-                "bbox": bbox,
+                "bbox": [
+                    float(xmin * width),
+                    float(ymin * height),
+                    float((xmax - xmin) * width),
+                    float((ymax - ymin) * height),
+                ],
                 "area": float(objects["area"][k]),
                 "iscrowd": int(objects["is_crowd"][k]),
                 "category_id": category_ids[int(objects["label"][k])],
             }
-            problem = coco.box_problem(bbox)
+            bbox, problem = gt_boxes.fit_box(annotation["bbox"], width, height)
             if problem:
                 log.skip(annotation, problem)
                 continue
+            if bbox is not annotation["bbox"]:
+                clips.clip(annotation, bbox)
+                annotation["bbox"] = bbox
             annotations.append(annotation)
+    clips.summarize()
     log.summarize()
     categories = [
         {"id": cid, "name": str(name)}
@@ -291,8 +331,10 @@ class TfdsCoco:
         """Record -> example (image uint8, image_id; targets when training).
 
         The image is turned by its EXIF orientation (`orientation`).
-        Training targets drop crowd regions and zero-size boxes; classes are
-        the TFDS labels + 1.
+        Training targets drop crowd regions and non-finite or zero-size
+        boxes, with a log line (the ground truth skips them too; boxes over
+        the image edge are clipped by `transforms`, as in the ground
+        truth); classes are the TFDS labels + 1.
         """
         encoded = _checked_image(record, self.name)
         image = orientation_lib.orient_tf(
@@ -312,9 +354,25 @@ class TfdsCoco:
         )
         keep = (
             tf.logical_not(objects["is_crowd"])
+            & tf.reduce_all(tf.math.is_finite(boxes), axis=1)
             & (boxes[:, 2] > boxes[:, 0])
             & (boxes[:, 3] > boxes[:, 1])
         )
+        unusable = tf.reduce_sum(
+            tf.cast(tf.logical_not(objects["is_crowd"] | keep), tf.int64)
+        )
+        logged = tf.cond(
+            unusable > 0,
+            lambda: tf.numpy_function(
+                functools.partial(_log_unusable_boxes, self.name),
+                [record["image/id"], unusable],
+                tf.int64,
+                stateful=True,
+            ),
+            lambda: tf.constant(0, tf.int64),
+        )
+        with tf.control_dependencies([logged]):
+            keep = tf.identity(keep)
         example["boxes"] = tf.boolean_mask(boxes, keep)
         example["classes"] = (
             tf.cast(tf.boolean_mask(objects["label"], keep), tf.int32) + 1
@@ -346,6 +404,9 @@ class TfdsCoco:
             )
             return {
                 "image/id": record["image/id"],
+                "image/filename": record.get(
+                    "image/filename", tf.strings.as_string(record["image/id"])
+                ),
                 "height": shape[0],
                 "width": shape[1],
                 "objects": record["objects"],
