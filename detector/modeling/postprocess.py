@@ -143,6 +143,11 @@ def _image_results(
         ],
         axis=-1,
     )
+    # Boxes predicted in the padding clip to nothing: never a detection.
+    nonempty = np.nonzero(
+        (clipped[:, 2] > clipped[:, 0]) & (clipped[:, 3] > clipped[:, 1])
+    )[0]
+    keep, boxes, clipped = keep[nonempty], boxes[nonempty], clipped[nonempty]
     if with_masks:
         masks = paste_masks(predictions["masks"][i][keep], boxes, height, width)
     results = []
@@ -177,7 +182,9 @@ def coco_results(
 
     Returns:
       [{image_id, category_id, bbox [x, y, w, h] in original pixels
-      (clipped to the image), score, segmentation?}, ...].
+      (clipped to the image), score, segmentation?}, ...]. A detection
+      with nothing inside the image once clipped (zero width or height,
+      e.g. predicted in the padding) is left out.
     """
     results = []
     for i in range(len(batch["image_id"])):

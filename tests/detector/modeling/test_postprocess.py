@@ -130,3 +130,35 @@ def test_resize_factors_round_half_to_even_in_float32():
     np.testing.assert_allclose(
         postprocess.resize_factors([1, 400], 0.1), [1.0, 0.1], rtol=1e-6
     )
+
+
+def test_boxes_in_the_padding_never_become_detections():
+    """A 60 x 40 image padded to 64 x 64: boxes below row 40 clip flat."""
+    full = np.ones((3, 28, 28), np.float32)
+    predictions = {
+        "boxes": np.array(
+            [
+                [
+                    [10.0, 41.0, 30.0, 63.0],  # in the bottom padding
+                    [61.0, 5.0, 63.0, 20.0],  # in the right padding
+                    [10.0, 30.0, 30.0, 50.0],  # half in the image
+                ]
+            ]
+        ),
+        "scores": np.array([[0.9, 0.8, 0.7]]),
+        "classes": np.array([[1, 1, 1]]),
+        "masks": full[None],
+        "num_detections": np.array([3]),
+    }
+    batch = {
+        "image_id": np.array([4]),
+        "orig_size": np.array([[40, 60]]),
+        "scale": np.array([1.0]),
+        "image_valid": np.array([True]),
+    }
+    for with_masks in (False, True):
+        results = postprocess.coco_results(
+            predictions, batch, [5], with_masks=with_masks
+        )
+        assert [r["score"] for r in results] == [0.7]
+        np.testing.assert_allclose(results[0]["bbox"], [10, 30, 20, 10])
