@@ -38,6 +38,7 @@ from pycocotools import coco as coco_lib
 from pycocotools.cocoeval import COCOeval
 
 from detector import config as config_lib
+from detector.data import coco as coco_data
 from detector.data import pipeline
 from detector.engine import (
     checkpoint,
@@ -129,12 +130,24 @@ def coco_metrics(
     iou_type: str,
     image_ids: list[int],
 ) -> dict[str, float]:
-    """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary."""
-    if not results:
-        logging.warning("No %s detections: every metric is 0.", iou_type)
-        return dict.fromkeys(METRIC_NAMES, 0.0)
-    with contextlib.redirect_stdout(io.StringIO()):  # loadRes chatter
-        detections = coco_gt.loadRes(results)
+    """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary.
+
+    Metrics COCO cannot define (no ground truth in an area range, or at
+    all) are -1, as pycocotools reports them, with detections or without.
+    """
+    if results:
+        with contextlib.redirect_stdout(io.StringIO()):  # loadRes chatter
+            detections = coco_gt.loadRes(results)
+    else:
+        # loadRes refuses an empty list; COCOeval takes an empty result set.
+        logging.warning("No %s detections.", iou_type)
+        detections = coco_data.build_coco(
+            {
+                "images": list(coco_gt.dataset["images"]),
+                "categories": list(coco_gt.dataset["categories"]),
+                "annotations": [],
+            }
+        )
     evaluator = COCOeval(coco_gt, detections, iou_type)
     evaluator.params.imgIds = image_ids
     evaluator.evaluate()
