@@ -14,6 +14,8 @@ import math
 
 from absl import logging
 
+# Clips of at most this many pixels (float rounding) are not logged.
+_SILENT_CLIP_PX = 1e-3
 # Individually logged clipped boxes per file; the rest are counted.
 _MAX_LOGGED_CLIPS = 5
 
@@ -73,6 +75,18 @@ class ClipLog:
         self.count = 0
 
     def clip(self, annotation: dict, clipped: list[float]) -> None:
+        """Logs that `annotation`'s bbox became `clipped` (tiny fixes: not).
+
+        A box that overshoots its image by float rounding only (normalised
+        TFDS coordinates times the image size) is clipped silently.
+        """
+        corners = [
+            (b[0], b[1], b[0] + b[2], b[1] + b[3])
+            for b in (annotation["bbox"], clipped)
+        ]
+        moved = max(abs(a - b) for a, b in zip(*corners, strict=True))
+        if moved <= _SILENT_CLIP_PX:
+            return
         self.count += 1
         if self.count <= _MAX_LOGGED_CLIPS:
             logging.warning(

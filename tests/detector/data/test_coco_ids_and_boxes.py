@@ -158,20 +158,23 @@ def test_tfds_boxes_are_clipped_or_skipped_in_gt_and_training(caplog):
             [0.2, 1.2, 0.4, 1.5],  # right of the image: skipped
             [0.1, 0.1, np.inf, 0.3],  # non-finite: skipped
             [0.1, 0.1, 0.3, 0.3],
+            [0.5, 0.5, 1.00001, 1.00001],  # float rounding: clipped quietly
         ],
         np.float32,
     )  # (ymin, xmin, ymax, xmax)
     objects = {
         "bbox": boxes,
-        "label": np.zeros(4, np.int64),
-        "is_crowd": np.zeros(4, bool),
-        "area": np.ones(4, np.int64),
+        "label": np.zeros(5, np.int64),
+        "is_crowd": np.zeros(5, bool),
+        "area": np.ones(5, np.int64),
     }
     example = {"image/id": 1, "height": 20, "width": 10, "objects": objects}
     with caplog.at_level("WARNING"):
         dataset, _ = tfds_coco.tfds_ground_truth([example], ["x"], "tfds t")
     bboxes = [a["bbox"] for a in dataset["annotations"]]
-    np.testing.assert_allclose(bboxes, [[0, 0, 5, 10], [1, 2, 2, 4]], rtol=1e-6)
+    np.testing.assert_allclose(
+        bboxes, [[0, 0, 5, 10], [1, 2, 2, 4], [5, 10, 5, 10]], rtol=1e-5
+    )
     assert "clipped 1 boxes to their image" in caplog.text
     assert "non-finite bbox" in caplog.text
     assert "bbox outside the image" in caplog.text
@@ -186,7 +189,7 @@ def test_tfds_boxes_are_clipped_or_skipped_in_gt_and_training(caplog):
     with caplog.at_level("WARNING"):
         decoded = tfds_coco.TfdsCoco.decode(builder, record, training=True)
     assert np.isfinite(decoded["boxes"].numpy()).all()
-    assert decoded["boxes"].shape[0] == 3
+    assert decoded["boxes"].shape[0] == 4
     assert (
         "tfds coco/2017 record image/id=1: 1 non-finite or empty boxes "
         "left out of the training targets" in caplog.text
