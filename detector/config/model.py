@@ -47,6 +47,11 @@ def defaults() -> ml_collections.ConfigDict:
     model.max_level = 6
     model.anchor_scale = 8.0  # anchor side at level l: anchor_scale * 2**l
     model.aspect_ratios = (0.5, 1.0, 2.0)
+    # Anchor centres at (i + anchor_offset) * stride: 0.5 the cell centre,
+    # 0.0 torchvision's and Detectron's (the cell's first pixel).
+    model.anchor_offset = 0.5
+    # Round anchor half-extents to whole pixels (torchvision rounds them).
+    model.anchor_round = False
     # Activation dtype: 'auto' (float32 on CPU, bfloat16 on GPU/TPU),
     # 'float32' or 'bfloat16'. Params and losses stay float32.
     model.dtype = "auto"
@@ -91,6 +96,11 @@ def _roi_config() -> ml_collections.ConfigDict:
     roi.canonical_size = 224.0
     roi.canonical_level = 4
     roi.sampling_ratio = 2
+    # ROIAlign's half-pixel convention; False is the original Mask R-CNN's
+    # (torchvision's v1 and Detectron's) as in ops/roi_align.py.
+    roi.aligned = True
+    # Added before the floor of the FPN level rule (torchvision: 1e-6).
+    roi.level_eps = 0.0
     # ROIAlign pooling: 'auto' (per platform), 'gather' or 'matmul'; see
     # ops/roi_align.py.
     roi.align_implementation = "auto"
@@ -108,6 +118,9 @@ def _detection_config() -> ml_collections.ConfigDict:
     detection = ml_collections.ConfigDict()
     detection.score_threshold = 0.05
     detection.nms_iou = 0.5
+    # Decoded, clipped boxes not wider and taller than this are dropped
+    # before NMS (torchvision: 1e-2).
+    detection.min_box_size = 0.0
     detection.max_detections = 100
     # Candidates (roi, class) pairs kept by score before class-aware NMS.
     detection.pre_nms_top_k = 1000
@@ -257,6 +270,18 @@ def validate(config: ml_collections.ConfigDict) -> None:
         rpn_cfg.positive_fraction,
         "must be in (0, 1]",
     )
+    check(
+        0.0 <= model.anchor_offset < 1.0,
+        "model.anchor_offset",
+        model.anchor_offset,
+        "must be in [0, 1) (0.5: cell centres, 0: torchvision's)",
+    )
+    for key, value in (
+        ("model.rpn.min_box_size", rpn_cfg.min_box_size),
+        ("model.detection.min_box_size", det.min_box_size),
+        ("model.roi.level_eps", roi.level_eps),
+    ):
+        check(value >= 0.0, key, value, "must be >= 0")
     check(
         len(model.aspect_ratios) >= 1 and min(model.aspect_ratios) > 0,
         "model.aspect_ratios",
