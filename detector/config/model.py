@@ -33,10 +33,14 @@ def defaults() -> ml_collections.ConfigDict:
     # .safetensors or .npz file with torchvision ResNet names (timm's
     # ResNets use the same), or a .pth when torch is installed. '': random.
     model.backbone_init = ""
-    # Start from another run's orbax checkpoint (its workdir, checkpoints/
-    # folder or one step folder): every array whose path and shape match is
-    # copied; class-dependent heads are reinitialised when num_classes
-    # differs; the step and optimizer state start fresh. '': none.
+    # A FOLDER: start from another run's orbax checkpoint (its workdir,
+    # checkpoints/ folder or one step folder): every array whose path and
+    # shape match is copied; class-dependent heads are reinitialised when
+    # num_classes differs. A FILE: a torchvision maskrcnn_resnet50_fpn (v1)
+    # state dict (.safetensors, or .pth with torch), mapped onto the whole
+    # model; its 91-way COCO heads map onto num_classes 80 or 90, other
+    # counts reinitialise the class heads. The step and optimizer state
+    # start fresh either way. '': none.
     model.init_checkpoint = ""
     # Frozen (never updated) backbone parts, as detectron2's FREEZE_AT:
     # 0 none, 1 the stem, 2 the stem and stage 1 (C2), ... 5 all.
