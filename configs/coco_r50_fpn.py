@@ -179,8 +179,10 @@ def _torchvision(config: ml_collections.ConfigDict) -> None:
     - weights: model.init_checkpoint = TORCHVISION_FILE (a file: a
       torchvision state dict), no backbone_init; the 91-way COCO heads map
       onto data.num_classes = 80;
-    - norm: FrozenBatchNorm2d with eps 1e-5 in the backbone (ours:
-      'frozen_batch', eps 1e-5), no norm in the FPN and heads;
+    - norm: FrozenBatchNorm2d in the backbone, no norm in the FPN and
+      heads (ours: 'frozen_batch'); its eps is 1e-5 by default but 0 for
+      these weights (maskrcnn_resnet50_fpn calls overwrite_eps(model, 0.0)
+      when it loads COCO_V1): model.frozen_bn_epsilon = 0.0;
     - anchors: sizes 32..512 on P2..P6 (anchor_scale 8), aspect ratios
       (0.5, 1, 2) = h / w, centred at i * stride (anchor_offset 0.0) with
       half-extents rounded to whole pixels (anchor_round);
@@ -208,6 +210,7 @@ def _torchvision(config: ml_collections.ConfigDict) -> None:
     model.norm = "frozen_batch"
     model.backbone_init = ""
     model.init_checkpoint = TORCHVISION_FILE
+    model.frozen_bn_epsilon = 0.0
     model.anchor_offset = 0.0
     model.anchor_round = True
     model.rpn.pre_nms_top_k_test = 1000

@@ -29,6 +29,9 @@ def defaults() -> ml_collections.ConfigDict:
     # at the output of bottleneck stages).
     model.backbone_width = 64
     model.norm = "group"  # 'group' | 'batch' | 'frozen_batch'
+    # Epsilon of the frozen BatchNorm layers (torchvision's FrozenBatchNorm2d
+    # default; its legacy COCO Mask R-CNN v1 weights need 0).
+    model.frozen_bn_epsilon = 1e-5
     # Pretrained backbone weights read before step 1 of a fresh run: a
     # .safetensors or .npz file with torchvision ResNet names (timm's
     # ResNets use the same), or a .pth when torch is installed. '': random.
@@ -284,6 +287,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         ("model.rpn.min_box_size", rpn_cfg.min_box_size),
         ("model.detection.min_box_size", det.min_box_size),
         ("model.roi.level_eps", roi.level_eps),
+        ("model.frozen_bn_epsilon", model.frozen_bn_epsilon),
     ):
         check(value >= 0.0, key, value, "must be >= 0")
     check(

@@ -29,6 +29,7 @@ def test_the_schema_is_the_seed_and_one_entry_per_section():
         ("model.anchor_offset", 1.5, "must be in [0, 1)"),
         ("model.detection.min_box_size", -1.0, "must be >= 0"),
         ("model.roi.level_eps", -1e-6, "must be >= 0"),
+        ("model.frozen_bn_epsilon", -1.0, "must be >= 0"),
     ],
 )
 def test_a_bad_field_of_any_section_is_one_line_naming_it(key, value, words):

@@ -92,13 +92,20 @@ def _reduced_model() -> nn.Module:
 
 
 def build(width: str) -> nn.Module:
-    """torchvision's Mask R-CNN v1, 'full' or 'reduced', in eval mode."""
+    """torchvision's Mask R-CNN v1, 'full' or 'reduced', in eval mode.
+
+    Its BatchNorm epsilon is 0, as maskrcnn_resnet50_fpn sets it
+    (overwrite_eps) when it loads the COCO_V1 weights.
+    """
     if width == "full":
         model = torchvision.models.detection.maskrcnn_resnet50_fpn(
             weights=None, weights_backbone=None
         )
     else:
         model = _reduced_model()
+    for module in model.modules():
+        if isinstance(module, misc.FrozenBatchNorm2d | nn.BatchNorm2d):
+            module.eps = 0.0
     return model.eval()
 
 

@@ -10,7 +10,7 @@ the full-width R50 at 512 x 512, in a child process.
 Tolerances (CPU, float32, the device pinned to the CPU), set from the
 measured error:
 - FPN levels and RPN objectness / deltas per level: max |ours - theirs| /
-  max |theirs| <= 1e-5 (measured <= 1.1e-6 reduced, see the full test);
+  max |theirs| <= 1e-5 (measured <= 1e-6 reduced, <= 2.2e-6 full R50);
 - proposals: of the unpadded image, >= 99% of torchvision's matched by one
   of ours at IoU >= 0.99 (measured 100%); of the padded image >= 90%
   (measured 100% reduced, 95.1% full width: anchors over the zero padding
@@ -18,7 +18,13 @@ measured error:
   still all match);
 - detections: >= 98% matched (same label, IoU >= 0.99; measured 100%),
   score difference <= 1e-5 (measured 1e-6);
-- pasted masks: per-detection IoU >= 0.98 (measured 1.0).
+- pasted masks: per-detection IoU >= 0.98 (measured >= 0.994: a pixel
+  whose probability is within float error of 0.5 may flip).
+
+The fixture's BatchNorm epsilon is 0, as torchvision sets it for its COCO
+weights; our model with the default 1e-5 misses the FPN tolerance
+(measured 1.7e-5), as it misses the detections without the anchor, ROIAlign
+or rounding switches of the :torchvision variant.
 """
 
 import logging
