@@ -78,15 +78,24 @@ def test_reduced_model_matches_torchvision_fixture():
 
 @needs_torch
 def test_fixture_script_rewrites_the_committed_fixture(tmp_path):
+    """The same weights and input; torchvision's outputs to float error
+    (another CPU or thread count may sum in another order)."""
     torch_process.write_fixture(tmp_path / "fx", width="reduced", size=SIZE)
+    weights = load_file(tmp_path / "fx.safetensors")
+    committed_weights = load_file(FIXTURE.with_suffix(".safetensors"))
+    assert weights.keys() == committed_weights.keys()
+    for name, value in weights.items():
+        np.testing.assert_array_equal(value, committed_weights[name], name)
     ours, committed = (
         np.load(p.with_suffix(".npz")) for p in (tmp_path / "fx", FIXTURE)
     )
     assert sorted(ours.files) == sorted(committed.files)
+    np.testing.assert_array_equal(ours["images"], committed["images"])
     for name in ours.files:
-        np.testing.assert_allclose(
-            ours[name], committed[name], rtol=1e-5, atol=1e-5, err_msg=name
-        )
+        if name.startswith(("fpn_", "rpn_")):
+            np.testing.assert_allclose(
+                ours[name], committed[name], rtol=1e-4, atol=1e-5, err_msg=name
+            )
 
 
 @needs_torch
