@@ -38,6 +38,11 @@ Variants (applied left to right; they combine: `:gn_scratch,shapes`):
   nothing frozen, TF Model Garden's schedule: batch 64, LR 0.12, 22.5k
   steps);
 - `runlocal` shrinks everything to a smoke run;
+- `torchvision` starts from torchvision's COCO-trained Mask R-CNN
+  (`maskrcnn_resnet50_fpn` v1, converted to .safetensors; README "Start
+  from torchvision's COCO-trained Mask R-CNN") through
+  model.init_checkpoint and sets every inference setting torchvision does
+  differently (see `_torchvision`);
 - `shapes` keeps the full model at 1024 x 1024 (batch 8) but reads the
   synthetic shapes dataset (3 classes, written under data/shapes on first
   use) and needs no pretrained file, so the real model size can be trained
@@ -161,8 +166,73 @@ def _shapes(config: ml_collections.ConfigDict) -> None:
     config.eval.batch_size = 8
 
 
+# Where README "Start from torchvision's COCO-trained Mask R-CNN" puts it.
+TORCHVISION_FILE = "data/maskrcnn_resnet50_fpn_coco.safetensors"
+
+
+def _torchvision(config: ml_collections.ConfigDict) -> None:
+    """torchvision's maskrcnn_resnet50_fpn (v1) inference, its weights.
+
+    Each setting, checked against torchvision's source
+    (torchvision/models/detection/{mask_rcnn,faster_rcnn,rpn,roi_heads,
+    anchor_utils,_utils,transform}.py, ops/{poolers,misc}.py):
+    - weights: model.init_checkpoint = TORCHVISION_FILE (a file: a
+      torchvision state dict), no backbone_init; the 91-way COCO heads map
+      onto data.num_classes = 80;
+    - norm: FrozenBatchNorm2d in the backbone, no norm in the FPN and
+      heads (ours: 'frozen_batch'); its eps is 1e-5 by default but 0 for
+      these weights (maskrcnn_resnet50_fpn calls overwrite_eps(model, 0.0)
+      when it loads COCO_V1): model.frozen_bn_epsilon = 0.0;
+    - anchors: sizes 32..512 on P2..P6 (anchor_scale 8), aspect ratios
+      (0.5, 1, 2) = h / w, centred at i * stride (anchor_offset 0.0) with
+      half-extents rounded to whole pixels (anchor_round);
+    - P6: max-pool kernel 1, stride 2 of P5 (LastLevelMaxPool; ours too);
+    - RPN at test time: the top 1000 logits per level, decode, clip, boxes
+      under 1e-3 pixels dropped (rpn.min_box_size), NMS 0.7 per level, the
+      best 1000 per image; box deltas clamped at log(1000 / 16) (ours too);
+    - ROIAlign: aligned=False, sampling ratio 2, 7 x 7 box and 14 x 14 mask
+      pooling, levels P2..P5 by floor(4 + log2(sqrt(area) / 224) + 1e-6)
+      (roi.level_eps);
+    - detections: softmax scores > 0.05, boxes under 1e-2 pixels dropped
+      (detection.min_box_size), class-aware NMS 0.5, 100 per image; every
+      (proposal, class) pair above 0.05 enters NMS there, here the best
+      detection.pre_nms_top_k = 4000;
+    - masks: torchvision's paste_masks_in_image (one-cell border, integer
+      box, > 0.5): eval.mask_paste = 'torchvision';
+    - input: ImageNet mean and std on RGB (data.pixel_mean/std, ours too).
+
+    Not matched: torchvision resizes each image to 800-1333 and clips each
+    image's boxes to its own size; this config keeps the fixed 1024 x 1024
+    letterbox and clips to the padded input.
+    """
+    model = config.model
+    model.backbone = "resnet50"
+    model.norm = "frozen_batch"
+    model.backbone_init = ""
+    model.init_checkpoint = TORCHVISION_FILE
+    model.frozen_bn_epsilon = 0.0
+    model.anchor_offset = 0.0
+    model.anchor_round = True
+    model.rpn.pre_nms_top_k_test = 1000
+    model.rpn.post_nms_top_k_test = 1000
+    model.rpn.nms_iou = 0.7
+    model.rpn.min_box_size = 1e-3
+    model.roi.aligned = False
+    model.roi.sampling_ratio = 2
+    model.roi.canonical_size = 224.0
+    model.roi.canonical_level = 4
+    model.roi.level_eps = 1e-6
+    model.detection.score_threshold = 0.05
+    model.detection.nms_iou = 0.5
+    model.detection.max_detections = 100
+    model.detection.min_box_size = 1e-2
+    model.detection.pre_nms_top_k = 4000
+    config.eval.mask_paste = "torchvision"
+
+
 VARIANTS: dict[str, Callable[[ml_collections.ConfigDict], None]] = {
     "gn_scratch": _gn_scratch,
     "runlocal": _runlocal,
     "shapes": _shapes,
+    "torchvision": _torchvision,
 }

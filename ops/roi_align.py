@@ -13,11 +13,14 @@ with their weights; 'matmul' gathers each roi's (2 s Q) x (2 s Q) tap grid
 and interpolates with one bilinear-weight matrix per axis (two batched
 matmuls), as TPU implementations do.
 
-Sampling follows ROIAlign with the aligned (half-pixel) convention: pixel i
-covers [i, i + 1) and its centre is i + 0.5; each of the Q x Q bins averages
-s x s bilinear samples placed at the bin's sub-cell centres; a sample more
-than one pixel outside the map reads 0 and one up to a pixel outside reads
-the border.
+Sampling follows ROIAlign with the aligned (half-pixel) convention by
+default: pixel i covers [i, i + 1) and its centre is i + 0.5; each of the
+Q x Q bins averages s x s bilinear samples placed at the bin's sub-cell
+centres; a sample more than one pixel outside the map reads 0 and one up to
+a pixel outside reads the border. `aligned=False` is the original Mask R-CNN
+convention (torchvision's and Detectron's `aligned=False`): box coordinates
+are used as index-space positions without the half-pixel shift, and a box
+is at least one pixel wide and tall.
 
 Shapes: B batch, R rois per image, X pixels of all maps together, F channels,
 Q output (pool) size, s sampling ratio, L pyramid levels, T = 2 s Q taps
@@ -69,13 +72,16 @@ def roi_levels(
     max_level: int,
     canonical_size: float,
     canonical_level: int,
+    eps: float = 0.0,
 ) -> jax.Array:
-    """FPN level per box: floor(k0 + log2(sqrt(area) / s0)), clipped.
+    """FPN level per box: floor(k0 + log2(sqrt(area) / s0) + eps), clipped.
 
     Args:
       boxes: f32[..., 4] in input pixels.
       min_level, max_level: the clip range.
       canonical_size, canonical_level: s0 and k0 (224 and 4 in the FPN paper).
+      eps: added before the floor (torchvision's LevelMapper adds 1e-6, so
+        a box of exactly 112 x 112 maps to level 3 despite rounding).
 
     Returns:
       int32[...] levels.
@@ -84,24 +90,33 @@ def roi_levels(
     level = jnp.floor(
         canonical_level
         + jnp.log2(jnp.maximum(sqrt_area, 1e-6) / canonical_size + 1e-8)
+        + eps
     )
     return jnp.clip(level, min_level, max_level).astype(jnp.int32)
 
 
 def _sample_coords(
-    start: jax.Array, length: jax.Array, output_size: int, sampling_ratio: int
+    start: jax.Array,
+    length: jax.Array,
+    output_size: int,
+    sampling_ratio: int,
+    aligned: bool = True,
 ) -> jax.Array:
     """Sample positions f32[..., Q * s] along one axis, in index space.
 
     Sample t = j * s + k of a box sits at start + (j + (k + 0.5) / s) * bin,
     i.e. start + (t + 0.5) / s * bin; index space puts pixel centres at
-    integers (hence the - 0.5).
+    integers (hence the - 0.5 when aligned). Not aligned: no shift, and the
+    length is at least 1.
     """
     steps = (
         np.arange(output_size * sampling_ratio, dtype=np.float32) + 0.5
     ) / sampling_ratio
+    if not aligned:
+        length = jnp.maximum(length, 1.0)
     bin_size = length / output_size
-    return start[..., None] + steps * bin_size[..., None] - 0.5
+    shift = 0.5 if aligned else 0.0
+    return start[..., None] + steps * bin_size[..., None] - shift
 
 
 def _bilinear_taps(
@@ -273,6 +288,7 @@ def roi_align(
     output_size: int,
     sampling_ratio: int,
     implementation: str = "auto",
+    aligned: bool = True,
 ) -> jax.Array:
     """ROIAlign of every box from its own map inside a flat feature array.
 
@@ -285,6 +301,8 @@ def roi_align(
       output_size: Q, the pooled grid is Q x Q.
       sampling_ratio: s >= 1 samples per bin along each axis.
       implementation: a key of IMPLEMENTATIONS, or 'auto'.
+      aligned: the half-pixel convention (module docstring); False is the
+        original Mask R-CNN's.
 
     Returns:
       [B, R, Q, Q, F] in the features' dtype.
@@ -292,10 +310,10 @@ def roi_align(
     pool = IMPLEMENTATIONS[resolve_implementation(implementation)]
     size, ratio = output_size, sampling_ratio
     ys = _sample_coords(
-        boxes[..., 1], boxes[..., 3] - boxes[..., 1], size, ratio
+        boxes[..., 1], boxes[..., 3] - boxes[..., 1], size, ratio, aligned
     )
     xs = _sample_coords(
-        boxes[..., 0], boxes[..., 2] - boxes[..., 0], size, ratio
+        boxes[..., 0], boxes[..., 2] - boxes[..., 0], size, ratio, aligned
     )
     taps = (
         _bilinear_taps(ys, heights),  # each [B, R, Q * s, 2]
@@ -314,6 +332,8 @@ def multilevel_roi_align(
     canonical_size: float,
     canonical_level: int,
     implementation: str = "auto",
+    aligned: bool = True,
+    level_eps: float = 0.0,
 ) -> jax.Array:
     """ROIAlign of boxes in input pixels, each from its FPN level.
 
@@ -322,7 +342,8 @@ def multilevel_roi_align(
       boxes: f32[B, R, 4] in input pixels.
       output_size, sampling_ratio: as in roi_align.
       canonical_size, canonical_level: the level rule (see roi_levels).
-      implementation: as in roi_align.
+      implementation, aligned: as in roi_align.
+      level_eps: roi_levels' eps.
 
     Returns:
       [B, R, Q, Q, F] in the features' dtype.
@@ -334,6 +355,7 @@ def multilevel_roi_align(
         pyramid.max_level,
         canonical_size,
         canonical_level,
+        level_eps,
     )
     shapes = np.asarray(pyramid.level_shapes, np.int32)  # [L, 2]
     sizes = shapes[:, 0] * shapes[:, 1]
@@ -349,4 +371,5 @@ def multilevel_roi_align(
         output_size=output_size,
         sampling_ratio=sampling_ratio,
         implementation=implementation,
+        aligned=aligned,
     )

@@ -2,7 +2,8 @@
 
 import ml_collections
 
-from detector.config.checks import check_minimums
+from detector.config.checks import check, check_minimums
+from detector.modeling import mask_paste
 
 _MINIMUMS = (
     ("eval.batch_size", 1, "images per predict call"),
@@ -17,9 +18,20 @@ def defaults() -> ml_collections.ConfigDict:
     evaluation.batch_size = 8
     evaluation.max_images = 0  # 0: the whole split
     evaluation.num_visualized = 4
+    # How masks are pasted into the original image: 'centres' (bilinear at
+    # pixel centres inside the box, probability >= 0.5) or 'torchvision'
+    # (its paste_masks_in_image: one-cell border, integer box, > 0.5).
+    evaluation.mask_paste = "centres"
     return evaluation
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad eval section."""
     check_minimums(config, _MINIMUMS)
+    paste = config.eval.mask_paste
+    check(
+        paste in mask_paste.MASK_PASTERS,
+        "eval.mask_paste",
+        paste,
+        f"unknown mask pasting; known: {', '.join(mask_paste.MASK_PASTERS)}",
+    )

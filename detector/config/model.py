@@ -29,14 +29,21 @@ def defaults() -> ml_collections.ConfigDict:
     # at the output of bottleneck stages).
     model.backbone_width = 64
     model.norm = "group"  # 'group' | 'batch' | 'frozen_batch'
+    # Epsilon of the frozen BatchNorm layers (torchvision's FrozenBatchNorm2d
+    # default; its legacy COCO Mask R-CNN v1 weights need 0).
+    model.frozen_bn_epsilon = 1e-5
     # Pretrained backbone weights read before step 1 of a fresh run: a
     # .safetensors or .npz file with torchvision ResNet names (timm's
     # ResNets use the same), or a .pth when torch is installed. '': random.
     model.backbone_init = ""
-    # Start from another run's orbax checkpoint (its workdir, checkpoints/
-    # folder or one step folder): every array whose path and shape match is
-    # copied; class-dependent heads are reinitialised when num_classes
-    # differs; the step and optimizer state start fresh. '': none.
+    # A FOLDER: start from another run's orbax checkpoint (its workdir,
+    # checkpoints/ folder or one step folder): every array whose path and
+    # shape match is copied; class-dependent heads are reinitialised when
+    # num_classes differs. A FILE: a torchvision maskrcnn_resnet50_fpn (v1)
+    # state dict (.safetensors, or .pth with torch), mapped onto the whole
+    # model; its 91-way COCO heads map onto num_classes 80 or 90, other
+    # counts reinitialise the class heads. The step and optimizer state
+    # start fresh either way. '': none.
     model.init_checkpoint = ""
     # Frozen (never updated) backbone parts, as detectron2's FREEZE_AT:
     # 0 none, 1 the stem, 2 the stem and stage 1 (C2), ... 5 all.
@@ -47,6 +54,11 @@ def defaults() -> ml_collections.ConfigDict:
     model.max_level = 6
     model.anchor_scale = 8.0  # anchor side at level l: anchor_scale * 2**l
     model.aspect_ratios = (0.5, 1.0, 2.0)
+    # Anchor centres at (i + anchor_offset) * stride: 0.5 the cell centre,
+    # 0.0 torchvision's and Detectron's (the cell's first pixel).
+    model.anchor_offset = 0.5
+    # Round anchor half-extents to whole pixels (torchvision rounds them).
+    model.anchor_round = False
     # Activation dtype: 'auto' (float32 on CPU, bfloat16 on GPU/TPU),
     # 'float32' or 'bfloat16'. Params and losses stay float32.
     model.dtype = "auto"
@@ -91,6 +103,11 @@ def _roi_config() -> ml_collections.ConfigDict:
     roi.canonical_size = 224.0
     roi.canonical_level = 4
     roi.sampling_ratio = 2
+    # ROIAlign's half-pixel convention; False is the original Mask R-CNN's
+    # (torchvision's v1 and Detectron's) as in ops/roi_align.py.
+    roi.aligned = True
+    # Added before the floor of the FPN level rule (torchvision: 1e-6).
+    roi.level_eps = 0.0
     # ROIAlign pooling: 'auto' (per platform), 'gather' or 'matmul'; see
     # ops/roi_align.py.
     roi.align_implementation = "auto"
@@ -108,6 +125,9 @@ def _detection_config() -> ml_collections.ConfigDict:
     detection = ml_collections.ConfigDict()
     detection.score_threshold = 0.05
     detection.nms_iou = 0.5
+    # Decoded, clipped boxes not wider and taller than this are dropped
+    # before NMS (torchvision: 1e-2).
+    detection.min_box_size = 0.0
     detection.max_detections = 100
     # Candidates (roi, class) pairs kept by score before class-aware NMS.
     detection.pre_nms_top_k = 1000
@@ -257,6 +277,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
         rpn_cfg.positive_fraction,
         "must be in (0, 1]",
     )
+    check(
+        0.0 <= model.anchor_offset < 1.0,
+        "model.anchor_offset",
+        model.anchor_offset,
+        "must be in [0, 1) (0.5: cell centres, 0: torchvision's)",
+    )
+    for key, value in (
+        ("model.rpn.min_box_size", rpn_cfg.min_box_size),
+        ("model.detection.min_box_size", det.min_box_size),
+        ("model.roi.level_eps", roi.level_eps),
+        ("model.frozen_bn_epsilon", model.frozen_bn_epsilon),
+    ):
+        check(value >= 0.0, key, value, "must be >= 0")
     check(
         len(model.aspect_ratios) >= 1 and min(model.aspect_ratios) > 0,
         "model.aspect_ratios",

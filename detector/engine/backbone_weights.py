@@ -2,10 +2,11 @@
 
     arrays = backbone_weights.load(path, model_config, target_shapes)
 
-Reads `.safetensors` (the safetensors package's numpy API, no torch) or
-`.npz` files with torchvision's ResNet names (timm's ResNets use the same
-names), or `.pth` files when torch is installed, and maps them onto the
-backbone of this project's ResNet:
+Reads a weights file with torchvision's ResNet names (timm's ResNets use
+the same names) through weight_files.py (`.safetensors`, `.npz`, or `.pth`
+when torch is installed; a `module.` prefix stripped; NaN/Inf values and
+negative running variances refused) and maps it onto the backbone of this
+project's ResNet:
 
     conv1 / bn1                  -> backbone/stem/conv, backbone/stem/norm
     layer{s+1}.{b}.conv{j+1}     -> backbone/stages/{s}/{b}/layers/{j}/conv
@@ -19,9 +20,9 @@ A conv's `weight` (OIHW) becomes `kernel` (HWIO); a BatchNorm's `weight`,
 `fc.*` (the ImageNet classifier), BatchNorm `num_batches_tracked`
 counters and the stages a shallow pyramid does not build are ignored.
 
-Every problem (no such file, an unreadable file, a GroupNorm model given
-BatchNorm statistics, a shape that differs, unknown or missing names) is
-one ValueError / FileNotFoundError line naming the file.
+Every problem (no such file, an unreadable or damaged file, a GroupNorm
+model given BatchNorm statistics, a shape that differs, unknown or missing
+names) is one ValueError / FileNotFoundError line naming the file.
 """
 
 import pathlib
@@ -31,6 +32,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from detector.engine import weight_files
 from detector.modeling import backbone
 
 # Per-module tensor tables: torchvision tensor name -> (our variable name,
@@ -47,6 +49,7 @@ _TABLES = {"conv": _CONV, "norm": _NORM}
 _IGNORED_PREFIXES = ("fc.",)  # the ImageNet classifier
 _COUNTER_SUFFIX = ".num_batches_tracked"  # BatchNorm bookkeeping
 _BN_STATISTICS = (".running_mean", ".running_var")
+_FIELD = "model.backbone_init"
 _LISTED = 8  # names listed in an error before "and N more"
 
 Converter = Callable[[np.ndarray], np.ndarray] | None
@@ -108,62 +111,6 @@ def tensor_table(
         for field, (variable, convert) in _TABLES[kind].items():
             tensors[f"{theirs}.{field}"] = (f"{ours}/{variable}", convert)
     return tensors
-
-
-def _read_safetensors(path: pathlib.Path) -> dict[str, np.ndarray]:
-    from safetensors.numpy import load_file
-
-    return load_file(path)
-
-
-def _read_npz(path: pathlib.Path) -> dict[str, np.ndarray]:
-    with np.load(path, allow_pickle=False) as archive:
-        return {name: archive[name] for name in archive.files}
-
-
-def _read_pth(path: pathlib.Path) -> dict[str, np.ndarray]:
-    try:
-        import torch
-    except ImportError:
-        raise ValueError(
-            f"config.model.backbone_init={str(path)!r}: reading .pth needs "
-            "torch, which is not installed; convert it to .safetensors "
-            "(README: Train on COCO)"
-        ) from None
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    state = state.get("state_dict", state.get("model", state))
-    return {name: value.numpy() for name, value in state.items()}
-
-
-_READERS = {
-    ".safetensors": _read_safetensors,
-    ".npz": _read_npz,
-    ".pth": _read_pth,
-    ".pt": _read_pth,
-}
-
-
-def read_state_dict(path: str | pathlib.Path) -> dict[str, np.ndarray]:
-    """The named arrays of a weights file, by its suffix."""
-    path = pathlib.Path(path)
-    where = f"config.model.backbone_init={str(path)!r}"
-    if not path.is_file():
-        raise FileNotFoundError(f"{where}: no such file")
-    reader = _READERS.get(path.suffix)
-    if reader is None:
-        raise ValueError(
-            f"{where}: unknown file type {path.suffix!r}; "
-            f"known: {', '.join(_READERS)}"
-        )
-    try:
-        return reader(path)
-    except Exception as e:  # each reader's own errors, as one line
-        if str(e).startswith(where):
-            raise
-        raise ValueError(
-            f"{where}: not a readable {path.suffix} file "
-            f"({' '.join(str(e).split()) or type(e).__name__})"
-        ) from None
 
 
 def _listed(names: list[str]) -> str:
@@ -228,7 +175,7 @@ def load(
       FileNotFoundError / ValueError: one line naming the file and the
         problem (for a shape: the first mismatched name and both shapes).
     """
-    where = f"config.model.backbone_init={str(path)!r}"
+    where = weight_files.where(_FIELD, path)
     num_stages = len(
         {
             name.split("/")[2]
@@ -236,7 +183,7 @@ def load(
             if name.startswith("backbone/stages/")
         }
     )
-    state = read_state_dict(path)
+    state = weight_files.read(path, _FIELD)
     tensors = tensor_table(model, num_stages)
     unbuilt = set(tensor_table(model, 4)) - set(tensors)
     # Shapes first: a file of another depth shows as a shape mismatch.

@@ -5,10 +5,11 @@ another run's checkpoint, applied to the freshly initialised model.
 
 - `model.backbone_init`: a torchvision-named ResNet weights file
   (backbone_weights.py) replaces the backbone's variables.
-- `model.init_checkpoint`: another run's orbax checkpoint (its workdir, its
-  checkpoints/ folder, or one step folder). Every param and variable whose
-  path and shape match is copied; the class-dependent heads
-  (model.CLASS_DEPENDENT) are reinitialised when the checkpoint's
+- `model.init_checkpoint`: a FILE is a torchvision Mask R-CNN state dict
+  (torchvision_maskrcnn.py); a FOLDER is another run's orbax checkpoint
+  (its workdir, its checkpoints/ folder, or one step folder). Every param
+  and variable whose path and shape match is copied; the class-dependent
+  heads (model.CLASS_DEPENDENT) are reinitialised when the checkpoint's
   num_classes differs; everything else keeps its fresh initialisation.
   Only `params` and `rest` are read: the step and the optimizer state start
   fresh. The log names every array restored and every one reinitialised.
@@ -28,7 +29,7 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
-from detector.engine import backbone_weights
+from detector.engine import backbone_weights, torchvision_maskrcnn
 from detector.engine.optimizer import path_name
 from detector.modeling import model as model_lib
 
@@ -66,6 +67,10 @@ def apply(
     }
     if model.backbone_init:
         arrays = backbone_weights.load(model.backbone_init, model, shapes)
+    elif pathlib.Path(model.init_checkpoint).expanduser().is_file():
+        arrays = torchvision_maskrcnn.load(
+            pathlib.Path(model.init_checkpoint).expanduser(), config, shapes
+        )
     elif model.init_checkpoint:
         arrays = from_checkpoint(
             model.init_checkpoint, shapes, num_classes=config.data.num_classes

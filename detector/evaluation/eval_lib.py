@@ -236,7 +236,11 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
             )
             outputs = sharding.local_rows(outputs, mesh)
             results += postprocess.coco_results(
-                outputs, batch, data.category_ids, with_masks=data.has_masks
+                outputs,
+                batch,
+                data.category_ids,
+                with_masks=data.has_masks,
+                mask_paste=config.eval.mask_paste,
             )
             if len(drawn) < config.eval.num_visualized:
                 drawn.append((batch, outputs))
@@ -324,7 +328,9 @@ def evaluate_checkpoint(
     """Restores the latest checkpoint of `workdir` and evaluates it.
 
     Reads the workdir only: a missing `checkpoints/` is an error, not
-    created.
+    created, unless config.model.init_checkpoint is set: then the model it
+    starts (another run's weights, or a torchvision Mask R-CNN file) is
+    evaluated as is.
 
     Raises:
       ValueError: an empty `split`, a negative `max_images` or a bad config
@@ -336,10 +342,18 @@ def evaluate_checkpoint(
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
     try:
-        if ckpt.latest_step() is None:
+        if ckpt.latest_step() is None and not config.model.init_checkpoint:
             raise FileNotFoundError(
                 f"{ckpt_dir}: no checkpoint to evaluate "
                 "(train first, or check --workdir)"
+            )
+        if ckpt.latest_step() is None:
+            pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+            logging.info(
+                "%s: no checkpoint; evaluating the model started from "
+                "model.init_checkpoint=%s",
+                ckpt_dir,
+                config.model.init_checkpoint,
             )
         mesh = sharding.make_mesh()
         tx, _ = optimizer.make_optimizer(config)

@@ -6,7 +6,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from detector.modeling import postprocess
+from detector.modeling import mask_paste, postprocess
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -41,7 +41,7 @@ def _draw_one(
         d for d in range(count) if outputs["scores"][i, d] >= score_threshold
     ]
     boxes = outputs["boxes"][i, keep]
-    masks = postprocess.paste_masks(
+    masks = mask_paste.paste_masks(
         outputs["masks"][i, keep], boxes, image.shape[0], image.shape[1]
     )
     overlay = np.zeros(image.shape[:2] + (4,))

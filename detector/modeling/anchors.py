@@ -2,7 +2,10 @@
 
 Level l has stride 2**l and one anchor per (cell, aspect ratio): side
 anchor_scale * 2**l, aspect ratio r = height / width (w = side / sqrt(r),
-h = side * sqrt(r)), centred on the cell centre ((i + 0.5) * stride).
+h = side * sqrt(r)), centred at (i + offset) * stride: the cell centre with
+the default offset 0.5, the cell's top-left pixel with 0 (torchvision's and
+Detectron's anchors). With `round_sizes` the half-extents are rounded to
+whole pixels, as torchvision's AnchorGenerator rounds its base anchors.
 Anchors of a level are ordered [H_l, W_l, A] row-major, matching a head
 output [B, H_l, W_l, A] reshaped to [B, H_l * W_l * A].
 
@@ -20,6 +23,8 @@ def level_anchors(
     level: int,
     anchor_scale: float,
     aspect_ratios: tuple[float, ...],
+    offset: float = 0.5,
+    round_sizes: bool = False,
 ) -> np.ndarray:
     """Anchors f32[N_l, 4] (x1, y1, x2, y2) of one level in input pixels."""
     stride = 2**level
@@ -28,8 +33,10 @@ def level_anchors(
     ratios = np.asarray(aspect_ratios, np.float64)
     half_w = 0.5 * side / np.sqrt(ratios)  # [A]
     half_h = 0.5 * side * np.sqrt(ratios)
-    cy = (np.arange(height) + 0.5) * stride
-    cx = (np.arange(width) + 0.5) * stride
+    if round_sizes:
+        half_w, half_h = np.round(half_w), np.round(half_h)
+    cy = (np.arange(height) + offset) * stride
+    cx = (np.arange(width) + offset) * stride
     cy, cx = np.meshgrid(cy, cx, indexing="ij")  # [H, W]
     cx, cy = cx[..., None], cy[..., None]  # [H, W, 1]
     anchors = np.stack(
@@ -46,11 +53,19 @@ def pyramid_anchors(
     max_level: int,
     anchor_scale: float,
     aspect_ratios: tuple[float, ...],
+    *,
+    offset: float = 0.5,
+    round_sizes: bool = False,
 ) -> list[np.ndarray]:
     """Per-level anchors [f32[N_l, 4] for l in min_level..max_level]."""
     return [
         level_anchors(
-            tuple(image_size), level, float(anchor_scale), tuple(aspect_ratios)
+            tuple(image_size),
+            level,
+            float(anchor_scale),
+            tuple(aspect_ratios),
+            float(offset),
+            bool(round_sizes),
         )
         for level in range(min_level, max_level + 1)
     ]

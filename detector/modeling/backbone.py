@@ -88,19 +88,31 @@ _NORM_LAYERS = {
     "batch": lambda channels, groups, dtype, rngs: nnx.BatchNorm(
         channels, momentum=0.9, epsilon=1e-5, dtype=dtype, rngs=rngs
     ),
-    "frozen_batch": lambda channels, groups, dtype, rngs: FrozenBatchNorm(
-        channels, dtype=dtype
+    "frozen_batch": lambda channels, groups, dtype, rngs, eps: FrozenBatchNorm(
+        channels, epsilon=eps, dtype=dtype
     ),
 }
 assert tuple(_NORM_LAYERS) == NORMS
 
 
 def make_norm(
-    kind: str, channels: int, *, groups: int, dtype: jnp.dtype, rngs: nnx.Rngs
+    kind: str,
+    channels: int,
+    *,
+    groups: int,
+    dtype: jnp.dtype,
+    rngs: nnx.Rngs,
+    frozen_epsilon: float = 1e-5,
 ) -> nnx.Module:
-    """A normalisation layer over the channel (last) axis."""
+    """A normalisation layer over the channel (last) axis.
+
+    `frozen_epsilon` is the FrozenBatchNorm epsilon (torchvision's 1e-5; its
+    legacy COCO Mask R-CNN weights were trained with 0).
+    """
     if kind not in _NORM_LAYERS:
         raise ValueError(f"unknown norm {kind!r}; known: {', '.join(NORMS)}")
+    if kind == "frozen_batch":
+        return _NORM_LAYERS[kind](channels, groups, dtype, rngs, frozen_epsilon)
     return _NORM_LAYERS[kind](channels, groups, dtype, rngs)
 
 
@@ -119,6 +131,7 @@ class ConvNorm(nnx.Module):
         groups: int,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
+        frozen_epsilon: float = 1e-5,
     ):
         pad = kernel // 2
         self.conv = nnx.Conv(
@@ -133,7 +146,12 @@ class ConvNorm(nnx.Module):
             rngs=rngs,
         )
         self.norm = make_norm(
-            norm, out_channels, groups=groups, dtype=dtype, rngs=rngs
+            norm,
+            out_channels,
+            groups=groups,
+            dtype=dtype,
+            rngs=rngs,
+            frozen_epsilon=frozen_epsilon,
         )
         self.relu = relu
 
@@ -216,6 +234,7 @@ class ResNet(nnx.Module):
         rngs: nnx.Rngs,
         top_level: int = 5,
         freeze_at: int = 0,
+        frozen_epsilon: float = 1e-5,
     ):
         if name not in RESNETS:
             raise ValueError(
@@ -223,7 +242,12 @@ class ResNet(nnx.Module):
             )
         depths, bottleneck = RESNETS[name]
         frozen_norm = "frozen_batch" if norm == "batch" else norm
-        layer_kwargs = {"groups": groups, "dtype": dtype, "rngs": rngs}
+        layer_kwargs = {
+            "groups": groups,
+            "dtype": dtype,
+            "rngs": rngs,
+            "frozen_epsilon": frozen_epsilon,
+        }
         self.stem = ConvNorm(
             3,
             width,
@@ -290,6 +314,7 @@ def _build_resnet(
         rngs=rngs,
         top_level=top_level,
         freeze_at=model.freeze_at,
+        frozen_epsilon=model.frozen_bn_epsilon,
     )
 
 

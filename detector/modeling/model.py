@@ -90,6 +90,8 @@ class MaskRCNN(nnx.Module):
             cfg.max_level,
             cfg.anchor_scale,
             tuple(cfg.aspect_ratios),
+            offset=cfg.anchor_offset,
+            round_sizes=cfg.anchor_round,
         )
 
     def _features(self, images: jax.Array) -> list[jax.Array]:
@@ -117,6 +119,8 @@ class MaskRCNN(nnx.Module):
             canonical_size=roi.canonical_size,
             canonical_level=roi.canonical_level,
             implementation=roi.align_implementation,
+            aligned=roi.aligned,
+            level_eps=roi.level_eps,
         )
 
     def _proposals(self, logits, deltas, *, training: bool):
@@ -311,6 +315,7 @@ class MaskRCNN(nnx.Module):
                 max_detections=det_cfg.max_detections,
                 nms_iou=det_cfg.nms_iou,
                 backend=det_cfg.nms_backend,
+                min_size=det_cfg.min_box_size,
             )
 
     def predict(self, images: jax.Array) -> dict[str, jax.Array]:

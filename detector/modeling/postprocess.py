@@ -1,6 +1,7 @@
 """Host-side post-processing: paste masks, undo the resize, COCO results.
 
-Runs on numpy arrays fetched from the device after predict. The data
+Runs on numpy arrays fetched from the device after predict (masks are
+pasted by mask_paste.py, the rule eval.mask_paste names). The data
 pipeline resizes each h x w image to max(round([h, w] * scale), 1) pixels per
 axis and pads it right and down, so original pixels are input pixels divided
 by the per-axis factor resized / [h, w] (see `resize_factors`).
@@ -12,69 +13,7 @@ B batch.
 import numpy as np
 from pycocotools import mask as mask_utils
 
-
-def _interpolation_matrix(
-    start: float, stop: float, first: int, last: int, size: int
-) -> np.ndarray:
-    """Linear interpolation weights f64[last - first, size] of pixel centres.
-
-    Pixel i (centre i + 0.5) of the image maps to mask coordinate
-    (i + 0.5 - start) / (stop - start) * size in a mask of `size` cells
-    spanning [start, stop); cells are sampled at their centres with the
-    border cells extended.
-    """
-    centres = np.arange(first, last) + 0.5
-    coord = (centres - start) / max(stop - start, 1e-6) * size - 0.5
-    coord = np.clip(coord, 0.0, size - 1.0)
-    low = np.floor(coord).astype(int)
-    high = np.minimum(low + 1, size - 1)
-    frac = coord - low
-    matrix = np.zeros((len(centres), size))
-    rows = np.arange(len(centres))
-    np.add.at(matrix, (rows, low), 1.0 - frac)
-    np.add.at(matrix, (rows, high), frac)
-    return matrix
-
-
-def _pixel_span(start: float, stop: float, limit: int) -> tuple[int, int]:
-    """Pixels [first, last) whose centres lie in [start, stop), clipped."""
-    first = int(np.clip(np.ceil(start - 0.5), 0, limit))
-    last = int(np.clip(np.ceil(stop - 0.5), first, limit))
-    return first, last
-
-
-def paste_masks(
-    masks: np.ndarray,
-    boxes: np.ndarray,
-    height: int,
-    width: int,
-    threshold: float = 0.5,
-) -> np.ndarray:
-    """Pastes box-relative masks into full images.
-
-    Args:
-      masks: f32[D, T, T] mask probabilities, each spanning its box.
-      boxes: f32[D, 4] (x1, y1, x2, y2) in the target image's pixels.
-      height, width: the target image size.
-      threshold: probability at or above which a pixel is foreground.
-
-    Returns:
-      bool[D, height, width]; pixels whose centres are outside the box are
-      False.
-    """
-    masks = np.asarray(masks, np.float64)
-    boxes = np.asarray(boxes, np.float64)
-    pasted = np.zeros((len(masks), height, width), bool)
-    for d, (mask, box) in enumerate(zip(masks, boxes, strict=True)):
-        x1, y1, x2, y2 = box
-        left, right = _pixel_span(x1, x2, width)
-        top, bottom = _pixel_span(y1, y2, height)
-        if right <= left or bottom <= top:
-            continue
-        rows = _interpolation_matrix(y1, y2, top, bottom, mask.shape[0])
-        cols = _interpolation_matrix(x1, x2, left, right, mask.shape[1])
-        pasted[d, top:bottom, left:right] = rows @ mask @ cols.T >= threshold
-    return pasted
+from detector.modeling.mask_paste import MASK_PASTERS
 
 
 def resized_size(orig_size: np.ndarray, scale: float) -> np.ndarray:
@@ -121,6 +60,7 @@ def _image_results(
     scale: float,
     category_ids: list[int],
     with_masks: bool,
+    mask_paste: str,
 ) -> list[dict]:
     """COCO results of row i of a batch of predictions."""
     height, width = (int(v) for v in orig_size)
@@ -149,7 +89,9 @@ def _image_results(
     )[0]
     keep, boxes, clipped = keep[nonempty], boxes[nonempty], clipped[nonempty]
     if with_masks:
-        masks = paste_masks(predictions["masks"][i][keep], boxes, height, width)
+        masks = MASK_PASTERS[mask_paste](
+            predictions["masks"][i][keep], boxes, height, width
+        )
     results = []
     for j, d in enumerate(keep):
         x1, y1, x2, y2 = (float(v) for v in clipped[j])
@@ -166,7 +108,11 @@ def _image_results(
 
 
 def coco_results(
-    predictions: dict, batch: dict, category_ids: list[int], with_masks: bool
+    predictions: dict,
+    batch: dict,
+    category_ids: list[int],
+    with_masks: bool,
+    mask_paste: str = "centres",
 ) -> list[dict]:
     """COCO result dicts of one predicted batch (numpy arrays).
 
@@ -179,6 +125,7 @@ def coco_results(
         skipped).
       category_ids: COCO category id of each class 1..C (index class - 1).
       with_masks: add 'segmentation' (RLE, counts as str).
+      mask_paste: a key of MASK_PASTERS (config eval.mask_paste).
 
     Returns:
       [{image_id, category_id, bbox [x, y, w, h] in original pixels
@@ -198,5 +145,6 @@ def coco_results(
             float(batch["scale"][i]),
             category_ids,
             with_masks,
+            mask_paste,
         )
     return results

@@ -331,6 +331,7 @@ def detect(
     max_detections: int,
     nms_iou: float,
     backend: str,
+    min_size: float = 0.0,
 ) -> Detections:
     """Class-aware detections from the box head outputs on the proposals.
 
@@ -341,12 +342,14 @@ def detect(
       weights: ROI box coder weights.
       score_threshold, pre_nms_top_k, max_detections, nms_iou, backend: see
         config.model.detection.
+      min_size: boxes not wider and taller than this (after clipping) are
+        dropped (detection.min_box_size).
     """
     batch, num_proposals, num_classes = deltas.shape[:3]
     scores = jax.nn.softmax(class_logits, axis=-1)[..., 1:]  # [B, P, C]
     boxes = box_coder.decode(deltas, proposals[:, :, None, :], weights)
     boxes = box_ops.clip_boxes(boxes, *image_size)  # [B, P, C, 4]
-    usable = proposal_valid[..., None] & box_ops.is_larger_than(boxes, 0.0)
+    usable = proposal_valid[..., None] & box_ops.is_larger_than(boxes, min_size)
     scores = jnp.where(usable, scores, -1.0).reshape(batch, -1)
     top_k = min(pre_nms_top_k, num_proposals * num_classes)
     candidate_scores, candidates = jax.lax.top_k(scores, top_k)  # [B, N_pre]
@@ -396,6 +399,8 @@ def pool_rois(
     canonical_size: float,
     canonical_level: int,
     implementation: str = "auto",
+    aligned: bool = True,
+    level_eps: float = 0.0,
 ) -> jax.Array:
     """Multilevel ROIAlign of boxes [B, R, 4]; gradients reach features."""
     with jax.named_scope("roi_align"):
@@ -407,4 +412,6 @@ def pool_rois(
             canonical_size=canonical_size,
             canonical_level=canonical_level,
             implementation=implementation,
+            aligned=aligned,
+            level_eps=level_eps,
         )

@@ -167,6 +167,45 @@ def test_multilevel_reads_each_roi_from_its_level(implementation):
     np.testing.assert_allclose(grad, flat_expected, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("implementation", sorted(roi_align.IMPLEMENTATIONS))
+def test_not_aligned_is_aligned_shifted_by_half_a_pixel(implementation):
+    """aligned=False (torchvision's v1) samples box + 0.5 of aligned=True,
+    and stretches boxes under a pixel to one pixel."""
+    rng = np.random.default_rng(1)
+    height, width, channels = 9, 12, 3
+    features = jnp.asarray(
+        rng.normal(size=(1, height * width, channels)).astype(np.float32)
+    )
+    boxes = np.array([[[1.2, 2.5, 7.9, 6.1], [0.0, 0.0, 12.0, 9.0]]])
+    index = jnp.zeros((1, 2), jnp.int32)
+
+    def pooled(b, aligned):
+        return roi_align.roi_align(
+            features,
+            jnp.asarray(b, jnp.float32),
+            index,
+            index + height,
+            index + width,
+            output_size=3,
+            sampling_ratio=2,
+            implementation=implementation,
+            aligned=aligned,
+        )
+
+    np.testing.assert_allclose(
+        pooled(boxes, False), pooled(boxes + 0.5, True), rtol=1e-5, atol=1e-6
+    )
+    tiny = np.array([[[3.0, 4.0, 3.2, 4.1], [3.0, 4.0, 4.0, 5.0]]])
+    out = np.asarray(pooled(tiny, False))
+    np.testing.assert_allclose(out[0, 0], out[0, 1], rtol=1e-6)
+
+
+def test_level_eps_is_added_before_the_floor():
+    box = jnp.array([[0.0, 0.0, 111.99, 111.99]])  # just under level 3
+    assert int(roi_align.roi_levels(box, 2, 5, 224.0, 4)[0]) == 2
+    assert int(roi_align.roi_levels(box, 2, 5, 224.0, 4, 1e-3)[0]) == 3
+
+
 @pytest.mark.parametrize(
     "side, level",
     [(224.0, 4), (223.0, 3), (448.0, 5), (112.0, 3), (16.0, 2), (4000.0, 5)],

@@ -5,6 +5,7 @@ ResNet names and shapes, derived from its architecture (below), not from
 the module under test.
 """
 
+import logging
 import re
 
 import jax
@@ -338,6 +339,44 @@ def test_unreadable_and_unknown_files_are_one_line(tmp_path):
         r"weights\.h5': unknown file type '\.h5'; known: \.safetensors, "
         r"\.npz, \.pth, \.pt$",
     )
+
+
+def test_non_finite_weights_name_the_file_and_first_bad_tensor(tmp_path):
+    state = torchvision_state_dict("resnet18")
+    state["layer2.0.conv1.weight"][0, 0, 0, 0] = np.inf
+    state["layer3.1.bn2.weight"][3] = np.nan
+    save_file(state, tmp_path / "r18.safetensors")
+    _error(
+        _model_config("resnet18", path=tmp_path / "r18.safetensors"),
+        r"^config\.model\.backbone_init='.*r18\.safetensors': "
+        r"layer2\.0\.conv1\.weight holds 1 non-finite values \(first: inf\)",
+    )
+
+
+def test_negative_running_variance_names_the_tensor(tmp_path):
+    state = torchvision_state_dict("resnet18")
+    state["layer1.1.bn1.running_var"][5] = -0.25
+    save_file(state, tmp_path / "r18.safetensors")
+    _error(
+        _model_config("resnet18", path=tmp_path / "r18.safetensors"),
+        r"r18\.safetensors': layer1\.1\.bn1\.running_var holds negative "
+        r"running variances \(min -0\.25\)",
+    )
+
+
+def test_data_parallel_prefix_is_stripped_with_a_log_line(tmp_path, caplog):
+    caplog.set_level(logging.INFO)
+    state = torchvision_state_dict("resnet18")
+    wrapped = {f"module.{name}": value for name, value in state.items()}
+    save_file(wrapped, tmp_path / "ddp.safetensors")
+    module = _loaded(
+        _model_config("resnet18", path=tmp_path / "ddp.safetensors")
+    )
+    np.testing.assert_array_equal(
+        np.asarray(module.stem.conv.kernel[...]),
+        state["conv1.weight"].transpose(2, 3, 1, 0),
+    )
+    assert "stripped the DataParallel prefix 'module.'" in caplog.text
 
 
 def test_pth_is_read_directly_when_torch_is_installed(tmp_path):

@@ -29,3 +29,20 @@ def test_pyramid_anchors_cover_each_level_once():
     assert (
         levels[0] is anchors.pyramid_anchors((64, 64), 2, 4, 8.0, (1.0,))[0]
     )  # cached
+
+
+def test_torchvision_anchors_start_at_zero_with_rounded_sizes():
+    """torchvision's AnchorGenerator, sizes 32 on stride 4, ratios
+    (0.5, 1, 2): base anchors round(+-[w, h] / 2) at i * stride."""
+    boxes = anchors.level_anchors(
+        (16, 16), 2, 8.0, (0.5, 1.0, 2.0), offset=0.0, round_sizes=True
+    )
+    np.testing.assert_array_equal(
+        boxes[:3],
+        [[-23, -11, 23, 11], [-16, -16, 16, 16], [-11, -23, 11, 23]],
+    )
+    np.testing.assert_array_equal(boxes[3], [-19, -11, 27, 11])  # x + 4
+    levels = anchors.pyramid_anchors(
+        (16, 16), 2, 3, 8.0, (1.0,), offset=0.0, round_sizes=True
+    )
+    np.testing.assert_array_equal(levels[1][0], [-32, -32, 32, 32])

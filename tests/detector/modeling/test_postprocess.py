@@ -1,4 +1,5 @@
-"""detector/modeling/postprocess.py: mask pasting and COCO result dicts."""
+"""detector/modeling/postprocess.py and mask_paste.py: mask pasting and COCO
+result dicts."""
 
 import numpy as np
 import pytest
@@ -9,12 +10,12 @@ tf = pytest.importorskip("tensorflow")
 
 from configs import shapes as shapes_config
 from detector.data import transforms
-from detector.modeling import postprocess
+from detector.modeling import mask_paste, postprocess
 
 
 def test_paste_full_mask_fills_exactly_the_box():
     masks = np.ones((1, 28, 28), np.float32)
-    pasted = postprocess.paste_masks(
+    pasted = mask_paste.paste_masks(
         masks, np.array([[2.0, 3.0, 7.0, 9.0]]), 12, 10
     )
     expected = np.zeros((12, 10), bool)
@@ -26,7 +27,7 @@ def test_paste_keeps_mask_layout_and_clips_to_the_image():
     mask = np.zeros((28, 28), np.float32)
     mask[:, :14] = 1.0  # left half
     boxes = np.array([[0.0, 0.0, 8.0, 4.0], [6.0, 6.0, 14.0, 10.0]])
-    pasted = postprocess.paste_masks(np.stack([mask, mask]), boxes, 8, 10)
+    pasted = mask_paste.paste_masks(np.stack([mask, mask]), boxes, 8, 10)
     np.testing.assert_array_equal(pasted[0, :4, :4], True)
     np.testing.assert_array_equal(pasted[0, :4, 4:], False)
     np.testing.assert_array_equal(pasted[0, 4:], False)
