@@ -4,17 +4,18 @@
   python eval.py --workdir=DIR --config=configs/coco_r50_fpn.py \
       --split='val2017[:500]' --nms=pallas --max_images=100
 
-Without --config the workdir's config.json is used. Prints the COCO 12-number
-summaries for bbox and segm and writes <workdir>/eval_<slug>.json, .png and
-.detections.json (COCO results format; the exact split in a file name:
-'val[:3]' -> eval_val_3-<hash>.json).
+Without --config the workdir's config.json is used; --config=W/config.json
+reads another run's; --config.a.b=v overrides a field of either. Prints the
+COCO 12-number summaries for bbox and segm and writes
+<workdir>/eval_<slug>.json, .png and .detections.json (COCO results format;
+the exact split in a file name: 'val[:3]' -> eval_val_3-<hash>.json).
 """
 
 import pathlib
 
 from absl import app, flags
 
-from detector import cli
+from detector import cli, logs, run_config
 from detector import config as config_lib
 
 _WORKDIR = flags.DEFINE_string(
@@ -41,7 +42,8 @@ _MULTIHOST = cli.MultihostFlags()
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
-    workdir = pathlib.Path(_WORKDIR.value)
+    logs.quiet_libraries()
+    workdir = pathlib.Path(_WORKDIR.value).expanduser()
     with cli.one_line_errors():
         config = (
             cli.config_value(_CONFIG)
@@ -61,4 +63,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    app.run(
+        main, flags_parser=lambda a: cli.parse_flags(run_config.eval_argv(a))
+    )

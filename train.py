@@ -15,7 +15,7 @@ import pathlib
 from absl import app, flags
 from ml_collections import config_flags
 
-from detector import cli
+from detector import cli, logs, run_config
 from detector import config as config_lib
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -55,6 +55,7 @@ def default_workdir() -> str:
 def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logs.quiet_libraries()
     config = cli.config_value(_CONFIG)
     cli.start_jax(config, _MULTIHOST)
     from detector.engine import train_lib
@@ -64,6 +65,7 @@ def main(argv: list[str]) -> None:
         with config.unlocked():
             if _NMS.value:
                 config_lib.set_nms_backend(config, _NMS.value)
+            run_config.absolute_paths(config)  # config.json: from anywhere
         train_lib.train_and_evaluate(
             config,
             _WORKDIR.value or default_workdir(),

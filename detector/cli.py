@@ -35,6 +35,9 @@ MULTIHOST_HELP = (
     "(TPU_WORKER_HOSTNAMES), a SLURM job with SLURM_NTASKS > 1, or an Open "
     "MPI job with OMPI_COMM_WORLD_SIZE > 1."
 )
+# How config_flags starts the error of a config file that failed to load.
+_LOAD_FAILED = "Configuration is not available because of an earlier failure"
+_LOAD_FAILED += " to load:"
 # JAX's own default wait for the coordinator and the other processes.
 COORDINATOR_TIMEOUT_S = 300
 
@@ -105,6 +108,8 @@ def parse_flags(argv: list[str]) -> list[str]:
         fail(_one_line(e, last_only=True))
     except (AttributeError, KeyError) as e:
         fail(_unknown_field(e, argv[1:]))
+    except OSError as e:  # overrides onto a config file that did not load
+        fail(_load_error(e))
 
 
 def config_value(flag: flags.FlagHolder) -> ml_collections.ConfigDict:
@@ -114,7 +119,12 @@ def config_value(flag: flags.FlagHolder) -> ml_collections.ConfigDict:
         config.keys()  # a config that failed to load raises on first use
         return config
     except (OSError, ValueError, AttributeError, KeyError) as e:
-        fail(f"--{flag.name}: {_one_line(e, last_only=True)}")
+        fail(f"--{flag.name}: {_load_error(e)}")
+
+
+def _load_error(error: Exception) -> str:
+    """The reason a config file did not load, without config_flags' preface."""
+    return _one_line(error, last_only=True).removeprefix(_LOAD_FAILED).strip()
 
 
 def os_error_message(error: OSError) -> str:

@@ -8,6 +8,10 @@ Before JAX starts a backend (this file is imported before any test):
   XLA_FLAGS: the backend-identity tests compare programs bit for bit, which
   on a GPU holds only with deterministic reductions. No effect on CPU.
 
+`DETECTOR_TEST_BLOCK=tensorflow,pycocotools,clu` makes those packages
+unimportable for the session (tests/helpers/requires.py), as on an image
+that lacks them: the tests that need them skip.
+
 Several tests compile the same programs (a train step resumed from a
 checkpoint, the same model under another test); JAX's persistent cache in a
 per-worker temporary folder makes the second compile a lookup.
@@ -16,12 +20,18 @@ per-worker temporary folder makes the second compile a lookup.
 import os
 
 from detector.engine import determinism
+from tests.helpers import requires
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ["XLA_FLAGS"] = determinism.with_flag(os.environ.get("XLA_FLAGS"))
 
 import jax
 import pytest
+
+# $DETECTOR_TEST_BLOCK=tensorflow,pycocotools,clu: the session runs as on an
+# image without them. Here, before the conftest files below this folder and
+# the test modules can import them.
+requires.block_from_env()
 
 
 @pytest.fixture(scope="session", autouse=True)

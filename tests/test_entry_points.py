@@ -8,12 +8,11 @@ import sys
 
 import pytest
 
-from tests.helpers import checkpoint_faults
+from tests.helpers import checkpoint_faults, requires
 
 # train.py and eval.py read data with tf.data, evaluate with pycocotools and
 # log with clu: skipped where they are not installed.
-for _module in ("tensorflow", "pycocotools", "clu"):
-    pytest.importorskip(_module)
+requires.module_or_skip(*requires.TRAIN_LOOP)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -12,6 +12,8 @@ import pathlib
 import subprocess
 import sys
 
+from tests.helpers import requires
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("detector", "ops")
 
@@ -136,6 +138,7 @@ def _python(code: str) -> str:
     return result.stdout
 
 
+@requires.modules("pycocotools")  # shapes.py encodes masks with it
 def test_shapes_writer_imports_no_tensorflow():
     """`python -m detector.data.shapes` runs without TensorFlow."""
     assert _python(
@@ -143,6 +146,7 @@ def test_shapes_writer_imports_no_tensorflow():
     ).split() == ["False"]
 
 
+@requires.modules("tensorflow", "tensorflow_datasets", "pycocotools")
 def test_importing_the_pipeline_registers_no_exit_hook():
     """The exit hook (and hiding GPUs from TF) wait for the first dataset."""
     counts = _python(

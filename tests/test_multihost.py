@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pytest
 
+from tests.helpers import requires
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # The smoke config with the fastest-compiling NMS and a schedule that does
 # not depend on num_steps, so a resumed leg reuses the compiled programs.
@@ -202,6 +204,7 @@ def _checkpoint_bytes(step_dir: pathlib.Path) -> int:
     return sum(f.stat().st_size for f in step_dir.rglob("*") if f.is_file())
 
 
+@requires.modules(*requires.TRAIN_LOOP)
 def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
     ref, run = tmp_path / "one_process", tmp_path / "two_processes"
     one_process = (
@@ -266,6 +269,7 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
     )
 
 
+@requires.modules(*requires.TRAIN_LOOP)
 def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
     run = tmp_path / "run"
     lines = _error_lines(
@@ -291,6 +295,7 @@ def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
     assert not run.exists()
 
 
+@requires.modules(*requires.TRAIN_LOOP)
 def test_batch_not_divisible_by_the_processes_is_one_line(tmp_path):
     lines = _error_lines(
         _run(

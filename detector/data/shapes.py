@@ -37,6 +37,8 @@ from absl import logging
 from PIL import Image
 from pycocotools import mask as mask_utils
 
+from detector import progress
+
 CATEGORIES = (
     {"id": 1, "name": "circle", "supercategory": "shape"},
     {"id": 2, "name": "rectangle", "supercategory": "shape"},
@@ -270,7 +272,12 @@ def write_split(
     with contextlib.suppress(FileNotFoundError):
         os.remove(path)
     images, annotations = [], []
-    for index in range(num_images):
+    for index in progress.bar(
+        range(num_images),
+        desc=f"Writing shapes {split}",
+        unit="img",
+        delay_s=progress.SLOW_LOOP_S,
+    ):
         rng = np.random.default_rng([seed, SPLITS.index(split), index])
         pixels, instances = render_image(rng, image_size)
         image_id = index + 1

@@ -219,6 +219,7 @@ def _train(
         images_per_step=config.train.batch_size,
         deterministic=determinism.enabled(),
         resume_step=start_step,
+        num_steps=config.train.num_steps,
     )
     try:
         state = _loop(run, step_fn, state, batch, batches, key, start_step)

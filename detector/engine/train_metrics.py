@@ -1,4 +1,4 @@
-"""Training metrics: clu writers, `metrics.jsonl`, step timing, NaN stop.
+"""Training metrics: TensorBoard, `metrics.jsonl`, the console, NaN stop.
 
 Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
 `step`, the losses (`losses.LOSS_NAMES`),
@@ -9,7 +9,9 @@ batch, host to device included: near the step time means input-bound),
 `images_per_sec`, `nms_backend`, `host_roundtrips_per_step` (host
 round-trip ops the audit found in the compiled step) and `deterministic`
 (whether XLA ran with deterministic GPU ops, detector/engine/determinism.py).
-Evaluations append a line with `"eval": true`.
+Evaluations append a line with `"eval": true`. TensorBoard (process 0)
+gets the same scalars through clu's summary writer; the console gets one
+line per logged step (console.py), not every field.
 A non-finite total loss, gradient norm or updated weight stops the run
 (FloatingPointError).
 """
@@ -25,7 +27,7 @@ from absl import logging
 from clu import metric_writers
 from jax.typing import ArrayLike
 
-from detector.modeling import losses
+from detector.engine import console
 
 
 def drop_lines_after(path: pathlib.Path, step: int) -> None:
@@ -73,9 +75,12 @@ class MetricsLog:
         images_per_step: int,
         deterministic: bool = False,
         resume_step: int = 0,
+        num_steps: int | None = None,
     ):
         """`resume_step`: the step the run starts after (its checkpoint);
         lines of later steps, written before the run stopped, are dropped.
+        `num_steps`: the run's last step, for the console's progress and ETA
+        (default: unknown, shown as the step alone).
         """
         self.backend = backend
         self.deterministic = deterministic
@@ -85,8 +90,13 @@ class MetricsLog:
         self._data_waits: list[float] = []
         self._closed = False
         self._is_main = jax.process_index() == 0
-        self.writer = metric_writers.create_default_writer(
-            str(workdir), just_logging=not self._is_main
+        self.console = console.StepLine(num_steps, resume_step)
+        # TensorBoard only: clu's logging writer would repeat every field of
+        # each step on the console.
+        self.writer = metric_writers.AsyncMultiWriter(
+            [metric_writers.SummaryWriter(str(workdir))]
+            if self._is_main
+            else []
         )
         if self._is_main:
             drop_lines_after(workdir / "metrics.jsonl", resume_step)
@@ -165,17 +175,7 @@ class MetricsLog:
         }
         self.writer.write_scalars(step, scalars)
         self._append(line)
-        logging.info(
-            "step %d: total %.4f (%s) | %.1f ms/step, %.1f img/s, data "
-            "wait %.1f ms, nms=%s",
-            step,
-            line["total"],
-            ", ".join(f"{k} {line[k]:.4f}" for k in losses.TERM_NAMES),
-            median,
-            line["images_per_sec"],
-            line["data_wait_ms"],
-            self.backend,
-        )
+        logging.info("%s", self.console(line))
         return line
 
     def write_eval(self, step: int, results: dict) -> None:

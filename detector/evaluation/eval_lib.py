@@ -38,6 +38,7 @@ from pycocotools import coco as coco_lib
 from pycocotools.cocoeval import COCOeval
 
 from detector import config as config_lib
+from detector import progress
 from detector.data import coco as coco_data
 from detector.data import pipeline
 from detector.engine import (
@@ -150,8 +151,9 @@ def coco_metrics(
         )
     evaluator = COCOeval(coco_gt, detections, iou_type)
     evaluator.params.imgIds = image_ids
-    evaluator.evaluate()
-    evaluator.accumulate()
+    with contextlib.redirect_stdout(io.StringIO()):  # progress chatter
+        evaluator.evaluate()
+        evaluator.accumulate()
     print(f"COCO {iou_type}:")
     evaluator.summarize()
     return {
@@ -225,7 +227,13 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
     """Predicts every batch; returns COCO results, latencies, drawings."""
     results, latencies, drawn = [], [], []
     with host_audit.device_only_transfers():
-        for batch in data.batches():
+        for batch in progress.bar(
+            data.batches(),
+            total=data.num_batches,
+            desc="Predicting",
+            unit="batch",
+            delay_s=progress.SLOW_LOOP_S,
+        ):
             images = sharding.put_batch(batch, mesh, keys=("image",))
             started = time.perf_counter()
             outputs = jax.block_until_ready(

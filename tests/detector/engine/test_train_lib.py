@@ -10,10 +10,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.helpers import requires
+
 # The loop reads tf.data batches, evaluates with pycocotools and logs with
 # clu: skipped where they are not installed.
-for _module in ("tensorflow", "pycocotools", "clu"):
-    pytest.importorskip(_module)
+requires.module_or_skip(*requires.TRAIN_LOOP)
 
 from detector import config as config_lib
 from detector.data import pipeline

@@ -14,6 +14,11 @@ import numpy as np
 import orbax.checkpoint as ocp
 import pytest
 
+from tests.helpers import requires
+
+# Fine-tuning runs the training loop: tf.data, pycocotools, clu.
+requires.module_or_skip(*requires.TRAIN_LOOP)
+
 from detector.engine import train_lib, warm_start
 from detector.modeling import model as model_lib
 from tests.detector.helpers import tiny_config

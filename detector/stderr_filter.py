@@ -1,0 +1,136 @@
+"""Native libraries' informational stderr lines, filtered out.
+
+TensorFlow (2.20 and later) logs from C++ through absl before anything
+calls `absl::InitializeLog()`: such lines go to file descriptor 2
+whatever `TF_CPP_MIN_LOG_LEVEL` says (the oneDNN notice at import,
+Grappler's `op_level_cost_estimator` "Error in PredictCost()" warnings),
+and no Python API reaches that logger. `install()` therefore routes file
+descriptor 2 through a small child process (this file, run as a script)
+that drops
+
+- native INFO lines (absl's `I<mmdd> <time> <thread> <file>:<line>]`
+  format), what `TF_CPP_MIN_LOG_LEVEL=1` used to drop;
+- absl's "All log messages before absl::InitializeLog() is called are
+  written to STDERR" notice;
+- Grappler's `op_level_cost_estimator` "Error in PredictCost()" warnings
+  (a cost model gap for ops like CropAndResize; the op still runs);
+
+and passes every other byte on. Python's own stderr (logging, tracebacks,
+error lines, progress bars) is moved to a copy of the original descriptor
+first, so it never goes through the child. The child ignores SIGINT,
+SIGTERM and SIGHUP and ends when the last writer closes the pipe, so a
+crash's last native lines (a failed CHECK, a fatal error) still come out.
+At exit the parent puts descriptor 2 back and waits briefly for the child.
+"""
+
+import atexit
+import contextlib
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+
+DROPPED = re.compile(
+    rb"^(?:I\d{4} [\d:.]+ +\d+ [\w.+-]+:\d+\] "
+    rb"|WARNING: All log messages before absl::InitializeLog\(\) is called"
+    rb"|W\d{4} [\d:.]+ +\d+ op_level_cost_estimator\.cc:\d+\] "
+    rb"Error in PredictCost\(\))"
+)
+# A partial line (no newline yet) waits this long for its end, then goes.
+PARTIAL_LINE_S = 0.2
+EXIT_WAIT_S = 2.0
+
+
+def filter_stream(read_fd: int, write_fd: int) -> None:
+    """Copies `read_fd` to `write_fd` until EOF, without DROPPED lines."""
+    pending = b""
+    while True:
+        if pending:
+            ready, _, _ = select.select([read_fd], [], [], PARTIAL_LINE_S)
+            if not ready:  # a line without its end: pass it on as it is
+                os.write(write_fd, pending)
+                pending = b""
+                continue
+        chunk = os.read(read_fd, 1 << 16)
+        if not chunk:
+            break
+        *lines, pending = (pending + chunk).split(b"\n")
+        kept = b"".join(
+            line + b"\n" for line in lines if not DROPPED.match(line)
+        )
+        if kept:
+            os.write(write_fd, kept)
+    if pending and not DROPPED.match(pending):
+        os.write(write_fd, pending)
+
+
+def install() -> subprocess.Popen | None:
+    """Routes file descriptor 2 through the filter; returns the child.
+
+    Python's sys.stderr (and absl's log handler on it) move to a copy of
+    the original descriptor. Returns None (and changes nothing) where the
+    child cannot start.
+    """
+    sys.stderr.flush()
+    original = os.dup(2)
+    read_fd, write_fd = os.pipe()
+    try:
+        child = subprocess.Popen(
+            [sys.executable, "-I", "-S", os.path.abspath(__file__)],
+            stdin=read_fd,
+            stdout=original,
+            stderr=original,
+            close_fds=True,
+        )
+    except OSError:
+        for fd in (original, read_fd, write_fd):
+            os.close(fd)
+        return None
+    os.close(read_fd)
+    old_stderr = sys.stderr
+    sys.stderr = os.fdopen(
+        original,
+        "w",
+        buffering=1,
+        encoding=getattr(old_stderr, "encoding", None),
+        errors="backslashreplace",
+    )
+    _repoint_handlers(old_stderr, sys.stderr)
+    os.dup2(write_fd, 2)
+    os.close(write_fd)
+    atexit.register(_finish, child, original)
+    return child
+
+
+def _repoint_handlers(old, new) -> None:
+    """Logging handlers writing to stream `old` write to `new` instead."""
+    import logging
+
+    from absl import logging as absl_logging
+
+    handlers = [absl_logging.get_absl_handler().python_handler]
+    handlers += logging.getLogger().handlers
+    for handler in handlers:
+        if getattr(handler, "stream", None) is old:
+            handler.setStream(new)
+
+
+def _finish(child: subprocess.Popen, original: int) -> None:
+    """At exit: descriptor 2 back to the original (the child then sees the
+    end of its input), and a short wait for its last lines."""
+    os.dup2(original, 2)
+    # TimeoutExpired: a grandchild still holds the pipe; it ends with it.
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        child.wait(EXIT_WAIT_S)
+
+
+def main() -> None:
+    for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(number, signal.SIG_IGN)  # end with the parent's pipe
+    filter_stream(0, 1)
+
+
+if __name__ == "__main__":
+    main()

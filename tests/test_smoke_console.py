@@ -1,0 +1,119 @@
+"""The smoke run's console: one line per log step, no third-party noise;
+and eval.py reusing that run's config from another folder."""
+
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.helpers import requires
+
+requires.module_or_skip(*requires.TRAIN_LOOP)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# What a default run printed before (orbax internals, clu's writer and work
+# unit notes, the TPU probe, TensorFlow's native log, matplotlib's font
+# cache, COCOeval's progress).
+NOISE = (
+    "Closing _NonBlockingMetadataStore",
+    "wait_until_finished",
+    "async_checkpointer",
+    "atomicity.py",
+    "checkpoint_manager.py",
+    "Setting work unit notes",
+    "logging_writer.py",
+    "steps_per_sec",
+    "uptime=",
+    "Unable to initialize backend",
+    "op_level_cost_estimator",
+    "oneDNN custom operations",
+    "absl::InitializeLog",
+    "generated new fontManager",
+    "Running per image evaluation",
+    "Accumulating evaluation results",
+)
+# Start-up and data lines, 2 step lines, the evaluation: 12 log lines and
+# COCOeval's two 13-line summaries.
+MAX_LINES = 12 + 2 * 13
+STEP_LINE = re.compile(
+    r"step (\d+)/4 \(\d+%\)  eta \S+  total [\d.]+  rpn_cls [\d.]+  "
+    r"rpn_box [\d.]+  cls [\d.]+  box [\d.]+  mask [\d.]+ \| [\d.]+ ms/step  "
+    r"[\d.]+ img/s  data [\d.]+ ms  lr [\d.e+-]+  nms while_loop$"
+)
+
+
+def _run(script: str, *args: str, cwd, env=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / script), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _console(result: subprocess.CompletedProcess) -> list[str]:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return (result.stdout + result.stderr).splitlines()
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory) -> tuple[pathlib.Path, list[str]]:
+    """The smoke config trained from folder `home`, with a relative
+    data.root; returns (home, its console lines)."""
+    home = tmp_path_factory.mktemp("home")
+    result = _run(
+        "train.py",
+        f"--config={ROOT}/configs/shapes.py:runlocal",
+        "--workdir=w",
+        "--config.data.root=data",
+        "--nms=while_loop",
+        cwd=home,
+    )
+    return home, _console(result)
+
+
+def test_smoke_run_prints_one_line_per_log_step_and_no_noise(smoke):
+    _, lines = smoke
+    for pattern in NOISE:
+        assert not [line for line in lines if pattern in line], pattern
+    steps = [m.group(1) for line in lines if (m := STEP_LINE.search(line))]
+    assert steps == ["2", "4"], "\n".join(lines)
+    assert any(line.startswith("COCO bbox:") for line in lines)
+    assert len(lines) <= MAX_LINES, "\n".join(lines)
+
+
+def test_config_json_holds_data_root_absolute(smoke):
+    home, _ = smoke
+    config = json.loads((home / "w" / "config.json").read_text())
+    assert config["data"]["root"] == str(home / "data")
+
+
+@pytest.mark.slow
+def test_eval_from_another_folder_reuses_the_run_config(smoke):
+    """`~/w`, the run's config.json with an override: the same data, and no
+    second shapes dataset in the folder eval.py runs from."""
+    home, _ = smoke
+    elsewhere = home / "elsewhere"
+    elsewhere.mkdir()
+    lines = _console(
+        _run(
+            "eval.py",
+            "--workdir=~/w",
+            "--config=~/w/config.json",
+            "--config.eval.max_images=2",
+            cwd=elsewhere,
+            env={**os.environ, "HOME": str(home)},
+        )
+    )
+    for pattern in NOISE:
+        assert not [line for line in lines if pattern in line], pattern
+    assert list(elsewhere.iterdir()) == []
+    summary = json.loads((home / "w" / "eval_val.json").read_text())
+    assert summary["images"] == 2
