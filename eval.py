@@ -42,12 +42,7 @@ def main(argv: list[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     workdir = pathlib.Path(_WORKDIR.value)
-    with cli.one_line_errors():
-        config = (
-            cli.config_value(_CONFIG)
-            if _CONFIG.value is not None
-            else config_lib.load_json(workdir / "config.json")
-        )
+    config = cli.run_config(_CONFIG, workdir)
     cli.start_jax(config, _MULTIHOST)
     from detector.evaluation import eval_lib
 

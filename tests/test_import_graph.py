@@ -1,10 +1,11 @@
 """The import graph of detector/ and ops/, and what importing costs.
 
-The graph runs one way (entry points -> engine -> evaluation -> modeling ->
-ops) and the folders are its layers: detector/modeling/ (Mask R-CNN itself)
-never imports the engine or evaluation, detector/data/ never imports the
-model, and ops/ knows nothing of detector/. Every import statement counts,
-function-level ones included.
+The graph runs one way (entry points -> export -> engine -> evaluation ->
+modeling -> ops) and the folders are its layers: detector/modeling/ (Mask
+R-CNN itself) never imports the engine or evaluation, detector/data/ never
+imports the model, ops/ knows nothing of detector/, and detector/runtime/
+(what runs an exported artifact) imports nothing else of either. Every
+import statement counts, function-level ones included.
 """
 
 import ast
@@ -99,6 +100,17 @@ LAYER_RULES = {
     "ops": ("detector",),
     "detector.modeling": ("detector.engine", "detector.evaluation"),
     "detector.data": ("detector.modeling",),
+    # What predict.py --exported runs: numpy, PIL and jax only.
+    "detector.runtime": (
+        "detector.cli",
+        "detector.config",
+        "detector.data",
+        "detector.engine",
+        "detector.evaluation",
+        "detector.export",
+        "detector.modeling",
+        "ops",
+    ),
 }
 
 

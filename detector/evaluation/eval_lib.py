@@ -320,6 +320,31 @@ def evaluate_checkpoint(
     check_request(split, max_images)
     config_lib.validate(config)
     multihost.check_same_config(config)
+    mesh = sharding.make_mesh()
+    graphdef, state = restore_latest(config, workdir, mesh)
+    return evaluate(
+        config,
+        graphdef,
+        state.params,
+        state.rest,
+        mesh=mesh,
+        workdir=workdir,
+        split=split,
+        max_images=max_images,
+    )
+
+
+def restore_latest(
+    config: ml_collections.ConfigDict, workdir: pathlib.Path, mesh: Mesh
+) -> tuple[nnx.GraphDef, state_lib.TrainState]:
+    """(eval-mode graphdef, state) of the newest intact checkpoint of
+    `workdir`, replicated on `mesh`; reads only (creates nothing).
+
+    Raises:
+      FileNotFoundError: `workdir` has no checkpoint.
+      ValueError: every checkpoint is damaged, or was written by another
+        config.
+    """
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
     try:
@@ -328,18 +353,8 @@ def evaluate_checkpoint(
                 f"{ckpt_dir}: no checkpoint to evaluate "
                 "(train first, or check --workdir)"
             )
-        mesh = sharding.make_mesh()
         tx, _ = optimizer.make_optimizer(config)
         graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
     finally:
         ckpt.close()
-    return evaluate(
-        config,
-        state_lib.eval_graphdef(graphdef, state.params, state.rest),
-        state.params,
-        state.rest,
-        mesh=mesh,
-        workdir=workdir,
-        split=split,
-        max_images=max_images,
-    )
+    return state_lib.eval_graphdef(graphdef, state.params, state.rest), state
