@@ -147,6 +147,7 @@ def test_truncated_artifact_is_one_error_line(exported_dir, photos, tmp_path):
     assert line.startswith(f"error: {artifact}: its 5000 bytes differ")
 
 
+@pytest.mark.slow  # the message itself: tests/detector/export/
 def test_export_with_host_nms_is_one_error_line(trained_workdir, tmp_path):
     line = commands.error_line(
         _run(

@@ -40,10 +40,8 @@ from pycocotools.cocoeval import COCOeval
 from detector import config as config_lib
 from detector.data import pipeline
 from detector.engine import (
-    checkpoint,
     determinism,
     multihost,
-    optimizer,
     sharding,
 )
 from detector.engine import train_state as state_lib
@@ -321,7 +319,7 @@ def evaluate_checkpoint(
     config_lib.validate(config)
     multihost.check_same_config(config)
     mesh = sharding.make_mesh()
-    graphdef, state = restore_latest(config, workdir, mesh)
+    graphdef, state = state_lib.restore_latest(config, workdir, mesh)
     return evaluate(
         config,
         graphdef,
@@ -332,29 +330,3 @@ def evaluate_checkpoint(
         split=split,
         max_images=max_images,
     )
-
-
-def restore_latest(
-    config: ml_collections.ConfigDict, workdir: pathlib.Path, mesh: Mesh
-) -> tuple[nnx.GraphDef, state_lib.TrainState]:
-    """(eval-mode graphdef, state) of the newest intact checkpoint of
-    `workdir`, replicated on `mesh`; reads only (creates nothing).
-
-    Raises:
-      FileNotFoundError: `workdir` has no checkpoint.
-      ValueError: every checkpoint is damaged, or was written by another
-        config.
-    """
-    ckpt_dir = pathlib.Path(workdir) / "checkpoints"
-    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
-    try:
-        if ckpt.latest_step() is None:
-            raise FileNotFoundError(
-                f"{ckpt_dir}: no checkpoint to evaluate "
-                "(train first, or check --workdir)"
-            )
-        tx, _ = optimizer.make_optimizer(config)
-        graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
-    finally:
-        ckpt.close()
-    return state_lib.eval_graphdef(graphdef, state.params, state.rest), state

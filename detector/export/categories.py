@@ -11,8 +11,6 @@ import pathlib
 
 import ml_collections
 
-from detector.data import coco, shapes
-
 
 def _from_annotations(path: pathlib.Path) -> list[dict]:
     try:
@@ -44,6 +42,9 @@ def categories(config: ml_collections.ConfigDict) -> list[dict]:
       ValueError / FileNotFoundError: the categories cannot be read, or
         their count is not data.num_classes (named).
     """
+    # pycocotools (and TensorFlow for TFDS) only where they are needed.
+    from detector.data import coco, shapes
+
     data = config.data
     if data.source == "tfds":
         found = _from_tfds(data)

@@ -21,8 +21,7 @@ import jax.numpy as jnp
 import ml_collections
 
 from detector import config as config_lib
-from detector.engine import sharding
-from detector.evaluation import eval_lib
+from detector.engine import sharding, train_state
 from detector.export import categories as categories_lib
 from detector.export import serving
 from detector.runtime import artifact as artifact_lib
@@ -97,7 +96,7 @@ def restore(
 ) -> Weights:
     """The newest intact checkpoint of `workdir`, weights as numpy."""
     mesh = sharding.make_mesh()
-    graphdef, state = eval_lib.restore_latest(config, workdir, mesh)
+    graphdef, state = train_state.restore_latest(config, workdir, mesh)
     params, rest, step = jax.device_get((state.params, state.rest, state.step))
     return Weights(graphdef, params, rest, int(step))
 
