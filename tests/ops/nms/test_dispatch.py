@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ops import nms as nms_lib
-from ops.nms import dispatch, reference
+from ops.nms import dispatch, pallas_gpu, reference
 
 _TRITON_CALL = "__gpu$xla.gpu.triton"
 
@@ -60,6 +60,28 @@ def test_multi_platform_export_with_symbolic_batch_runs_on_cpu():
         )
         np.testing.assert_array_equal(indices, expected[0])
         np.testing.assert_array_equal(count, expected[1])
+
+
+def test_auto_exports_for_every_platform_without_pallas_triton(monkeypatch):
+    """'auto' on a JAX with no Pallas Triton: while_loop on CUDA, the
+    Mosaic kernel on TPU, in one program (the CUDA branch never lowers the
+    missing Triton kernel)."""
+    monkeypatch.setattr(pallas_gpu, "TRITON_AVAILABLE", False)
+
+    def fn(boxes, scores):
+        return nms_lib.nms(
+            boxes, scores, max_output_size=20, iou_threshold=0.5, backend="auto"
+        )
+
+    with jax.sharding.use_abstract_mesh(_tpu_mesh()):
+        module = (
+            jax.export.export(jax.jit(fn), platforms=("cpu", "cuda", "tpu"))(
+                jax.ShapeDtypeStruct((2, 64, 4), jnp.float32),
+                jax.ShapeDtypeStruct((2, 64), jnp.float32),
+            )
+        ).mlir_module()
+    assert "tpu_custom_call" in module and _TRITON_CALL not in module
+    assert "stablehlo.while" in module
 
 
 def test_eager_call_runs_the_default_devices_branch():
