@@ -44,12 +44,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logs.quiet_libraries()
     workdir = pathlib.Path(_WORKDIR.value).expanduser()
-    with cli.one_line_errors():
-        config = (
-            cli.config_value(_CONFIG)
-            if _CONFIG.value is not None
-            else config_lib.load_json(workdir / "config.json")
-        )
+    config = cli.run_config(_CONFIG, workdir)
     cli.start_jax(config, _MULTIHOST)
     from detector.evaluation import eval_lib
 
@@ -64,5 +59,8 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
     app.run(
-        main, flags_parser=lambda a: cli.parse_flags(run_config.eval_argv(a))
+        main,
+        flags_parser=lambda a: cli.parse_flags(
+            run_config.workdir_config_argv(a)
+        ),
     )

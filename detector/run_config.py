@@ -1,14 +1,15 @@
-"""A run's config as train.py stores it and eval.py reads it back.
+"""A run's config as train.py stores it and eval.py / export.py read it.
 
 - train.py: `absolute_paths(config)` turns relative paths of the config
   (`data.root`, ...) into absolute ones against the folder train.py runs
   from, so config.json names the same files from any folder (eval.py run
   elsewhere does not write a second shapes dataset there).
-- eval.py: `eval_argv(argv)` makes a workdir's config.json a config file
-  like any other. Without `--config`, `--config=<workdir>/config.json` is
-  assumed; a `--config=*.json` is read as JSON (`load_json`), not executed
-  as Python. Either way `--config.a.b=v` overrides apply on top, with the
-  same checks as train.py's.
+- eval.py, export.py: `workdir_config_argv(argv)` makes a workdir's
+  config.json a config file like any other. Without `--config`,
+  `--config=<workdir>/config.json` is assumed; a `--config=*.json` is read
+  as JSON (`load_json`), not executed as Python. Either way
+  `--config.a.b=v` overrides apply on top, with the same checks as
+  train.py's.
 - This file is also the config file config_flags loads for a `.json`:
   `--config=detector/run_config.py:W/config.json` calls `get_config`.
 """
@@ -78,8 +79,8 @@ def json_config_spec(path: str) -> str:
     return f"{pathlib.Path(__file__).resolve()}:{path}"
 
 
-def eval_argv(argv: list[str]) -> list[str]:
-    """`argv` of eval.py with its config given as a config file flag.
+def workdir_config_argv(argv: list[str]) -> list[str]:
+    """`argv` of eval.py / export.py with the config a config file flag.
 
     `--config=X.json` becomes `--config=<this file>:X.json`; without any
     `--config`, `--config=<this file>:<workdir>/config.json` is put first

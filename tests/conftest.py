@@ -42,3 +42,28 @@ def compilation_cache(tmp_path_factory):
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     yield
     jax.config.update("jax_compilation_cache_dir", None)
+
+
+@pytest.fixture(scope="session")
+def trained_workdir(tmp_path_factory):
+    """A shapes workdir with checkpoint predict_workdir.STEP (not trained:
+    tests/helpers/predict_workdir.py), shared by the export tests."""
+    from tests.helpers import predict_workdir
+
+    workdir = tmp_path_factory.mktemp("predict") / "run"
+    predict_workdir.make(workdir)
+    return workdir
+
+
+@pytest.fixture(scope="session")
+def exported_dir(trained_workdir):
+    """trained_workdir exported for cpu, cuda and tpu in one artifact."""
+    from detector import config as config_lib
+    from detector.export import exporter
+
+    out = trained_workdir / "export"
+    config = config_lib.load_json(trained_workdir / "config.json")
+    exporter.export_workdir(
+        config, trained_workdir, out, platforms=("cpu", "cuda", "tpu")
+    )
+    return out

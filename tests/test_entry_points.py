@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import checkpoint_faults, requires
+from tests.helpers import checkpoint_faults, commands, requires
 
 # train.py and eval.py read data with tf.data, evaluate with pycocotools and
 # log with clu: skipped where they are not installed.
@@ -30,17 +30,7 @@ def _run(
     )
 
 
-def _error_line(result: subprocess.CompletedProcess) -> str:
-    """The one `error:` line; asserts there is no traceback."""
-    assert result.returncode == 1, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr, result.stderr[-2000:]
-    errors = [
-        line
-        for line in result.stderr.splitlines()
-        if line.startswith("error: ")
-    ]
-    assert len(errors) == 1, result.stderr[-2000:]
-    return errors[0]
+_error_line = commands.error_line
 
 
 @pytest.mark.parametrize(

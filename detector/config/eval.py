@@ -3,7 +3,7 @@
 import ml_collections
 
 from detector.config.checks import check, check_minimums
-from detector.modeling import mask_paste
+from detector.runtime import masks as mask_paste
 
 _MINIMUMS = (
     ("eval.batch_size", 1, "images per predict call"),

@@ -52,7 +52,12 @@ def read_rgb(path: str) -> DecodedImage:
             mode = image.mode
             orientation = orientation_lib.of_image(image)
             stored = None if mode in _REFUSED_MODES else _rgb(image)
-    except (OSError, SyntaxError, ValueError) as e:
+    except (
+        OSError,
+        SyntaxError,
+        ValueError,
+        Image.DecompressionBombError,
+    ) as e:
         raise ValueError(f"{path}: cannot decode image ({e})") from None
     if stored is None:
         raise ValueError(

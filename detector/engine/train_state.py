@@ -6,6 +6,7 @@ params and the remaining variables (BatchNorm statistics, frozen BatchNorm
 values). The jitted step is a pure function of (TrainState, batch, key).
 """
 
+import pathlib
 from typing import Any
 
 import flax
@@ -18,7 +19,7 @@ from flax import nnx, serialization
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from detector.engine import checkpoint, sharding, warm_start
+from detector.engine import checkpoint, optimizer, sharding, warm_start
 from detector.modeling import model as model_lib
 
 
@@ -163,3 +164,39 @@ def restore_or_init(
     state = from_tree(state, tree)
     logging.info("Resumed from %s/%d", ckpt.directory, step)
     return graphdef, state
+
+
+def restore_latest(
+    config: ml_collections.ConfigDict, workdir: pathlib.Path, mesh: Mesh
+) -> tuple[nnx.GraphDef, TrainState]:
+    """(eval-mode graphdef, state) of the newest intact checkpoint of
+    `workdir`, replicated on `mesh`; reads only (creates nothing). A workdir
+    without checkpoints gives the model `model.init_checkpoint` starts
+    from, where one is set (a torchvision Mask R-CNN file, say).
+
+    Raises:
+      FileNotFoundError: `workdir` has no checkpoint and the config no
+        `model.init_checkpoint`.
+      ValueError: every checkpoint is damaged, or was written by another
+        config.
+    """
+    ckpt_dir = pathlib.Path(workdir) / "checkpoints"
+    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
+    try:
+        if ckpt.latest_step() is None and not config.model.init_checkpoint:
+            raise FileNotFoundError(
+                f"{ckpt_dir}: no checkpoint to evaluate "
+                "(train first, or check --workdir)"
+            )
+        if ckpt.latest_step() is None:
+            logging.info(
+                "%s: no checkpoint; using the model started from "
+                "model.init_checkpoint=%s",
+                ckpt_dir,
+                config.model.init_checkpoint,
+            )
+        tx, _ = optimizer.make_optimizer(config)
+        graphdef, state = restore_or_init(config, mesh, ckpt, tx)
+    finally:
+        ckpt.close()
+    return eval_graphdef(graphdef, state.params, state.rest), state

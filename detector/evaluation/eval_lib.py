@@ -42,10 +42,8 @@ from detector import progress
 from detector.data import coco as coco_data
 from detector.data import pipeline
 from detector.engine import (
-    checkpoint,
     determinism,
     multihost,
-    optimizer,
     sharding,
 )
 from detector.engine import train_state as state_lib
@@ -347,30 +345,12 @@ def evaluate_checkpoint(
     check_request(split, max_images)
     config_lib.validate(config)
     multihost.check_same_config(config)
-    ckpt_dir = pathlib.Path(workdir) / "checkpoints"
-    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
-    try:
-        if ckpt.latest_step() is None and not config.model.init_checkpoint:
-            raise FileNotFoundError(
-                f"{ckpt_dir}: no checkpoint to evaluate "
-                "(train first, or check --workdir)"
-            )
-        if ckpt.latest_step() is None:
-            pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
-            logging.info(
-                "%s: no checkpoint; evaluating the model started from "
-                "model.init_checkpoint=%s",
-                ckpt_dir,
-                config.model.init_checkpoint,
-            )
-        mesh = sharding.make_mesh()
-        tx, _ = optimizer.make_optimizer(config)
-        graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
-    finally:
-        ckpt.close()
+    mesh = sharding.make_mesh()
+    graphdef, state = state_lib.restore_latest(config, workdir, mesh)
+    pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
     return evaluate(
         config,
-        state_lib.eval_graphdef(graphdef, state.params, state.rest),
+        graphdef,
         state.params,
         state.rest,
         mesh=mesh,

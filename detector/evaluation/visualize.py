@@ -6,7 +6,8 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from detector.modeling import mask_paste, postprocess
+from detector.modeling import postprocess
+from detector.runtime import masks as mask_paste
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

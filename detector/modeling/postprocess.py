@@ -1,7 +1,7 @@
 """Host-side post-processing: paste masks, undo the resize, COCO results.
 
 Runs on numpy arrays fetched from the device after predict (masks are
-pasted by mask_paste.py, the rule eval.mask_paste names). The data
+pasted by detector/runtime/masks.py, the rule eval.mask_paste names). The data
 pipeline resizes each h x w image to max(round([h, w] * scale), 1) pixels per
 axis and pads it right and down, so original pixels are input pixels divided
 by the per-axis factor resized / [h, w] (see `resize_factors`).
@@ -11,9 +11,8 @@ B batch.
 """
 
 import numpy as np
-from pycocotools import mask as mask_utils
 
-from detector.modeling.mask_paste import MASK_PASTERS
+from detector.runtime import masks as masks_lib
 
 
 def resized_size(orig_size: np.ndarray, scale: float) -> np.ndarray:
@@ -44,12 +43,6 @@ def resize_factors(orig_size: np.ndarray, scale: float) -> np.ndarray:
     """
     resized = resized_size(orig_size, scale).astype(np.float64)
     return resized / np.asarray(orig_size, np.float64)
-
-
-def _encode_rle(mask: np.ndarray) -> dict:
-    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
-    rle["counts"] = rle["counts"].decode("ascii")
-    return rle
 
 
 def _image_results(
@@ -89,7 +82,7 @@ def _image_results(
     )[0]
     keep, boxes, clipped = keep[nonempty], boxes[nonempty], clipped[nonempty]
     if with_masks:
-        masks = MASK_PASTERS[mask_paste](
+        masks = masks_lib.MASK_PASTERS[mask_paste](
             predictions["masks"][i][keep], boxes, height, width
         )
     results = []
@@ -102,7 +95,7 @@ def _image_results(
             "score": float(predictions["scores"][i][d]),
         }
         if with_masks:
-            result["segmentation"] = _encode_rle(masks[j])
+            result["segmentation"] = masks_lib.encode_rle(masks[j])
         results.append(result)
     return results
 
@@ -125,7 +118,7 @@ def coco_results(
         skipped).
       category_ids: COCO category id of each class 1..C (index class - 1).
       with_masks: add 'segmentation' (RLE, counts as str).
-      mask_paste: a key of MASK_PASTERS (config eval.mask_paste).
+      mask_paste: a key of masks_lib.MASK_PASTERS (config eval.mask_paste).
 
     Returns:
       [{image_id, category_id, bbox [x, y, w, h] in original pixels

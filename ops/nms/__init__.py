@@ -27,7 +27,7 @@ from absl import logging
 from jax import lax
 from jax.typing import ArrayLike
 
-from ops.nms import cpu, pallas, pallas_gpu, topk, while_loop
+from ops.nms import cpu, dispatch, pallas, pallas_gpu, topk, while_loop
 
 _IMPLEMENTATIONS = {
     "cpu": cpu.nms,
@@ -169,15 +169,30 @@ def resolve_backend(backend: str, platform: str | None = None) -> str:
 
 
 def _auto(boxes, scores, classes, **params):
-    """Dispatches per platform at lowering time (see AUTO_BACKEND)."""
-    branches = {
-        platform: functools.partial(
-            _IMPLEMENTATIONS[auto_backend(platform)], **params
+    """Dispatches per platform at lowering time (see AUTO_BACKEND); each
+    platform's backend is lowered for that platform only
+    (ops/nms/dispatch.py), so a multi-platform export never lowers a
+    kernel where it cannot run."""
+    extra = () if classes is None else (classes,)
+
+    def branch(platform):
+        impl = _IMPLEMENTATIONS[auto_backend(platform)]
+
+        def run(boxes, scores, *classes):
+            return tuple(
+                impl(boxes, scores, classes[0] if classes else None, **params)
+            )
+
+        return run
+
+    return tuple(
+        dispatch.platform_switch(
+            boxes,
+            scores,
+            *extra,
+            default=branch("cpu"),
+            **{platform: branch(platform) for platform in AUTO_BACKEND},
         )
-        for platform in AUTO_BACKEND
-    }
-    return lax.platform_dependent(
-        boxes, scores, classes, **branches, default=branches["cpu"]
     )
 
 

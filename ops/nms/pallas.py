@@ -19,7 +19,7 @@ from jax import lax
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
-from ops.nms import common, pallas_gpu, pallas_tpu
+from ops.nms import common, dispatch, pallas_gpu, pallas_tpu
 
 # Block sizes per platform. TPU: lane-dense tiles of 128, the kept buffer
 # scanned a tile at a time. GPU: power-of-two blocks small enough that the
@@ -94,15 +94,24 @@ def _keep_mask(fields, classes, candidate, *, platform, **params):
     elif platform == "gpu" and not pallas_gpu.TRITON_AVAILABLE:
         keep = _triton_missing_p.bind(fields, classes, candidate)
     else:
-        keep = pallas_gpu.keep_mask(
-            fields,
-            classes,
-            candidate,
-            blocks=blocks,
-            platform=platform,
-            **params,
+        gpu_kernel = functools.partial(
+            pallas_gpu.keep_mask, blocks=blocks, platform=platform, **params
         )
+        if platform == "gpu" and not isinstance(fields.shape[0], int):
+            # A Triton grid is static: with a symbolic batch (an exported
+            # program), one kernel call per image in a loop.
+            keep = lax.map(
+                lambda row: gpu_kernel(*(x[None] for x in row))[0],
+                (fields, classes, candidate),
+            )
+        else:
+            keep = gpu_kernel(fields, classes, candidate)
     return keep[:, :n]
+
+
+def _as_tuple(kernel, **params):
+    """kernel(*args, **params) as a one-output branch of platform_switch."""
+    return lambda *args: (kernel(*args, **params),)
 
 
 def nms(
@@ -127,12 +136,12 @@ def nms(
         iou_threshold=iou_threshold,
         class_aware=class_aware,
     )
-    keep = lax.platform_dependent(
+    (keep,) = dispatch.platform_switch(
         fields,
         sorted_classes,
         candidate,
-        tpu=functools.partial(kernel, platform="tpu"),
-        cuda=functools.partial(kernel, platform="gpu"),
-        default=functools.partial(kernel, platform="cpu"),
+        tpu=_as_tuple(kernel, platform="tpu"),
+        cuda=_as_tuple(kernel, platform="gpu"),
+        default=_as_tuple(kernel, platform="cpu"),
     )
     return common.indices_from_keep_mask(keep > 0, order, max_output_size)

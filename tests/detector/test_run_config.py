@@ -30,7 +30,7 @@ def _parse(argv: list[str], monkeypatch):
     holder = config_flags.DEFINE_config_file(
         "config", None, "", flag_values=values, lock_config=True
     )
-    values(run_config.eval_argv(argv))
+    values(run_config.workdir_config_argv(argv))
     return holder.value
 
 
@@ -71,17 +71,17 @@ def test_workdir_with_a_tilde_finds_its_config(tmp_path, monkeypatch):
     assert config.data.root == "/data/shapes"
 
 
-def test_eval_argv_leaves_python_configs_and_a_missing_workdir_alone():
+def test_workdir_config_argv_leaves_python_configs_and_missing_workdir():
     for argv in (
         ["eval.py", "--workdir=w", "--config=configs/shapes.py:runlocal"],
         ["eval.py", "--config.data.root=/x"],
     ):
-        assert run_config.eval_argv(argv) == argv
+        assert run_config.workdir_config_argv(argv) == argv
     no_config = ["eval.py", "--workdir=/nowhere"]
-    assert run_config.eval_argv(no_config) == no_config
-    assert run_config.eval_argv([*no_config, "--config.seed=1", "--", "-x"])[
-        1
-    ] == "--config=" + run_config.json_config_spec("/nowhere/config.json")
+    assert run_config.workdir_config_argv(no_config) == no_config
+    assert run_config.workdir_config_argv(
+        [*no_config, "--config.seed=1", "--", "-x"]
+    )[1] == "--config=" + run_config.json_config_spec("/nowhere/config.json")
 
 
 def test_missing_config_json_names_it(tmp_path):

@@ -30,8 +30,8 @@ from flax import nnx
 
 from configs import coco_r50_fpn
 from detector.engine import warm_start
-from detector.modeling import mask_paste
 from detector.modeling import model as model_lib
+from detector.runtime import masks as mask_paste
 
 # make_torchvision_fixture.REDUCED, as our config fields.
 REDUCED = {

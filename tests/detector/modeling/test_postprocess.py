@@ -1,5 +1,5 @@
-"""detector/modeling/postprocess.py and mask_paste.py: mask pasting and COCO
-result dicts."""
+"""detector/modeling/postprocess.py and detector/runtime/masks.py: mask
+pasting and COCO result dicts."""
 
 import numpy as np
 import pytest
@@ -10,7 +10,8 @@ tf = pytest.importorskip("tensorflow")
 
 from configs import shapes as shapes_config
 from detector.data import transforms
-from detector.modeling import mask_paste, postprocess
+from detector.modeling import postprocess
+from detector.runtime import masks as mask_paste
 
 
 def test_paste_full_mask_fills_exactly_the_box():

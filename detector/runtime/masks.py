@@ -1,17 +1,24 @@
-"""Pasting box-relative mask probabilities into full images (numpy).
+"""Box-relative masks -> full-image masks -> COCO run-length encoding.
 
-    pasted = mask_paste.MASK_PASTERS[config.eval.mask_paste](masks, boxes, h, w)
+    pasted = masks.MASK_PASTERS[rule](masks, boxes, height, width)
 
-Two rules (config eval.mask_paste): 'centres' samples each mask bilinearly
-at the centres of the pixels inside its box (>= 0.5 is foreground);
-'torchvision' is torchvision's paste_masks_in_image (a one-cell zero
-border, the box grown to match and truncated to integer pixels, a bilinear
-resize, > 0.5).
+Numpy only (pycocotools where installed), shared by evaluation
+(`detector.modeling.postprocess`) and the exported predictor. Two pasting
+rules (config eval.mask_paste, recorded in an export's predict.json):
+'centres' samples each mask bilinearly at the centres of the pixels inside
+its box (>= 0.5 is foreground); 'torchvision' is torchvision's
+paste_masks_in_image (a one-cell zero border, the box grown to match and
+truncated to integer pixels, a bilinear resize, > 0.5).
 
-Shapes: D detections, T mask size (28), H, W image size in pixels.
+Shapes: D detections, T mask size (28), H, W target image size in pixels.
 """
 
 import numpy as np
+
+try:  # compressed RLE where pycocotools is installed
+    from pycocotools import mask as _coco_mask
+except ImportError:  # a serving image without it: uncompressed RLE
+    _coco_mask = None
 
 
 def _interpolation_matrix(
@@ -154,3 +161,28 @@ MASK_PASTERS = {
     "centres": paste_masks,
     "torchvision": paste_masks_torchvision,
 }
+
+
+def uncompressed_rle(mask: np.ndarray) -> dict:
+    """COCO's uncompressed RLE of bool[H, W]: {"size", "counts": [int]}.
+
+    Run lengths in column-major order, starting with a run of zeros
+    (possibly empty); what pycocotools' `frPyObjects` reads.
+    """
+    flat = np.asarray(mask, bool).ravel(order="F")
+    changes = np.flatnonzero(flat[1:] != flat[:-1]) + 1
+    bounds = np.concatenate([[0], changes, [flat.size]])
+    counts = np.diff(bounds).tolist()
+    if flat.size and flat[0]:
+        counts = [0] + counts
+    return {"size": list(mask.shape), "counts": counts}
+
+
+def encode_rle(mask: np.ndarray) -> dict:
+    """COCO RLE of bool[H, W]: compressed (counts a str) with pycocotools,
+    else `uncompressed_rle`. Both are valid COCO results segmentations."""
+    if _coco_mask is None:
+        return uncompressed_rle(mask)
+    rle = _coco_mask.encode(np.asfortranarray(mask.astype(np.uint8)))
+    rle["counts"] = rle["counts"].decode("ascii")
+    return rle

@@ -1,0 +1,74 @@
+"""The categories a trained model names: COCO ids and names of classes 1..C.
+
+Read from where training read them, without building the input pipeline:
+the train split's annotation file of a folder source (`coco_json`,
+`shapes`; the shapes generator's own list where its files are not there),
+or the TFDS builder's label names (`tfds`).
+"""
+
+import json
+import pathlib
+
+import ml_collections
+
+
+def _from_annotations(path: pathlib.Path) -> list[dict]:
+    try:
+        categories = json.loads(path.read_text())["categories"]
+        return sorted(
+            ({"id": int(c["id"]), "name": str(c["name"])} for c in categories),
+            key=lambda c: c["id"],
+        )
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"{path}: no readable 'categories' with id and name ({e})"
+        ) from None
+
+
+def _from_tfds(data: ml_collections.ConfigDict) -> list[dict]:
+    from detector.data import tfds_coco  # TensorFlow: only for TFDS runs
+
+    builder = tfds_coco.TfdsCoco(data)
+    return [
+        {"id": i, "name": n}
+        for i, n in zip(builder.category_ids, builder.label_names, strict=True)
+    ]
+
+
+def categories(config: ml_collections.ConfigDict) -> list[dict]:
+    """[{"id", "name"}] of classes 1..C, in class order.
+
+    Raises:
+      ValueError / FileNotFoundError: the categories cannot be read, or
+        their count is not data.num_classes (named).
+    """
+    # pycocotools (and TensorFlow for TFDS) only where they are needed.
+    from detector.data import coco, shapes
+
+    data = config.data
+    if data.source == "tfds":
+        found = _from_tfds(data)
+        where = f"tfds {data.tfds_name}"
+    else:
+        name = coco.parse_split(data.train_split)[0]
+        path = (
+            pathlib.Path(data.root) / "annotations" / f"instances_{name}.json"
+        )
+        where = str(path)
+        if path.exists():
+            found = _from_annotations(path)
+        elif data.source == "shapes":
+            found = [
+                {"id": c["id"], "name": c["name"]} for c in shapes.CATEGORIES
+            ]
+        else:
+            raise FileNotFoundError(
+                f"{path}: missing; the categories of the model are read "
+                "from its training annotations (set --config.data.root)"
+            )
+    if len(found) != data.num_classes:
+        raise ValueError(
+            f"{where}: {len(found)} categories but data.num_classes is "
+            f"{data.num_classes}"
+        )
+    return found

@@ -1,0 +1,198 @@
+"""Serializes a workdir's predict function with `jax.export`.
+
+    meta = export_workdir(config, workdir, out, platforms=("cpu", "tpu"))
+
+Writes `out/predict.jax` and `out/predict.json`
+(`detector.runtime.artifact` describes both). The batch dimension is
+symbolic (`b`): one artifact takes any batch size on every platform. The
+Mosaic (TPU) and interpret-mode (CPU) NMS kernels take a symbolic grid;
+the Triton (CUDA) kernel's grid must be static, so on CUDA the exported
+program runs the kernel once per image in a loop (ops/nms/pallas.py).
+Each platform's NMS kernel is lowered for that platform only
+(ops/nms/dispatch.py), so one artifact holds them all.
+"""
+
+import dataclasses
+import json
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+
+from detector import config as config_lib
+from detector.engine import sharding, train_state
+from detector.export import categories as categories_lib
+from detector.export import serving
+from detector.runtime import artifact as artifact_lib
+from ops import nms as nms_lib
+
+PLATFORMS = ("cpu", "cuda", "tpu")
+# The TPU generation Mosaic kernels are lowered for when no TPU is
+# attached (on a TPU host, the attached one).
+DEFAULT_TPU_KIND = "TPU v5 lite"
+# Pallas' Triton kernel is a custom call jax.export does not list as
+# stable; it is the kernel the 'pallas' backend runs on CUDA GPUs.
+_TRITON_CALL = "__gpu$xla.gpu.triton"
+_NMS_SITES = ("rpn", "detection")  # config.model.<site>.nms_backend
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """A restored model: eval-mode graphdef, weights on the host, step."""
+
+    graphdef: object
+    params: object
+    rest: object
+    step: int
+
+
+def check_platforms(platforms: tuple[str, ...]) -> None:
+    """Raises ValueError unless `platforms` are known and not repeated."""
+    unknown = [p for p in platforms if p not in PLATFORMS]
+    if not platforms or unknown or len(set(platforms)) != len(platforms):
+        raise ValueError(
+            f"--platforms={','.join(platforms)}: name each of "
+            f"{', '.join(PLATFORMS)} at most once"
+            + (f" (unknown: {', '.join(unknown)})" if unknown else "")
+        )
+
+
+def nms_per_platform(
+    config: ml_collections.ConfigDict,
+    platforms: tuple[str, ...],
+    nms: str | None = None,
+) -> dict[str, dict[str, str]]:
+    """{platform: {site: backend that runs}} ('auto' resolved per platform).
+
+    `nms` is the --nms flag's value, already set in `config` (named in the
+    error instead of the config key).
+
+    Raises:
+      ValueError: a site resolves to the host 'cpu' backend somewhere: its
+        pure_callback cannot be serialized.
+    """
+    resolved = {}
+    for platform in platforms:
+        resolved[platform] = {}
+        for site in _NMS_SITES:
+            name = config.model[site].nms_backend
+            key = f"config.model.{site}.nms_backend"
+            backend = nms_lib.resolve_backend(name, platform)
+            if backend == "cpu":
+                source = f"--nms={nms}" if nms else f"{key}={name!r}"
+                raise ValueError(
+                    f"{source}: the cpu NMS backend runs on the host through "
+                    "a host callback (jax.pure_callback), and host callbacks "
+                    "cannot be exported; use --nms=pallas, --nms=while_loop "
+                    "or --nms=auto"
+                )
+            resolved[platform][site] = backend
+    return resolved
+
+
+def restore(
+    config: ml_collections.ConfigDict, workdir: pathlib.Path
+) -> Weights:
+    """The newest intact checkpoint of `workdir`, weights as numpy."""
+    mesh = sharding.make_mesh()
+    graphdef, state = train_state.restore_latest(config, workdir, mesh)
+    params, rest, step = jax.device_get((state.params, state.rest, state.step))
+    return Weights(graphdef, params, rest, int(step))
+
+
+def _tpu_mesh() -> jax.sharding.AbstractMesh:
+    """An abstract one-device TPU mesh: what Mosaic lowers for."""
+    kind = (
+        jax.devices()[0].device_kind
+        if jax.default_backend() == "tpu"
+        else DEFAULT_TPU_KIND
+    )
+    device = jax.sharding.AbstractDevice(
+        device_kind=kind, num_cores=1, platform="tpu"
+    )
+    return jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
+
+
+def export_fn(
+    fn, image_size: tuple[int, int], platforms: tuple[str, ...]
+) -> jax.export.Exported:
+    """jax.export of fn(u8[b, H, W, 3], i32[b, 2]), b symbolic."""
+    (batch,) = jax.export.symbolic_shape(artifact_lib.SYMBOLIC_BATCH)
+    args = (
+        jax.ShapeDtypeStruct((batch, *image_size, 3), jnp.uint8),
+        jax.ShapeDtypeStruct((batch, 2), jnp.int32),
+    )
+    export = jax.export.export(
+        jax.jit(fn),
+        platforms=platforms,
+        disabled_checks=[
+            jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
+        ],
+    )
+    if "tpu" not in platforms:
+        return export(*args)
+    with jax.sharding.use_abstract_mesh(_tpu_mesh()):
+        return export(*args)
+
+
+def export_workdir(
+    config: ml_collections.ConfigDict,
+    workdir: pathlib.Path,
+    out: pathlib.Path,
+    *,
+    platforms: tuple[str, ...] = ("cpu",),
+    nms: str | None = None,
+) -> dict:
+    """Exports the newest checkpoint of `workdir` to `out`; returns the meta.
+
+    `nms` (the --nms flag) replaces the config's backend at both sites.
+
+    Everything that can be checked (platforms, NMS backends, the config,
+    the categories) is checked before the checkpoint is read or anything is
+    written.
+
+    Raises:
+      ValueError / FileNotFoundError: one line naming the flag, key or file.
+    """
+    check_platforms(platforms)
+    if nms:
+        with config.unlocked():
+            config_lib.set_nms_backend(config, nms)
+    config_lib.validate(config)
+    nms_backends = nms_per_platform(config, platforms, nms)
+    categories = categories_lib.categories(config)
+    weights = restore(config, workdir)
+    fn = serving.serving_fn(
+        config,
+        weights.graphdef,
+        weights.params,
+        weights.rest,
+        [c["id"] for c in categories],
+    )
+    image_size = tuple(config.data.image_size)
+    exported = export_fn(fn, image_size, platforms)
+    data = bytes(exported.serialize())
+    meta = {
+        "image_size": list(image_size),
+        "batch_sizes": artifact_lib.SYMBOLIC_BATCH,
+        "pixel_mean": list(config.data.pixel_mean),
+        "pixel_std": list(config.data.pixel_std),
+        "categories": categories,
+        "nms_backend": nms_backends,
+        "jax_version": jax.__version__,
+        "calling_convention_version": exported.calling_convention_version,
+        "platforms": list(exported.platforms),
+        "checkpoint_step": weights.step,
+        "max_detections": config.model.detection.max_detections,
+        "mask_size": config.model.roi.mask_size,
+        "mask_paste": config.eval.mask_paste,
+        "tpu_device_kind": _tpu_mesh().abstract_device.device_kind
+        if "tpu" in platforms
+        else None,
+        "sha256": artifact_lib.sha256(data),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / artifact_lib.ARTIFACT_FILE).write_bytes(data)
+    (out / artifact_lib.META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    return meta

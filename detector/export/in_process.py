@@ -1,0 +1,45 @@
+"""predict.py --workdir: the model restored and jitted in this process.
+
+The same function the exporter serializes (`serving.serving_fn`), with the
+same weights closed over, so on one platform its outputs are those of the
+exported artifact (tests/detector/export/).
+"""
+
+import pathlib
+
+import jax
+import ml_collections
+
+from detector import config as config_lib
+from detector.export import categories as categories_lib
+from detector.export import exporter, serving
+from detector.runtime import predict
+
+
+def predictor(
+    config: ml_collections.ConfigDict, workdir: pathlib.Path
+) -> predict.Predictor:
+    """A Predictor of the newest intact checkpoint of `workdir`.
+
+    Raises:
+      ValueError / FileNotFoundError: a bad config, unreadable categories
+        or no intact checkpoint (one line).
+    """
+    config_lib.validate(config)
+    categories = categories_lib.categories(config)
+    weights = exporter.restore(config, workdir)
+    fn = jax.jit(
+        serving.serving_fn(
+            config,
+            weights.graphdef,
+            weights.params,
+            weights.rest,
+            [c["id"] for c in categories],
+        )
+    )
+    return predict.Predictor(
+        tuple(config.data.image_size),
+        categories,
+        lambda images, sizes: jax.device_get(fn(images, sizes)),
+        config.eval.mask_paste,
+    )

@@ -1,0 +1,263 @@
+"""An exported predict artifact on disk: load it, check it, call it.
+
+A folder written by export.py holds two files:
+
+  predict.jax   `jax.export` serialization of the predict function, weights
+                inside; called as f(images u8[b, H, W, 3], orig_sizes
+                i32[b, 2] (height, width)) -> OUTPUTS
+  predict.json  what a caller needs beside it (`Meta` lists the keys): the
+                input size and batch sizes, pixel mean and std, categories,
+                the NMS backend per platform, the JAX version and calling
+                convention the artifact was serialized with, the platforms,
+                the checkpoint step, and the artifact's sha256
+
+Outputs, per image b (K detection slots, T mask size):
+  boxes f32[b, K, 4] (x1, y1, x2, y2) in original-image pixels, clipped;
+  scores f32[b, K]; category_ids i32[b, K] (0: empty slot); masks
+  f32[b, K, T, T] probabilities over each box; num_valid i32[b] (the
+  first num_valid slots are detections).
+
+Every problem (a missing, truncated or altered file, an artifact from a JAX
+whose calling convention this one cannot run, a platform it was not lowered
+for, images of the wrong size or dtype) is an `ArtifactError`: one line that
+names the file or the argument.
+"""
+
+import dataclasses
+import hashlib
+import json
+import pathlib
+
+import jax
+import numpy as np
+
+from detector.runtime import masks
+
+ARTIFACT_FILE = "predict.jax"
+META_FILE = "predict.json"
+OUTPUTS = ("boxes", "scores", "category_ids", "masks", "num_valid")
+# The artifact's batch dimension when it is symbolic.
+SYMBOLIC_BATCH = "b"
+# Keys of predict.json that loading relies on.
+REQUIRED_KEYS = (
+    "image_size",
+    "batch_sizes",
+    "pixel_mean",
+    "pixel_std",
+    "categories",
+    "nms_backend",
+    "jax_version",
+    "calling_convention_version",
+    "platforms",
+    "checkpoint_step",
+    "mask_paste",
+    "sha256",
+)
+
+
+class ArtifactError(ValueError):
+    """An unusable artifact or bad input to it; the message is one line."""
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def supported_versions() -> tuple[int, int]:
+    """The calling convention versions this JAX can run (inclusive)."""
+    return (
+        jax.export.minimum_supported_calling_convention_version,
+        jax.export.maximum_supported_calling_convention_version,
+    )
+
+
+def check_version(version: object, where: str, jax_version: str) -> None:
+    """Raises ArtifactError unless this JAX runs calling convention
+    `version`."""
+    low, high = supported_versions()
+    if not isinstance(version, int) or not low <= version <= high:
+        raise ArtifactError(
+            f"{where}: serialized with JAX {jax_version} at calling "
+            f"convention version {version!r}; JAX {jax.__version__} runs "
+            f"versions {low} to {high}: export it again with this JAX"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+    """A loaded artifact: the deserialized function and its predict.json."""
+
+    directory: pathlib.Path
+    exported: jax.export.Exported
+    meta: dict
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return tuple(self.meta["image_size"])
+
+    @property
+    def batch_sizes(self) -> list[int] | None:
+        """The exported batch sizes; None when the batch is symbolic."""
+        sizes = self.meta["batch_sizes"]
+        return None if sizes == SYMBOLIC_BATCH else list(sizes)
+
+    @property
+    def category_names(self) -> dict[int, str]:
+        return {c["id"]: c["name"] for c in self.meta["categories"]}
+
+
+def _read_meta(path: pathlib.Path) -> dict:
+    try:
+        meta = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ArtifactError(
+            f"{path}: missing (a folder written by export.py holds "
+            f"{ARTIFACT_FILE} and {META_FILE})"
+        ) from None
+    except (OSError, ValueError) as e:
+        raise ArtifactError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(meta, dict):
+        raise ArtifactError(f"{path}: not a JSON object")
+    missing = [k for k in REQUIRED_KEYS if k not in meta]
+    if missing:
+        raise ArtifactError(f"{path}: lacks {', '.join(missing)}")
+    if meta["mask_paste"] not in masks.MASK_PASTERS:
+        raise ArtifactError(
+            f"{path}: mask_paste {meta['mask_paste']!r} is none of "
+            f"{', '.join(masks.MASK_PASTERS)}"
+        )
+    return meta
+
+
+def _deserialize(path: pathlib.Path, data: bytes) -> jax.export.Exported:
+    try:
+        return jax.export.deserialize(bytearray(data))
+    except Exception as e:  # noqa: BLE001 - flatbuffers raises anything
+        raise ArtifactError(
+            f"{path}: not a jax.export artifact this JAX can read "
+            f"({type(e).__name__}: {str(e)[:120]})"
+        ) from None
+
+
+def load(directory: str | pathlib.Path) -> Artifact:
+    """Reads and checks an export folder (the module docstring's files).
+
+    Raises:
+      ArtifactError: a missing or unreadable file, an artifact whose bytes
+        differ from the recorded sha256 (truncated or corrupt), or one
+        serialized at a calling convention this JAX cannot run.
+    """
+    directory = pathlib.Path(directory)
+    if not directory.is_dir():
+        raise ArtifactError(f"--exported={directory}: not a folder")
+    meta = _read_meta(directory / META_FILE)
+    where = directory / ARTIFACT_FILE
+    check_version(
+        meta["calling_convention_version"],
+        str(directory / META_FILE),
+        meta["jax_version"],
+    )
+    try:
+        data = where.read_bytes()
+    except OSError as e:
+        raise ArtifactError(f"{where}: {e.strerror or e}") from None
+    if sha256(data) != meta["sha256"]:
+        raise ArtifactError(
+            f"{where}: its {len(data)} bytes differ from what export.py "
+            f"wrote ({META_FILE} sha256): truncated or corrupt; export it "
+            "again"
+        )
+    exported = _deserialize(where, data)
+    check_version(exported.calling_convention_version, str(where), "?")
+    if (
+        exported.calling_convention_version
+        != meta["calling_convention_version"]
+    ):
+        raise ArtifactError(
+            f"{where}: calling convention version "
+            f"{exported.calling_convention_version} differs from "
+            f"{meta['calling_convention_version']} in {META_FILE}"
+        )
+    return Artifact(directory, exported, meta)
+
+
+def _check_inputs(
+    artifact: Artifact, images: np.ndarray, orig_sizes: np.ndarray
+) -> None:
+    height, width = artifact.image_size
+    if (
+        images.dtype != np.uint8
+        or images.ndim != 4
+        or images.shape[1:]
+        != (
+            height,
+            width,
+            3,
+        )
+    ):
+        raise ArtifactError(
+            f"images: expected uint8[b, {height}, {width}, 3] (the "
+            f"artifact's input size), got {images.dtype}{list(images.shape)}"
+        )
+    if orig_sizes.shape != (images.shape[0], 2) or not np.issubdtype(
+        orig_sizes.dtype, np.integer
+    ):
+        raise ArtifactError(
+            f"orig_sizes: expected int[{images.shape[0]}, 2] (height, "
+            f"width per image), got {orig_sizes.dtype}{list(orig_sizes.shape)}"
+        )
+    if images.shape[0] < 1 or (orig_sizes < 1).any():
+        raise ArtifactError(
+            "images: need at least one image, each at least 1 x 1 pixels"
+        )
+
+
+def _padded_batch(artifact: Artifact, count: int) -> int:
+    """The smallest exported batch size >= count (count when symbolic)."""
+    sizes = artifact.batch_sizes
+    if sizes is None:
+        return count
+    fits = [s for s in sorted(sizes) if s >= count]
+    if not fits:
+        raise ArtifactError(
+            f"images: a batch of {count}; the artifact takes at most "
+            f"{max(sizes)} (batch sizes {sizes})"
+        )
+    return fits[0]
+
+
+def run(
+    artifact: Artifact, images: np.ndarray, orig_sizes: np.ndarray
+) -> dict[str, np.ndarray]:
+    """Calls the artifact on one batch; returns OUTPUTS as numpy arrays.
+
+    Args:
+      images: u8[b, H, W, 3] letterboxed images (`images.letterbox`).
+      orig_sizes: int[b, 2] each image's original (height, width).
+
+    Raises:
+      ArtifactError: wrong input shape or dtype, or a platform the
+        artifact was not lowered for.
+    """
+    images = np.asarray(images)
+    orig_sizes = np.asarray(orig_sizes)
+    _check_inputs(artifact, images, orig_sizes)
+    platform = jax.default_backend()
+    platform = "cuda" if platform == "gpu" else platform
+    if platform not in artifact.exported.platforms:
+        raise ArtifactError(
+            f"{artifact.directory}: lowered for "
+            f"{', '.join(artifact.exported.platforms)}, not for this "
+            f"{platform}; export it again with --platforms={platform}"
+        )
+    count = len(images)
+    batch = _padded_batch(artifact, count)
+    if batch > count:  # fixed batch sizes: pad with blank 1 x 1 images
+        images = np.concatenate(
+            [images, np.zeros((batch - count, *images.shape[1:]), np.uint8)]
+        )
+        orig_sizes = np.concatenate(
+            [orig_sizes, np.ones((batch - count, 2), orig_sizes.dtype)]
+        )
+    outputs = artifact.exported.call(images, orig_sizes.astype(np.int32))
+    return {k: np.asarray(v)[:count] for k, v in outputs.items()}

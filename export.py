@@ -1,0 +1,80 @@
+"""Exports a workdir's predict function as a jax.export artifact.
+
+  python export.py --workdir=workdirs/shapes
+  python export.py --workdir=W --out=W/export --platforms=cpu,cuda,tpu \
+      --nms=pallas
+
+Writes <out>/predict.jax (the serialized predict function of the newest
+checkpoint, weights inside, batch dimension symbolic) and <out>/predict.json
+(input size, pixel mean and std, categories, NMS backend per platform, JAX
+and calling convention versions, platforms, checkpoint step). Run it with
+`python predict.py --exported=<out> IMAGES...`. Without --config the
+workdir's config.json is used; --config.a.b=v overrides a field of it. The
+cpu NMS backend (a host callback) cannot be exported.
+"""
+
+import pathlib
+
+from absl import app, flags
+
+from detector import cli, logs, run_config
+from detector import config as config_lib
+
+_WORKDIR = flags.DEFINE_string(
+    "workdir", None, "Workdir of a training run.", required=True
+)
+_OUT = flags.DEFINE_string(
+    "out", None, "Folder to write the artifact to (default: <workdir>/export)."
+)
+_CONFIG = cli.define_config(
+    "config", None, "Config file (default: <workdir>/config.json)."
+)
+_PLATFORMS = flags.DEFINE_list(
+    "platforms",
+    "cpu,cuda,tpu",
+    "Platforms to lower for, in one artifact: any of cpu, cuda, tpu.",
+)
+_NMS = flags.DEFINE_enum(
+    "nms",
+    None,
+    config_lib.NMS_BACKENDS,
+    "NMS backend for both NMS sites (default: the config's); cpu cannot "
+    "be exported.",
+)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    logs.quiet_libraries()
+    workdir = pathlib.Path(_WORKDIR.value).expanduser()
+    config = cli.run_config(_CONFIG, workdir)
+    with cli.one_line_errors():
+        from detector.export import exporter
+
+        out = pathlib.Path(_OUT.value or workdir / "export")
+        meta = exporter.export_workdir(
+            config,
+            workdir,
+            out,
+            platforms=tuple(_PLATFORMS.value),
+            nms=_NMS.value,
+        )
+    print(
+        f"exported step {meta['checkpoint_step']} to {out} for "
+        f"{', '.join(meta['platforms'])} (NMS: "
+        + "; ".join(
+            f"{p} {'/'.join(sorted(set(s.values())))}"
+            for p, s in meta["nms_backend"].items()
+        )
+        + ")"
+    )
+
+
+if __name__ == "__main__":
+    app.run(
+        main,
+        flags_parser=lambda a: cli.parse_flags(
+            run_config.workdir_config_argv(a)
+        ),
+    )

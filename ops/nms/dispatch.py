@@ -1,0 +1,90 @@
+"""Per-platform code whose branches are lowered for their own platform only.
+
+    out = dispatch.platform_switch(x, y, cpu=f_cpu, tpu=f_tpu, cuda=f_gpu,
+                                   default=f_cpu)
+
+What `lax.platform_dependent` does, except for one thing that matters to
+exporting: `lax.platform_dependent` lowers every kept branch for all the
+platforms of a multi-platform lowering, so a Mosaic kernel in the TPU branch
+is also lowered for the CPU (and fails: Pallas kernels lower only for their
+own platform). Here each branch is lowered inside a lowering context that
+names only the platforms it serves, so one program can hold the Mosaic
+kernel for TPU, the Triton kernel for CUDA and interpret mode for CPU
+(`jax.export.export(..., platforms=("cpu", "cuda", "tpu"))`). With one
+lowering platform, only that platform's branch is lowered.
+
+Branches take and return flat sequences of arrays of the same shapes on
+every platform; the primitive has no differentiation or batching rules (the
+NMS backends call it on stop_gradient inputs, inside their custom_vmap).
+"""
+
+from collections.abc import Callable
+
+import jax
+
+# lower_per_platform (not re-exported by jax.interpreters.mlir) emits one
+# case per platform and lowers each rule with only its platforms.
+from jax._src.interpreters import mlir as mlir_internal
+from jax.extend import core as jex_core
+from jax.interpreters import mlir
+
+_platform_switch_p = jex_core.Primitive("platform_switch")
+_platform_switch_p.multiple_results = True
+
+
+def _branch_avals(avals, branches, default):
+    specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
+    out = jax.eval_shape(default, *specs)
+    return [jax.core.ShapedArray(o.shape, o.dtype) for o in out]
+
+
+def _lowering(ctx, *args, branches, default):
+    rules = {
+        platform: mlir.lower_fun(fn, multiple_results=True)
+        for platform, fn in branches
+    }
+    return mlir_internal.lower_per_platform(
+        ctx,
+        "platform_switch",
+        rules,
+        mlir.lower_fun(default, multiple_results=True),
+        (),
+        *args,
+    )
+
+
+_platform_switch_p.def_abstract_eval(
+    lambda *avals, branches, default: _branch_avals(avals, branches, default)
+)
+
+
+def _eager(*args, branches, default):
+    """Outside jit: the default device's branch, run as it is."""
+    platform = jax.default_backend()
+    platform = "cuda" if platform == "gpu" else platform
+    return list(dict(branches).get(platform, default)(*args))
+
+
+_platform_switch_p.def_impl(_eager)
+mlir.register_lowering(_platform_switch_p, _lowering)
+
+
+def platform_switch(
+    *args: jax.Array,
+    default: Callable[..., tuple[jax.Array, ...]],
+    **per_platform: Callable[..., tuple[jax.Array, ...]],
+) -> list[jax.Array]:
+    """`per_platform[lowering platform](*args)`, else `default(*args)`.
+
+    Args:
+      *args: arrays passed to the branch.
+      default: the branch of platforms not named.
+      **per_platform: platform name ('cpu', 'cuda', 'rocm', 'tpu') ->
+        branch; each returns a tuple of arrays, the same shapes for all.
+
+    Returns:
+      The branch's outputs, as a list.
+    """
+    return _platform_switch_p.bind(
+        *args, branches=tuple(sorted(per_platform.items())), default=default
+    )

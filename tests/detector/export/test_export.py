@@ -1,0 +1,117 @@
+"""export.py's artifact against the in-process model, and what it holds."""
+
+import json
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+
+from detector import config as config_lib
+from detector.export import exporter, in_process
+from detector.runtime import artifact, images, predict
+from tests.helpers import predict_workdir
+
+
+def _batch(count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`count` letterboxed random images of assorted sizes."""
+    rng = np.random.default_rng(seed)
+    sizes = [(97, 203), (300, 150), (128, 128), (40, 61)][:count]
+    pictures = [rng.integers(0, 256, (*hw, 3), np.uint8) for hw in sizes]
+    return (
+        np.stack([images.letterbox(p, (128, 128)) for p in pictures]),
+        np.asarray(sizes, np.int32),
+    )
+
+
+def test_exported_equals_in_process_on_cpu_for_batches_1_and_3(
+    trained_workdir, exported_dir
+):
+    """One artifact (symbolic batch) and the in-process model give the
+    same outputs on CPU, bit for bit, at batch 1 and 3."""
+    cpu = jax.devices("cpu")[0]
+    loaded = artifact.load(exported_dir)
+    config = config_lib.load_json(trained_workdir / "config.json")
+    local = in_process.predictor(config, trained_workdir)
+    with jax.default_device(cpu):
+        for count, seed in ((1, 0), (3, 1)):
+            batch, sizes = _batch(count, seed)
+            exported = artifact.run(loaded, batch, sizes)
+            expected = local.run(batch, sizes)
+            assert set(exported) == set(artifact.OUTPUTS)
+            # Untrained weights at score threshold 0 fill every slot.
+            assert (exported["num_valid"] == 20).all()
+            for key in artifact.OUTPUTS:
+                assert exported[key].shape[0] == count
+                np.testing.assert_array_equal(
+                    exported[key], expected[key], err_msg=key
+                )
+            boxes = exported["boxes"]
+            assert (boxes[..., 2] <= sizes[:, None, 1] + 1e-3).all()
+            assert (boxes[..., 3] <= sizes[:, None, 0] + 1e-3).all()
+
+
+def test_meta_and_multi_platform_module(exported_dir):
+    meta = json.loads((exported_dir / artifact.META_FILE).read_text())
+    assert meta["image_size"] == [128, 128]
+    assert meta["batch_sizes"] == "b"
+    assert meta["checkpoint_step"] == predict_workdir.STEP
+    assert meta["platforms"] == ["cpu", "cuda", "tpu"]
+    assert [c["name"] for c in meta["categories"]] == [
+        "circle",
+        "rectangle",
+        "triangle",
+    ]
+    assert meta["pixel_mean"] == [123.675, 116.28, 103.53]
+    assert meta["jax_version"] == jax.__version__
+    assert meta["nms_backend"]["tpu"] == {
+        "rpn": "pallas",
+        "detection": "pallas",
+    }
+    assert meta["nms_backend"]["cpu"] == {
+        "rpn": "pallas",
+        "detection": "pallas",
+    }
+    loaded = artifact.load(exported_dir)
+    assert loaded.exported.platforms == ("cpu", "cuda", "tpu")
+    module = loaded.exported.mlir_module()
+    # The Mosaic NMS kernel, once per NMS site, in the TPU lowering.
+    assert module.count("tpu_custom_call") >= 2
+    assert "nms_tiled_tpu" in module
+
+
+@pytest.mark.parametrize(
+    "nms,message",
+    [
+        ("cpu", "--nms=cpu: the cpu NMS backend runs on the host"),
+        (None, None),
+    ],
+)
+def test_host_nms_cannot_be_exported(nms, message):
+    config = predict_workdir.config(pathlib.Path("/tmp"))
+    if nms:
+        config_lib.set_nms_backend(config, nms)
+        with pytest.raises(ValueError, match=message) as error:
+            exporter.nms_per_platform(config, ("cpu", "tpu"), nms)
+        assert "host callbacks cannot be exported; use --nms=pallas, " in str(
+            error.value
+        )
+        return
+    config.model.rpn.nms_backend = "cpu"  # from a config, not the flag
+    with pytest.raises(
+        ValueError, match=r"config.model.rpn.nms_backend='cpu': the cpu NMS"
+    ):
+        exporter.nms_per_platform(config, ("cpu",))
+
+
+def test_bad_platforms():
+    with pytest.raises(ValueError, match="--platforms=cpu,gpu: name each of"):
+        exporter.check_platforms(("cpu", "gpu"))
+    with pytest.raises(ValueError, match="--platforms=cpu,cpu"):
+        exporter.check_platforms(("cpu", "cpu"))
+
+
+def test_predictor_reads_artifact_categories(exported_dir):
+    predictor = predict.artifact_predictor(artifact.load(exported_dir))
+    assert predictor.image_size == (128, 128)
+    assert predictor.categories[0] == {"id": 1, "name": "circle"}

@@ -1,0 +1,120 @@
+"""A damaged, altered or misused artifact is one ArtifactError line."""
+
+import dataclasses
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+
+from detector.runtime import artifact
+
+
+@pytest.fixture
+def copy(exported_dir, tmp_path):
+    """A scratch copy of the shared artifact folder."""
+    target = tmp_path / "export"
+    shutil.copytree(exported_dir, target)
+    return target
+
+
+def _one_line(error: pytest.ExceptionInfo) -> str:
+    message = str(error.value)
+    assert "\n" not in message
+    return message
+
+
+def _rewrite_meta(folder, **changes) -> None:
+    path = folder / artifact.META_FILE
+    meta = json.loads(path.read_text())
+    meta.update(changes)
+    path.write_text(json.dumps(meta))
+
+
+def test_truncated_artifact(copy):
+    path = copy / artifact.ARTIFACT_FILE
+    path.write_bytes(path.read_bytes()[:1000])
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(copy)
+    assert _one_line(error) == (
+        f"{path}: its 1000 bytes differ from what export.py wrote "
+        "(predict.json sha256): truncated or corrupt; export it again"
+    )
+
+
+def test_corrupt_artifact_whose_sha256_was_updated(copy):
+    """Bytes that are no flatbuffer at all still fail in one line."""
+    path = copy / artifact.ARTIFACT_FILE
+    garbage = np.random.default_rng(0).bytes(4096)
+    path.write_bytes(garbage)
+    _rewrite_meta(copy, sha256=artifact.sha256(garbage))
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(copy)
+    assert _one_line(error).startswith(
+        f"{path}: not a jax.export artifact this JAX can read ("
+    )
+
+
+def test_missing_meta(copy):
+    (copy / artifact.META_FILE).unlink()
+    with pytest.raises(artifact.ArtifactError, match="predict.json: missing"):
+        artifact.load(copy)
+
+
+def test_other_calling_convention_in_meta(copy):
+    _rewrite_meta(copy, calling_convention_version=99, jax_version="9.9")
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(copy)
+    low, high = artifact.supported_versions()
+    assert _one_line(error) == (
+        f"{copy / artifact.META_FILE}: serialized with JAX 9.9 at calling "
+        f"convention version 99; JAX {jax.__version__} runs versions "
+        f"{low} to {high}: export it again with this JAX"
+    )
+
+
+def test_other_calling_convention_in_serialized_header(copy):
+    """An artifact serialized at another version (the header itself says
+    so; predict.json tampered to agree on the bytes, not the version)."""
+    path = copy / artifact.ARTIFACT_FILE
+    loaded = jax.export.deserialize(bytearray(path.read_bytes()))
+    other = dataclasses.replace(loaded, calling_convention_version=99)
+    data = bytes(other.serialize())
+    path.write_bytes(data)
+    _rewrite_meta(copy, sha256=artifact.sha256(data))
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(copy)
+    assert _one_line(error).startswith(
+        f"{path}: serialized with JAX ? at calling convention version 99;"
+    )
+
+
+@pytest.mark.parametrize(
+    "images,sizes,message",
+    [
+        (
+            np.zeros((1, 64, 64, 3), np.uint8),
+            np.ones((1, 2), np.int32),
+            "images: expected uint8[b, 128, 128, 3] (the artifact's input "
+            "size), got uint8[1, 64, 64, 3]",
+        ),
+        (
+            np.zeros((2, 128, 128, 3), np.float32),
+            np.ones((2, 2), np.int32),
+            "images: expected uint8[b, 128, 128, 3] (the artifact's input "
+            "size), got float32[2, 128, 128, 3]",
+        ),
+        (
+            np.zeros((2, 128, 128, 3), np.uint8),
+            np.ones((2,), np.int32),
+            "orig_sizes: expected int[2, 2] (height, width per image), "
+            "got int32[2]",
+        ),
+    ],
+)
+def test_wrong_input_size_or_dtype(exported_dir, images, sizes, message):
+    loaded = artifact.load(exported_dir)
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.run(loaded, images, sizes)
+    assert _one_line(error) == message

@@ -1,0 +1,93 @@
+"""One program lowered for cpu, cuda and tpu holds each platform's NMS
+kernel (ops/nms/dispatch.py), with a symbolic batch."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ops import nms as nms_lib
+from ops.nms import dispatch, pallas_gpu, reference
+
+_TRITON_CALL = "__gpu$xla.gpu.triton"
+
+
+def _pallas_nms(boxes, scores):
+    return nms_lib.nms(
+        boxes,
+        scores,
+        max_output_size=20,
+        iou_threshold=0.5,
+        backend="pallas",
+    )
+
+
+def _tpu_mesh():
+    return jax.sharding.AbstractMesh(
+        (1,),
+        ("x",),
+        abstract_device=jax.sharding.AbstractDevice(
+            device_kind="TPU v5 lite", num_cores=1, platform="tpu"
+        ),
+    )
+
+
+def test_multi_platform_export_with_symbolic_batch_runs_on_cpu():
+    """lax.platform_dependent would lower the Mosaic kernel for the CPU too
+    and fail; the CUDA branch loops over images (Triton grids are static)."""
+    (b,) = jax.export.symbolic_shape("b")
+    with jax.sharding.use_abstract_mesh(_tpu_mesh()):
+        exported = jax.export.export(
+            jax.jit(_pallas_nms),
+            platforms=("cpu", "cuda", "tpu"),
+            disabled_checks=[
+                jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
+            ],
+        )(
+            jax.ShapeDtypeStruct((b, 64, 4), jnp.float32),
+            jax.ShapeDtypeStruct((b, 64), jnp.float32),
+        )
+    module = exported.mlir_module()
+    assert "tpu_custom_call" in module and _TRITON_CALL in module
+    rng = np.random.default_rng(0)
+    for batch in (1, 3):
+        xy = rng.uniform(0, 50, (batch, 64, 2)).astype(np.float32)
+        boxes = np.concatenate([xy, xy + 10], axis=-1)
+        scores = rng.random((batch, 64)).astype(np.float32)
+        with jax.default_device(jax.devices("cpu")[0]):
+            indices, count = exported.call(boxes, scores)
+        expected = reference.nms(
+            boxes, scores, max_output_size=20, iou_threshold=0.5
+        )
+        np.testing.assert_array_equal(indices, expected[0])
+        np.testing.assert_array_equal(count, expected[1])
+
+
+def test_auto_exports_for_every_platform_without_pallas_triton(monkeypatch):
+    """'auto' on a JAX with no Pallas Triton: while_loop on CUDA, the
+    Mosaic kernel on TPU, in one program (the CUDA branch never lowers the
+    missing Triton kernel)."""
+    monkeypatch.setattr(pallas_gpu, "TRITON_AVAILABLE", False)
+
+    def fn(boxes, scores):
+        return nms_lib.nms(
+            boxes, scores, max_output_size=20, iou_threshold=0.5, backend="auto"
+        )
+
+    with jax.sharding.use_abstract_mesh(_tpu_mesh()):
+        module = (
+            jax.export.export(jax.jit(fn), platforms=("cpu", "cuda", "tpu"))(
+                jax.ShapeDtypeStruct((2, 64, 4), jnp.float32),
+                jax.ShapeDtypeStruct((2, 64), jnp.float32),
+            )
+        ).mlir_module()
+    assert "tpu_custom_call" in module and _TRITON_CALL not in module
+    assert "stablehlo.while" in module
+
+
+def test_eager_call_runs_the_default_devices_branch():
+    out = dispatch.platform_switch(
+        jnp.ones(3),
+        default=lambda x: (x + 1,),
+        tpu=lambda x: (x + 2,),
+    )
+    np.testing.assert_array_equal(out[0], np.full(3, 2.0))

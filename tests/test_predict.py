@@ -1,0 +1,188 @@
+"""export.py and predict.py as commands: outputs, skipped files, one-line
+errors, and what `predict.py --exported` imports."""
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.helpers import commands
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+# What `predict.py --exported` must run without.
+BLOCKED = (
+    "detector.modeling",
+    "detector.config",
+    "detector.engine",
+    "detector.evaluation",
+    "detector.export",
+    "detector.data",
+    "detector.cli",
+    "tensorflow",
+    "flax",
+    "orbax",
+    "ml_collections",
+    "optax",
+)
+# detector.data's image-file readers are numpy and PIL only: allowed.
+ALLOWED = (
+    "detector.data",
+    "detector.data.image_file",
+    "detector.data.orientation",
+)
+_BLOCKER = f"""
+import runpy, sys
+class _Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.startswith({BLOCKED!r}) and name not in {ALLOWED!r}:
+            raise ImportError(f"{{name}} is blocked")
+sys.meta_path.insert(0, _Block())
+sys.path.insert(0, {str(ROOT)!r})
+sys.argv = ["predict.py"] + sys.argv[1:]
+runpy.run_path({str(ROOT / "predict.py")!r}, run_name="__main__")
+"""
+
+
+def _run(script: str, *args: str, blocked: bool = False):
+    command = (
+        [sys.executable, "-c", textwrap.dedent(_BLOCKER), *args]
+        if blocked
+        else [sys.executable, str(ROOT / script), *args]
+    )
+    return subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory) -> pathlib.Path:
+    """RGB, grayscale, RGBA and EXIF-rotated files, and one unreadable."""
+    folder = tmp_path_factory.mktemp("photos")
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (90, 150, 3), np.uint8)
+    Image.fromarray(rgb).save(folder / "a_rgb.png")
+    Image.fromarray(rgb[..., 0]).save(folder / "b_gray.png")
+    rgba = np.concatenate([rgb, np.full((90, 150, 1), 200, np.uint8)], -1)
+    Image.fromarray(rgba).save(folder / "c_rgba.png")
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(rgb).save(folder / "d_rotated.jpg", exif=exif)
+    (folder / "e_broken.jpg").write_bytes(b"\xff\xd8 not really a jpeg")
+    return folder
+
+
+def _check_outputs(out: pathlib.Path, photos: pathlib.Path) -> dict:
+    predictions = json.loads((out / "predictions.json").read_text())
+    names = ["a_rgb.png", "b_gray.png", "c_rgba.png", "d_rotated.jpg"]
+    assert sorted(predictions) == [str(photos / n) for n in names]
+    rotated = predictions[str(photos / "d_rotated.jpg")]
+    assert rotated and all(
+        r["segmentation"]["size"] == [150, 90] for r in rotated
+    )
+    for results in predictions.values():
+        assert len(results) == 20  # untrained, score threshold 0
+        for r in results:
+            x, y, w, h = r["bbox"]
+            assert w >= 0 and h >= 0 and r["category_id"] in (1, 2, 3)
+    assert sorted(p.name for p in out.glob("*.png")) == [
+        "a_rgb.png",
+        "b_gray.png",
+        "c_rgba.png",
+        "d_rotated.png",
+    ]
+    return predictions
+
+
+def test_exported_predict_imports_no_model_and_skips_unreadable(
+    exported_dir, photos, tmp_path
+):
+    out = tmp_path / "out"
+    result = _run(
+        "predict.py",
+        f"--exported={exported_dir}",
+        f"--out={out}",
+        "--batch_size=3",
+        str(photos),
+        blocked=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    skipped = [
+        line
+        for line in result.stderr.splitlines()
+        if line.startswith("skipped")
+    ]
+    assert skipped == [
+        f"skipped: {photos / 'e_broken.jpg'}: cannot decode image "
+        "(cannot identify image file "
+        f"'{photos / 'e_broken.jpg'}')"
+    ]
+    assert "4 images predicted, 1 skipped" in result.stdout
+    _check_outputs(out, photos)
+
+
+def test_blocker_blocks():
+    result = _run("", "--exported=x", blocked=True)
+    assert result.returncode == 1
+    check = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _BLOCKER.split("sys.argv")[0] + "import detector.modeling.model",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert "detector.modeling is blocked" in check.stderr
+
+
+def test_truncated_artifact_is_one_error_line(exported_dir, photos, tmp_path):
+    broken = tmp_path / "export"
+    shutil.copytree(exported_dir, broken)
+    artifact = broken / "predict.jax"
+    artifact.write_bytes(artifact.read_bytes()[:5000])
+    line = commands.error_line(
+        _run("predict.py", f"--exported={broken}", str(photos), blocked=True)
+    )
+    assert line.startswith(f"error: {artifact}: its 5000 bytes differ")
+
+
+@pytest.mark.slow  # the message itself: tests/detector/export/
+def test_export_with_host_nms_is_one_error_line(trained_workdir, tmp_path):
+    line = commands.error_line(
+        _run(
+            "export.py",
+            f"--workdir={trained_workdir}",
+            f"--out={tmp_path}/export",
+            "--nms=cpu",
+        )
+    )
+    assert line == (
+        "error: --nms=cpu: the cpu NMS backend runs on the host through a "
+        "host callback (jax.pure_callback), and host callbacks cannot be "
+        "exported; use --nms=pallas, --nms=while_loop or --nms=auto"
+    )
+    assert not (tmp_path / "export").exists()
+
+
+@pytest.mark.slow
+def test_in_process_predict_equals_exported(
+    trained_workdir, exported_dir, photos, tmp_path
+):
+    """predict.py --workdir and --exported write the same predictions."""
+    outs = {}
+    for form in (f"--workdir={trained_workdir}", f"--exported={exported_dir}"):
+        out = tmp_path / form.split("=")[0].strip("-")
+        result = _run(
+            "predict.py", form, f"--out={out}", "--batch_size=3", str(photos)
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        outs[form] = _check_outputs(out, photos)
+    first, second = outs.values()
+    assert first == second
