@@ -14,6 +14,12 @@ waits for the save and raises `Preempted`, which train.py turns into one line
 number (143 for SIGTERM, 130 for SIGINT), as a shell reports a process the
 signal ended. A second signal ends the process at once, without saving.
 
+The signals are taken by a thread of their own (`signal.sigwait`), so a
+signal is seen at once even while the main thread is inside a long compile
+or a device wait; every thread started after `install` blocks them, and so
+does a child process started from such a thread (its SIGTERM stays pending:
+end it with SIGKILL, or unblock the signals in it).
+
 With several processes, the signal may reach them at different steps, or
 reach only some of them. `stop_requested` is a collective: every process
 contributes its flag after each step and all of them see the same answer
