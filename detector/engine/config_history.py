@@ -12,7 +12,8 @@
   each start's config as `config.<step>.json`, where step is the step it
   started from (0 for a fresh run). An existing history file is never
   overwritten: a different config started from the same step goes to
-  `config.<step>.1.json`, and so on.
+  `config.<step>.1.json`, and so on. A config.json from before the
+  history was kept is kept as `config.before-<step>.json`.
 """
 
 import json
@@ -101,7 +102,9 @@ def check_resume(
         logging.warning("config changed: %s", change)
 
 
-def history_path(workdir: pathlib.Path, step: int, text: str) -> pathlib.Path:
+def history_path(
+    workdir: pathlib.Path, step: int | str, text: str
+) -> pathlib.Path:
     """Where the config that started at `step` goes: config.<step>.json,
     or the first free (or identical) config.<step>.<n>.json."""
     path, n = workdir / f"config.{step}.json", 0
@@ -118,7 +121,20 @@ def save(
     if jax.process_index() != 0:
         return
     text = _text(config)
+    _keep_unrecorded_latest(workdir, step)
     kept = history_path(workdir, step, text)
     if not kept.exists():
         atomic_files.write_text(kept, text)
     atomic_files.write_text(workdir / LATEST, text)
+
+
+def _keep_unrecorded_latest(workdir: pathlib.Path, step: int) -> None:
+    """A config.json no history file holds (written before the history
+    was kept) is kept as config.before-<step>.json before it is replaced."""
+    latest = workdir / LATEST
+    if not latest.is_file():
+        return
+    text = latest.read_text()
+    if any(path.read_text() == text for path in workdir.glob("config.*.json")):
+        return
+    atomic_files.write_text(history_path(workdir, f"before-{step}", text), text)

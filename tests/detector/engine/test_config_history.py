@@ -77,3 +77,18 @@ def test_history_files_are_kept_and_never_overwritten(tmp_path):
     assert steps("config.20.json") == 40
     assert steps("config.20.1.json") == 20
     assert steps("config.json") == 20  # the latest start's
+
+
+def test_a_config_json_without_history_is_kept_before_it_is_replaced(
+    tmp_path,
+):
+    (tmp_path / "config.json").write_text('{"old": true}\n')  # older run
+    config_history.save(tmp_path, _config(num_steps=40), 20)
+    assert (tmp_path / "config.before-20.json").read_text() == (
+        '{"old": true}\n'
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "config.20.json",
+        "config.before-20.json",
+        "config.json",
+    ]
