@@ -14,11 +14,9 @@ waits for the save and raises `Preempted`, which train.py turns into one line
 number (143 for SIGTERM, 130 for SIGINT), as a shell reports a process the
 signal ended. A second signal ends the process at once, without saving.
 
-The signals are taken by a thread of their own (`signal.sigwait`), so a
-signal is seen at once even while the main thread is inside a long compile
-or a device wait; every thread started after `install` blocks them, and so
-does a child process started from such a thread (its SIGTERM stays pending:
-end it with SIGKILL, or unblock the signals in it).
+The signals are taken by a thread of their own (through Python's signal
+wakeup fd), so a signal is seen at once even while the main thread is
+inside a long compile or a device wait.
 
 With several processes, the signal may reach them at different steps, or
 reach only some of them. `stop_requested` is a collective: every process
@@ -58,6 +56,11 @@ class Preempted(Exception):  # noqa: N818 (not an error: a requested stop)
         )
 
 
+def _ignore(signum: int, frame: types.FrameType | None) -> None:
+    """The Python-level handler: the signal-watch thread acts instead."""
+    del signum, frame
+
+
 class Watch:
     """The stop flag set by SIGTERM/SIGINT, agreed across processes."""
 
@@ -75,24 +78,32 @@ class Watch:
         watch = cls()
         if threading.current_thread() is not threading.main_thread():
             return watch
+        # Python runs a signal handler only when the main thread runs
+        # Python code, not during a long compile or device wait. Its C-level
+        # handler, though, writes each signal's number to the wakeup fd at
+        # once, from whatever thread the signal lands on: a thread of ours
+        # reads them there. The Python-level handlers do nothing (they must
+        # exist for the signals to be caught at all).
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
         for signum in SIGNALS:
-            signal.signal(signum, watch._handle)
-        # Python runs a handler only when the main thread runs Python code,
-        # not during a long compile or device wait: a thread of its own
-        # takes the signals, which every thread started from now on blocks.
-        # (Threads started before keep the handler above.)
-        signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+            signal.signal(signum, _ignore)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
         threading.Thread(
-            target=watch._take_signals, name="signal-watch", daemon=True
+            target=watch._take_signals,
+            args=(read_end,),
+            name="signal-watch",
+            daemon=True,
         ).start()
         return watch
 
-    def _take_signals(self) -> None:
+    def _take_signals(self, read_end: int) -> None:
         while True:
-            self._handle(signal.sigwait(SIGNALS), None)
+            for signum in os.read(read_end, 64):
+                if signum in SIGNALS:
+                    self._handle(signum)
 
-    def _handle(self, signum: int, frame: types.FrameType | None) -> None:
-        del frame
+    def _handle(self, signum: int) -> None:
         name = SIGNALS.get(signum, str(signum))
         if self.signum is not None:
             sys.stderr.write(f"{name} again: exiting at once, not saving\n")
