@@ -8,15 +8,19 @@
 --nms overrides both NMS sites (RPN proposals and detections). A run that
 finds checkpoints in its workdir resumes from the latest one; config.json is
 written once the restore and the --strict_device audit have passed.
+SIGTERM or Ctrl-C (SIGINT) saves a checkpoint after the current step and
+exits with 143 or 130; a second one exits at once.
 """
 
 import pathlib
+import sys
 
 from absl import app, flags
 from ml_collections import config_flags
 
 from detector import cli, logs, run_config
 from detector import config as config_lib
+from detector.engine import preemption
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _CONFIG = cli.define_config(
@@ -58,19 +62,29 @@ def main(argv: list[str]) -> None:
     logs.quiet_libraries()
     config = cli.config_value(_CONFIG)
     cli.start_jax(config, _MULTIHOST)
+    # After jax.distributed.initialize, whose own SIGTERM handler this
+    # replaces: from here on a signal saves.
+    stop = preemption.Watch.install()
     from detector.engine import train_lib
     from ops import host_audit
 
-    with cli.one_line_errors(FloatingPointError, host_audit.HostRoundTripError):
-        with config.unlocked():
-            if _NMS.value:
-                config_lib.set_nms_backend(config, _NMS.value)
-            run_config.absolute_paths(config)  # config.json: from anywhere
-        train_lib.train_and_evaluate(
-            config,
-            _WORKDIR.value or default_workdir(),
-            strict_device=_STRICT.value,
-        )
+    try:
+        with cli.one_line_errors(
+            FloatingPointError, host_audit.HostRoundTripError
+        ):
+            with config.unlocked():
+                if _NMS.value:
+                    config_lib.set_nms_backend(config, _NMS.value)
+                run_config.absolute_paths(config)  # config.json: from anywhere
+            train_lib.train_and_evaluate(
+                config,
+                _WORKDIR.value or default_workdir(),
+                strict_device=_STRICT.value,
+                stop=stop,
+            )
+    except preemption.Preempted as e:
+        print(e, file=sys.stderr, flush=True)
+        sys.exit(preemption.exit_code(e.signum))
 
 
 if __name__ == "__main__":

@@ -6,140 +6,14 @@ test starts runs in its own process group, killed when the test ends however
 it ends.
 """
 
-import contextlib
 import json
-import os
 import pathlib
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pytest
 
-from tests.helpers import requires
-
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-# The smoke config with the fastest-compiling NMS and a schedule that does
-# not depend on num_steps, so a resumed leg reuses the compiled programs.
-SMOKE = [
-    "--config=configs/shapes.py:runlocal",
-    "--nms=while_loop",
-    "--config.train.schedule=step",
-    "--config.train.checkpoint_every=2",
-    "--config.model.detection.score_threshold=0.0",
-]
-TIMEOUT_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("localhost", 0))
-        return probe.getsockname()[1]
-
-
-def _env(tmp_path: pathlib.Path, devices: int = 1) -> dict[str, str]:
-    """CPU only, a compilation cache shared by the test's runs.
-
-    The programs are compiled without backend optimisation (every run of a
-    test alike): the runs are a few steps long, and the processes of a leg
-    compile at the same time on the same cores.
-    """
-    return {
-        **os.environ,
-        "JAX_PLATFORMS": "cpu",
-        "XLA_FLAGS": (
-            f"--xla_force_host_platform_device_count={devices} "
-            "--xla_backend_optimization_level=0"
-        ),
-        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
-    }
-
-
-@contextlib.contextmanager
-def _started(
-    commands: Sequence[tuple[list[str], dict[str, str]]], logs: pathlib.Path
-) -> Iterator[list[subprocess.Popen]]:
-    """Starts (argv, env) commands; kills their process groups at exit."""
-    logs.mkdir(parents=True, exist_ok=True)
-    processes = []
-    try:
-        for index, (argv, env) in enumerate(commands):
-            with open(logs / f"{index}.log", "w") as log:
-                processes.append(
-                    subprocess.Popen(
-                        [sys.executable, *argv],
-                        cwd=ROOT,
-                        env=env,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-        yield processes
-    finally:
-        for process in processes:
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
-
-
-def _finish(
-    processes: list[subprocess.Popen], logs: pathlib.Path
-) -> list[tuple[int, str]]:
-    """(exit code, output) of each process; fails past TIMEOUT_S."""
-    deadline = time.monotonic() + TIMEOUT_S
-    for process in processes:
-        try:
-            process.wait(timeout=max(deadline - time.monotonic(), 1))
-        except subprocess.TimeoutExpired:
-            pytest.fail(
-                f"still running after {TIMEOUT_S} s:\n"
-                + (logs / "0.log").read_text()[-3000:]
-            )
-    return [
-        (p.returncode, (logs / f"{i}.log").read_text())
-        for i, p in enumerate(processes)
-    ]
-
-
-def _two_processes(
-    script: str,
-    args: Sequence[str],
-    tmp_path: pathlib.Path,
-    extra: Sequence[str] = (),
-) -> list[tuple[list[str], dict[str, str]]]:
-    """Commands for processes 0 and 1 of a job on localhost.
-
-    `extra` entries (one per process, '' for none) are added to process
-    i's arguments.
-    """
-    address = f"localhost:{_free_port()}"
-    extra = list(extra) or ["", ""]
-    return [
-        (
-            [
-                script,
-                *args,
-                f"--coordinator_address={address}",
-                "--num_processes=2",
-                f"--process_id={index}",
-                *filter(None, [extra[index]]),
-            ],
-            _env(tmp_path),
-        )
-        for index in range(2)
-    ]
-
-
-def _run(commands, logs: pathlib.Path) -> list[tuple[int, str]]:
-    with _started(commands, logs) as processes:
-        return _finish(processes, logs)
+from tests.helpers import processes, requires
+from tests.helpers.processes import SMOKE
 
 
 def _succeeded(results: list[tuple[int, str]]) -> list[str]:
@@ -160,16 +34,6 @@ def _error_lines(results: list[tuple[int, str]]) -> list[str]:
         assert len(errors) == 1, output[-3000:]
         lines += errors
     return lines
-
-
-def _train_lines(workdir: pathlib.Path) -> list[dict]:
-    return [
-        line
-        for line in map(
-            json.loads, (workdir / "metrics.jsonl").read_text().splitlines()
-        )
-        if not line.get("eval")
-    ]
 
 
 def _eval_summary(workdir: pathlib.Path) -> tuple[str, dict]:
@@ -215,14 +79,14 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
             f"--config.data.root={tmp_path}/shapes_ref",
             "--config.train.num_steps=4",
         ],
-        _env(tmp_path, devices=2),
+        processes.env(tmp_path, devices=2),
     )
     leg = [*SMOKE, f"--workdir={run}", f"--config.data.root={tmp_path}/shapes"]
     # The 1-process run shares the two cores with the first leg.
-    first_leg = _two_processes(
+    first_leg = processes.two_processes(
         "train.py", [*leg, "--config.train.num_steps=2"], tmp_path
     )
-    *results, reference = _run(
+    *results, reference = processes.run(
         [*first_leg, one_process], tmp_path / "logs_first"
     )
     _succeeded([*results, reference])
@@ -234,8 +98,8 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
     )
 
     outputs = _succeeded(
-        _run(
-            _two_processes(
+        processes.run(
+            processes.two_processes(
                 "train.py", [*leg, "--config.train.num_steps=4"], tmp_path
             ),
             tmp_path / "logs_second",
@@ -245,8 +109,10 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
         assert f"Resumed from {run}/checkpoints/2" in output
         assert "Data parallel over 2 cpu devices in 2 process(es)" in output
     # One line per logged step (only process 0 writes), from both legs.
-    assert [line["step"] for line in _train_lines(run)] == [2, 4]
-    for got, want in zip(_train_lines(run), _train_lines(ref), strict=True):
+    assert [line["step"] for line in processes.train_lines(run)] == [2, 4]
+    for got, want in zip(
+        processes.train_lines(run), processes.train_lines(ref), strict=True
+    ):
         for name in (
             "total",
             "rpn_cls",
@@ -273,8 +139,8 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
 def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
     run = tmp_path / "run"
     lines = _error_lines(
-        _run(
-            _two_processes(
+        processes.run(
+            processes.two_processes(
                 "train.py",
                 [
                     *SMOKE,
@@ -298,8 +164,8 @@ def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
 @requires.modules(*requires.TRAIN_LOOP)
 def test_batch_not_divisible_by_the_processes_is_one_line(tmp_path):
     lines = _error_lines(
-        _run(
-            _two_processes(
+        processes.run(
+            processes.two_processes(
                 "train.py",
                 [
                     *SMOKE,
@@ -322,7 +188,7 @@ def test_batch_not_divisible_by_the_processes_is_one_line(tmp_path):
 
 
 def test_process_0_whose_peer_never_joins_fails_in_one_line(tmp_path):
-    address = f"localhost:{_free_port()}"
+    address = f"localhost:{processes.free_port()}"
     alone = (
         [
             "train.py",
@@ -334,9 +200,9 @@ def test_process_0_whose_peer_never_joins_fails_in_one_line(tmp_path):
             "--process_id=0",
             "--coordinator_timeout_s=3",
         ],
-        _env(tmp_path),
+        processes.env(tmp_path),
     )
-    results = _run([alone], tmp_path / "logs")
+    results = processes.run([alone], tmp_path / "logs")
     assert _error_lines(results) == [
         "error: --coordinator_timeout_s=3: not all 2 processes joined the "
         f"job at {address} within 3 s; start every process (ids 0..1) with "

@@ -14,7 +14,11 @@ resumed nor overwritten.
 import contextlib
 import gc
 import logging as py_logging
+import os
 import pathlib
+import re
+import shutil
+import sys
 from collections.abc import Iterator
 
 import jax
@@ -25,6 +29,8 @@ from absl import logging
 from jax import lax
 from jax.experimental import multihost_utils
 
+from detector.engine import workdir_lock
+
 # The key of the per-array checksums in a step's orbax custom metadata; it
 # names the checksum's version, so that a checkpoint written with another
 # checksum reads as one without checksums, not as a damaged one.
@@ -34,6 +40,15 @@ DAMAGED_SUFFIX = ".damaged"
 
 class DamagedCheckpointError(Exception):
     """A checkpoint that cannot be restored as it was saved."""
+
+
+class VanishedCheckpointError(DamagedCheckpointError):
+    """A step folder removed after it was listed (a trainer keeping only its
+    newest checkpoints deleted it while a reader was restoring it)."""
+
+
+class CheckpointSaveError(ValueError):
+    """A background save failed (a full disk, a lost mount): one line."""
 
 
 def _path_name(path) -> str:
@@ -151,14 +166,139 @@ def _damage_reason(error: BaseException) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
+def _save_reason(error: BaseException) -> str:
+    """The OS error of a failed write ('No space left on device'), else the
+    first line of the error."""
+    found = re.search(r"([^:\n]+) \[os_error_code='?\d+'?\]", str(error))
+    if found:
+        return found.group(1).strip()
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    return _damage_reason(error)
+
+
+class _SaveNoise:
+    """Keeps a failed background save's tracebacks out of the output.
+
+    While a writing Checkpointer is open, orbax's ERROR records (logged with
+    a traceback from its save threads) are dropped, and so are the
+    'Event loop is closed' tracebacks that tensorstore's callbacks print
+    through sys.excepthook once orbax's event loop is gone. The failure
+    itself is reported by CheckpointSaveError, in one line.
+    """
+
+    def __init__(self):
+        self._owners: set[int] = set()
+        self._hooks = (sys.excepthook, sys.unraisablehook)
+
+    def filter(self, record: py_logging.LogRecord) -> bool:
+        return not (
+            record.levelno >= py_logging.ERROR
+            and f"{_SEP}orbax{_SEP}" in record.pathname
+        )
+
+    @staticmethod
+    def silence_lost_futures() -> None:
+        """From now on, drops asyncio's 'exception was never retrieved'
+        records: the futures of a failed save report so when they are
+        collected, which can be as late as the interpreter's exit."""
+        py_logging.getLogger("asyncio").addFilter(_drop_lost_futures)
+
+    @staticmethod
+    def _is_noise(value: BaseException | None) -> bool:
+        return isinstance(value, RuntimeError) and "Event loop is closed" in (
+            str(value)
+        )
+
+    def _excepthook(self, kind, value, traceback) -> None:
+        if not self._is_noise(value):
+            self._hooks[0](kind, value, traceback)
+
+    def _unraisablehook(self, unraisable) -> None:
+        if not self._is_noise(unraisable.exc_value):
+            self._hooks[1](unraisable)
+
+    def add_for(self, owner: object) -> None:
+        if not self._owners:
+            py_logging.getLogger("absl").addFilter(self)
+            self._hooks = (sys.excepthook, sys.unraisablehook)
+            sys.excepthook = self._excepthook
+            sys.unraisablehook = self._unraisablehook
+        self._owners.add(id(owner))
+
+    def remove_from(self, owner: object) -> None:
+        if id(owner) not in self._owners:
+            return
+        self._owners.discard(id(owner))
+        if not self._owners:
+            py_logging.getLogger("absl").removeFilter(self)
+            if sys.excepthook == self._excepthook:
+                sys.excepthook = self._hooks[0]
+            if sys.unraisablehook == self._unraisablehook:
+                sys.unraisablehook = self._hooks[1]
+
+
+def _drop_lost_futures(record: py_logging.LogRecord) -> bool:
+    return "exception was never retrieved" not in record.getMessage()
+
+
+_SEP = os.sep
+_SAVE_NOISE = _SaveNoise()
+
+
 def _missing_part(step_dir: pathlib.Path) -> str | None:
     """Why the files of a step folder cannot be a checkpoint, or None."""
+    if not step_dir.is_dir():
+        raise VanishedCheckpointError("the step folder was removed")
     if not any(step_dir.iterdir()):
         return "the step folder is empty"
     for part in ("default", "default/_METADATA"):
         if not (step_dir / part).exists():
             return f"{part} is missing"
     return None
+
+
+def saved_checksums(manager: ocp.CheckpointManager, step: int) -> dict | None:
+    """{array name: checksum} recorded when `step` was saved; None when
+    the step has no (readable) checksums."""
+    try:
+        with _quiet_orbax():
+            custom = manager.metadata(step).custom_metadata or {}
+    except Exception:  # noqa: BLE001 (no step metadata: no checksums)
+        return None
+    return custom.get(CHECKSUMS_KEY)
+
+
+def verify_arrays(tree: dict, saved: dict | None, where: str) -> None:
+    """Checks restored arrays against the checksums saved with them.
+
+    `tree` may be a part of what was saved (names are paths from the
+    saved tree's root, e.g. 'params/...'); `saved` None (an older
+    checkpoint) checks for finite values only, with a warning.
+
+    Raises:
+      DamagedCheckpointError: an array differs from its checksum, or holds
+        NaN or Inf.
+    """
+    checksums, finite = _fingerprint_tree(tree)
+    if saved is None:
+        logging.warning(
+            "%s has no content checksums (written by an "
+            "older version): checked for finite values only",
+            where,
+        )
+    else:
+        changed = [n for n in checksums if saved.get(n) != checksums[n]]
+        if changed:
+            raise DamagedCheckpointError(
+                f"{len(changed)} of {len(checksums)} arrays differ from "
+                f"their checksums at save time, first {changed[0]!r}"
+            )
+    bad = [name for name, ok in finite.items() if not ok]
+    if bad:
+        raise DamagedCheckpointError(
+            f"{len(bad)} arrays hold NaN or Inf, first {bad[0]!r}"
+        )
 
 
 class Checkpointer:
@@ -178,6 +318,11 @@ class Checkpointer:
     ):
         self.directory = pathlib.Path(directory).absolute()
         self._writer = create
+        self._last_saved: int | None = None  # the newest step saved
+        self._failed_step: int | None = None  # whose save failed
+        self._in_flight = False  # a save not yet waited for
+        if create:
+            _SAVE_NOISE.add_for(self)
         with _quiet_orbax():  # its warnings about damaged step folders
             self._manager = ocp.CheckpointManager(
                 self.directory,
@@ -194,8 +339,13 @@ class Checkpointer:
         """Writes `tree` (nested dicts of arrays) for `step` (async).
 
         The arrays' content checksums (one small device program, fetched
-        before the save starts) go into the step's metadata.
+        before the save starts) go into the step's metadata. A failure of
+        the background write surfaces as CheckpointSaveError from the next
+        `check_saves`, `save`, `wait` or `close`.
         """
+        if self._in_flight:
+            self.wait()  # orbax would wait too; this reports a failure
+        self._last_saved, self._in_flight = step, True
         checksums = content_checksums(tree)
         with jax.transfer_guard("allow"):  # saving reads arrays on purpose
             self._manager.save(
@@ -244,35 +394,11 @@ class Checkpointer:
                 )
 
     def _saved_checksums(self, step: int) -> dict[str, str] | None:
-        try:
-            with _quiet_orbax():
-                custom = self._manager.metadata(step).custom_metadata or {}
-        except Exception:  # noqa: BLE001 (no step metadata: no checksums)
-            return None
-        return custom.get(CHECKSUMS_KEY)
+        return saved_checksums(self._manager, step)
 
     def verify(self, tree: dict, step: int) -> None:
         """Raises DamagedCheckpointError unless `tree` is what was saved."""
-        checksums, finite = _fingerprint_tree(tree)
-        saved = self._saved_checksums(step)
-        if saved is None:
-            logging.warning(
-                "%s has no content checksums (written by an "
-                "older version): checked for finite values only",
-                self._where(step),
-            )
-        else:
-            changed = [n for n in checksums if saved.get(n) != checksums[n]]
-            if changed:
-                raise DamagedCheckpointError(
-                    f"{len(changed)} of {len(checksums)} arrays differ from "
-                    f"their checksums at save time, first {changed[0]!r}"
-                )
-        bad = [name for name, ok in finite.items() if not ok]
-        if bad:
-            raise DamagedCheckpointError(
-                f"{len(bad)} arrays hold NaN or Inf, first {bad[0]!r}"
-            )
+        verify_arrays(tree, self._saved_checksums(step), self._where(step))
 
     def restore(self, abstract_tree: dict, step: int | None = None) -> dict:
         """Restores `step` (default: the latest) into `abstract_tree`'s shapes.
@@ -285,6 +411,16 @@ class Checkpointer:
             since the save (checksums), or it holds non-finite values.
         """
         step = self.latest_step() if step is None else step
+        try:
+            return self._restore(abstract_tree, step)
+        except (DamagedCheckpointError, OSError):
+            if not (self.directory / str(step)).is_dir():
+                raise VanishedCheckpointError(
+                    "the step folder was removed while it was read"
+                ) from None
+            raise
+
+    def _restore(self, abstract_tree: dict, step: int) -> dict:
         missing = _missing_part(self.directory / str(step))
         if missing:
             raise DamagedCheckpointError(missing)
@@ -311,10 +447,18 @@ class Checkpointer:
           ValueError: a different config's checkpoint (see `restore`), or
             checkpoints exist and every one is damaged.
         """
-        damaged = []
-        for step in sorted(self._manager.all_steps(), reverse=True):
+        damaged, tried = [], set()
+        for step in self._steps_newest_first(tried):
+            tried.add(step)
             try:
                 return step, self.restore(abstract_tree, step)
+            except VanishedCheckpointError:
+                logging.info(
+                    "%s was removed while it was read (a running trainer "
+                    "keeps only its newest checkpoints); trying the next "
+                    "newest",
+                    self._where(step),
+                )
             except DamagedCheckpointError as e:
                 damaged.append(f"{step} ({e})")
                 moved = self._move_aside(step)
@@ -331,6 +475,18 @@ class Checkpointer:
                 f"damaged: {'; '.join(damaged)}"
             )
         return None
+
+    def _steps_newest_first(self, tried: set[int]) -> Iterator[int]:
+        """The steps not in `tried`, newest first; when they run out, the
+        list is read again (a trainer may have written newer ones), until
+        it holds no untried step."""
+        while True:
+            steps = sorted(set(self._manager.all_steps()) - tried, reverse=True)
+            if not steps:
+                return
+            yield from steps
+            with _quiet_orbax():
+                self._manager.reload()
 
     def _move_aside(self, step: int) -> pathlib.Path | None:
         """Renames a damaged step folder so that no run resumes from it or
@@ -351,13 +507,66 @@ class Checkpointer:
             self._manager.reload()
         return target
 
+    def check_saves(self) -> None:
+        """Raises CheckpointSaveError if a background save has failed since
+        the last check (cheap: it does not wait for a save in flight)."""
+        if self._in_flight and not self._manager.is_saving_in_progress():
+            self.wait()  # done: returns at once, or raises the save's error
+
     def wait(self) -> None:
-        """Blocks until every in-flight (async) save is on disk."""
-        self._manager.wait_until_finished()
+        """Blocks until every in-flight (async) save is on disk.
+
+        Raises:
+          CheckpointSaveError: a save failed.
+        """
+        try:
+            with _quiet_orbax():
+                self._manager.wait_until_finished()
+                self._manager.check_for_errors()
+        except Exception as e:  # noqa: BLE001 (any failure: not saved)
+            self._save_failed(e)
+        self._in_flight = False
 
     def close(self) -> None:
-        """Waits for in-flight saves, then releases the manager."""
+        """Waits for in-flight saves, then releases the manager.
+
+        Raises:
+          CheckpointSaveError: a save failed that was not reported yet.
+        """
         try:
-            self._manager.wait_until_finished()
+            if self._failed_step is None:
+                self.wait()
         finally:
-            self._manager.close()
+            try:
+                with _quiet_orbax(collect=True):
+                    self._manager.close()
+            except Exception:  # noqa: BLE001 (the failure was reported)
+                if self._failed_step is None:
+                    raise
+            finally:
+                _SAVE_NOISE.remove_from(self)
+
+    def _save_failed(self, error: BaseException) -> None:
+        """Removes what the failed save wrote, then raises one line: the
+        step, the folder, the cause, the free space, the newest intact
+        checkpoint."""
+        step = self._failed_step = self._last_saved
+        _SAVE_NOISE.silence_lost_futures()
+        if jax.process_index() == 0:
+            for partial in self.directory.glob(f"{step}.orbax-checkpoint-tmp*"):
+                shutil.rmtree(partial, ignore_errors=True)
+        free = workdir_lock.free_space(self.directory)
+        saved = [
+            int(p.name)
+            for p in self.directory.iterdir()
+            if p.name.isdigit() and int(p.name) != step
+        ]
+        raise CheckpointSaveError(
+            f"the checkpoint of step {step} could not be written to "
+            f"{self.directory}: {_save_reason(error)}; {free} free there; "
+            + (
+                f"the checkpoint of step {max(saved)} is intact"
+                if saved
+                else "no earlier checkpoint"
+            )
+        ) from None

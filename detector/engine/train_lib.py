@@ -14,8 +14,14 @@
   step's count as `host_roundtrips_per_step` on every metrics line;
   `strict_device=True` turns any finding in either program into an error
   before step 1.
-- `<workdir>/config.json` is written once the checkpoint restore and the
-  audits have passed, so a run that fails them leaves the workdir as it was.
+- `<workdir>/config.json` (and `config.<start step>.json`, kept: see
+  config_history.py) is written once the checkpoint restore and the audits
+  have passed, so a run that fails them leaves the workdir as it was. A
+  resume logs every config field changed since, and a checkpoint beyond
+  `num_steps` is an error.
+- One run per workdir (workdir_lock.py); SIGTERM/SIGINT save the current
+  step and stop (preemption.py); a failed background save stops the run at
+  the next step in one line (checkpoint.py).
 - A non-finite total loss, gradient norm or updated weight stops the run
   before that step's state is checkpointed. On any error the in-flight
   checkpoint saves finish and the metric writers close.
@@ -47,11 +53,14 @@ from detector import config as config_lib
 from detector.data import pipeline
 from detector.engine import (
     checkpoint,
+    config_history,
     determinism,
     multihost,
     optimizer,
+    preemption,
     sharding,
     train_metrics,
+    workdir_lock,
 )
 from detector.engine import train_state as state_lib
 from detector.engine import train_step as step_lib
@@ -76,16 +85,6 @@ def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
     return path
 
 
-def save_config(
-    workdir: pathlib.Path, config: ml_collections.ConfigDict
-) -> None:
-    """Writes `<workdir>/config.json` (process 0), which eval.py reads."""
-    if jax.process_index() == 0:
-        (workdir / "config.json").write_text(
-            config.to_json_best_effort(indent=2, sort_keys=True) + "\n"
-        )
-
-
 @dataclasses.dataclass
 class _Run:
     """What the training loop and the evaluations of one run share."""
@@ -97,6 +96,7 @@ class _Run:
     eval_graphdef: nnx.GraphDef
     predict: eval_lib.CompiledPredict | None  # None: no evaluations
     log: train_metrics.MetricsLog | None = None
+    stop: preemption.Watch | None = None  # None: signals are not watched
 
 
 def train_and_evaluate(
@@ -105,11 +105,14 @@ def train_and_evaluate(
     *,
     strict_device: bool = False,
     evaluate: bool = True,
+    stop: preemption.Watch | None = None,
 ) -> dict:
     """Trains `config` into `workdir`, then evaluates; returns eval results.
 
     `evaluate=False` skips the evaluations (at the end and every
-    eval_every steps) and returns {}.
+    eval_every steps) and returns {}. With `stop`, a SIGTERM/SIGINT it
+    caught ends the run after the current step with a checkpoint of it:
+    raises `preemption.Preempted`.
     """
     multihost.check_same_config(config)
     config_lib.validate(config)  # before anything is written
@@ -126,24 +129,27 @@ def train_and_evaluate(
         config.train.batch_size,
     )
     try:
-        pipeline.prepare(config)
-        tx, schedule = optimizer.make_optimizer(config)
-        ckpt = checkpoint.Checkpointer(
-            workdir / "checkpoints", max_to_keep=config.train.keep_checkpoints
-        )
-        try:
-            return _train(
-                config,
-                workdir,
-                mesh,
-                ckpt,
-                tx,
-                schedule,
-                strict=strict_device,
-                evaluate=evaluate,
+        with workdir_lock.held(workdir):  # one run per workdir
+            pipeline.prepare(config)
+            tx, schedule = optimizer.make_optimizer(config)
+            ckpt = checkpoint.Checkpointer(
+                workdir / "checkpoints",
+                max_to_keep=config.train.keep_checkpoints,
             )
-        finally:
-            ckpt.close()  # after the in-flight saves, also when a step failed
+            try:
+                return _train(
+                    config,
+                    workdir,
+                    mesh,
+                    ckpt,
+                    tx,
+                    schedule,
+                    strict=strict_device,
+                    evaluate=evaluate,
+                    stop=stop,
+                )
+            finally:
+                ckpt.close()  # after in-flight saves, also when a step failed
     except BaseException:
         _remove_if_empty(created)  # a failed start leaves no empty folders
         raise
@@ -181,13 +187,17 @@ def _train(
     *,
     strict: bool,
     evaluate: bool,
+    stop: preemption.Watch | None,
 ) -> dict:
     """Restores, compiles and audits, then trains and evaluates."""
+    if evaluate:  # a result file it may not overwrite fails before step 1
+        eval_lib.result_stem(workdir, config.data.eval_split)
     # The data first: a missing dataset fails before the model is built.
     latest = ckpt.latest_step() or 0
     batches = pipeline.train_batches(config, start_step=latest)
     graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
     start_step = int(jax.device_get(state.step))
+    config_history.check_resume(config, workdir, start_step, ckpt.directory)
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
@@ -199,7 +209,7 @@ def _train(
         if evaluate
         else None
     )
-    run = _Run(config, workdir, mesh, ckpt, eval_graphdef, predict)
+    run = _Run(config, workdir, mesh, ckpt, eval_graphdef, predict, stop=stop)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     batch = sharding.put_batch(next(batches), mesh)
     step_fn, findings = host_audit.compile_audited(
@@ -211,7 +221,8 @@ def _train(
         strict=strict,
         advice=config_lib.host_nms_advice,
     )
-    save_config(workdir, config)  # the restore and the audits passed
+    # The restore and the audits passed: config.json, config.<step>.json.
+    config_history.save(workdir, config, start_step)
     run.log = train_metrics.MetricsLog(
         workdir,
         backend=config_lib.nms_backend_name(config),
@@ -245,6 +256,7 @@ def _loop(
         writer=run.log.writer,
         every_steps=train.log_every,
     )
+    _stop_if_requested(run, state, start_step, saved=True)  # before step 1
     with host_audit.device_only_transfers():
         for step in range(start_step + 1, train.num_steps + 1):
             waited = time.perf_counter()
@@ -264,11 +276,16 @@ def _loop(
                 ),
                 last_checkpoint=run.ckpt.latest_step(),
             )
+            run.ckpt.check_saves()  # a failed background save stops here
             if step % train.log_every == 0 or step == train.num_steps:
                 run.log.write(step, jax.device_get(metrics))
             progress(step)
-            if step % train.checkpoint_every == 0 or step == train.num_steps:
+            saved = (
+                step % train.checkpoint_every == 0 or step == train.num_steps
+            )
+            if saved:
                 run.ckpt.save(step, state_lib.to_tree(state))
+            _stop_if_requested(run, state, step, saved=saved)
             if (
                 run.predict is not None
                 and train.eval_every
@@ -277,6 +294,19 @@ def _loop(
             ):
                 _evaluate(run, state, step)
     return state
+
+
+def _stop_if_requested(
+    run: _Run, state: state_lib.TrainState, step: int, *, saved: bool
+) -> None:
+    """On an agreed stop request: checkpoints `step` (unless `saved`),
+    waits for the save and raises preemption.Preempted."""
+    if run.stop is None or not run.stop.stop_requested():
+        return
+    if not saved:
+        run.ckpt.save(step, state_lib.to_tree(state))
+    run.ckpt.wait()
+    raise preemption.Preempted(step, run.stop.signum)
 
 
 def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:

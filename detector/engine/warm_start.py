@@ -29,7 +29,11 @@ import orbax.checkpoint as ocp
 from absl import logging
 from flax import nnx
 
-from detector.engine import backbone_weights, torchvision_maskrcnn
+from detector.engine import (
+    backbone_weights,
+    checkpoint,
+    torchvision_maskrcnn,
+)
 from detector.engine.optimizer import path_name
 from detector.modeling import model as model_lib
 
@@ -134,6 +138,14 @@ def _read(location: str) -> tuple[dict[str, np.ndarray], str]:
                     item=wanted, restore_args=as_numpy, partial_restore=True
                 ),
             )
+        try:  # the same checks as a resume
+            checkpoint.verify_arrays(
+                restored,
+                checkpoint.saved_checksums(manager, step),
+                f"{directory}/{step}",
+            )
+        except checkpoint.DamagedCheckpointError as e:
+            raise ValueError(f"{where}: step {step} is damaged: {e}") from None
     finally:
         manager.close()
     return (

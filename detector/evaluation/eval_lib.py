@@ -42,6 +42,7 @@ from detector import progress
 from detector.data import coco as coco_data
 from detector.data import pipeline
 from detector.engine import (
+    atomic_files,
     determinism,
     multihost,
     sharding,
@@ -177,6 +178,9 @@ def split_slug(split: str) -> str:
 def result_stem(workdir: pathlib.Path, split: str) -> pathlib.Path:
     """`<workdir>/eval_<slug>`, the stem of the split's .json and .png.
 
+    A .json there that is not a readable result (cut short, not JSON) is
+    logged and will be overwritten.
+
     Raises:
       ValueError: the .json there holds another split's result (never
         overwritten).
@@ -185,9 +189,14 @@ def result_stem(workdir: pathlib.Path, split: str) -> pathlib.Path:
     path = stem.with_suffix(".json")
     if path.exists():
         try:
-            other = json.loads(path.read_text()).get("split")
-        except (ValueError, AttributeError):
-            other = None
+            other = json.loads(path.read_text())["split"]
+        except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
+            logging.warning(
+                "%s holds no readable eval result (%s): it will be overwritten",
+                path,
+                f"{type(e).__name__}: {e}"[:120],
+            )
+            return stem
         if other != split:
             raise ValueError(
                 f"{path}: holds the result of split {other!r}, "
@@ -306,8 +315,10 @@ def evaluate(
         deterministic=determinism.enabled(),
     )
     if jax.process_index() == 0:
-        stem.with_suffix(".json").write_text(json.dumps(summary, indent=2))
-        detections_path(stem).write_text(detections)
+        atomic_files.write_text(
+            stem.with_suffix(".json"), json.dumps(summary, indent=2)
+        )
+        atomic_files.write_text(detections_path(stem), detections)
         visualize.draw_predictions(
             drawn,
             config,

@@ -59,8 +59,11 @@ def write_random_bytes(
         f.write(noise)
 
 
-def change_one_value(checkpoints: pathlib.Path, step: int) -> None:
-    """Rewrites the checkpoint's arrays with one float value changed.
+def change_one_value(
+    checkpoints: pathlib.Path, step: int, *, under: str = ""
+) -> None:
+    """Rewrites the checkpoint's arrays with one float value changed (in
+    the first float array whose path starts with `under`).
 
     Well-formed files whose content differs from what was saved (bit rot
     that lands inside array values): only a content checksum sees it.
@@ -68,11 +71,17 @@ def change_one_value(checkpoints: pathlib.Path, step: int) -> None:
     item = checkpoints / str(step) / "default"
     with ocp.StandardCheckpointer() as checkpointer:
         tree = checkpointer.restore(item)
+        paths = [
+            "/".join(str(getattr(k, "key", k)) for k in path)
+            for path, _ in jax.tree_util.tree_flatten_with_path(tree)[0]
+        ]
         leaves, treedef = jax.tree.flatten(tree)
         index = next(
             i
             for i, x in enumerate(leaves)
-            if jnp.issubdtype(x.dtype, jnp.floating) and x.size
+            if jnp.issubdtype(x.dtype, jnp.floating)
+            and x.size
+            and paths[i].startswith(under)
         )
         flat = jnp.ravel(leaves[index])
         leaves[index] = flat.at[0].set(flat[0] + 1).reshape(leaves[index].shape)

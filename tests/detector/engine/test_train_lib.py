@@ -585,3 +585,52 @@ def test_eval_file_names_encode_the_split_exactly(tmp_path):
         r"'val\[:3\]'",
     ):
         eval_lib.result_stem(tmp_path, "val[:3]")
+
+
+def test_a_damaged_eval_result_is_overwritten_with_a_log_line(tmp_path, caplog):
+    stem = eval_lib.result_stem(tmp_path, "val")
+    stem.with_suffix(".json").write_text('{"split": "va')  # cut short
+    with caplog.at_level("WARNING"):
+        assert eval_lib.result_stem(tmp_path, "val") == stem
+    warned = [r.getMessage() for r in caplog.records]
+    assert any(
+        "eval_val.json holds no readable eval result" in m
+        and "it will be overwritten" in m
+        for m in warned
+    ), warned
+
+
+def test_another_splits_eval_result_fails_before_step_one(
+    shapes_config, tmp_path
+):
+    (tmp_path / "eval_val.json").write_text(json.dumps({"split": "other"}))
+    with pytest.raises(
+        ValueError, match=r"eval_val\.json: holds the result of split 'other'"
+    ):
+        train_lib.train_and_evaluate(shapes_config, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_val.json"]
+
+
+def test_each_start_keeps_its_config_and_a_resume_past_the_end_fails(
+    resumed_and_straight, shapes_config, tmp_path
+):
+    resumed, _ = resumed_and_straight
+    # The first leg started at 0 with num_steps 2, the second at step 2.
+    for name, steps in (("config.0.json", 2), ("config.2.json", 4)):
+        saved = json.loads((resumed / name).read_text())
+        assert saved["train"]["num_steps"] == steps, name
+    assert (resumed / "config.json").read_text() == (
+        resumed / "config.2.json"
+    ).read_text()
+    copy = tmp_path / "copy"
+    shutil.copytree(resumed, copy)
+    before = sorted(p.name for p in copy.iterdir())
+    with pytest.raises(
+        ValueError,
+        match=r"checkpoints/4: this workdir's checkpoint is beyond "
+        r"config\.train\.num_steps=3; set --config\.train\.num_steps=4",
+    ):
+        train_lib.train_and_evaluate(
+            _with(shapes_config, **{"train.num_steps": 3}), copy
+        )
+    assert sorted(p.name for p in copy.iterdir()) == before

@@ -22,6 +22,7 @@ requires.module_or_skip(*requires.TRAIN_LOOP)
 from detector.engine import train_lib, warm_start
 from detector.modeling import model as model_lib
 from tests.detector.helpers import tiny_config
+from tests.helpers import checkpoint_faults
 
 FROZEN = ("backbone/stem/", "backbone/stages/0/")
 
@@ -258,3 +259,18 @@ def test_a_checkpoint_of_another_model_matches_nothing(runs):
             {"backbone/x/kernel": (3, 3)},
             num_classes=2,
         )
+
+
+def test_a_damaged_init_checkpoint_is_refused_as_a_resume_would(runs, tmp_path):
+    source, _, _, _ = runs
+    shutil.copytree(source / "checkpoints", tmp_path / "checkpoints")
+    checkpoint_faults.change_one_value(
+        tmp_path / "checkpoints", 3, under="params/"
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"^config\.model\.init_checkpoint='.*': step 3 is damaged: "
+        r"1 of \d+ arrays differ from their checksums at save time, "
+        r"first 'params/",
+    ):
+        warm_start.from_checkpoint(str(tmp_path), {}, num_classes=2)

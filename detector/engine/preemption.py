@@ -1,0 +1,132 @@
+"""Stops a run cleanly on SIGTERM or SIGINT: save at an agreed step, exit.
+
+    watch = preemption.Watch.install()        # before the first step
+    ...
+    if watch.stop_requested():                # after each step, every process
+        save(step); wait()
+        raise preemption.Preempted(step, watch.signum)
+
+Cloud VMs announce a preemption with SIGTERM some seconds before they stop;
+Ctrl-C sends SIGINT. The first signal only sets a flag (one log line says
+so); the training loop finishes the step it is in, saves a checkpoint at it,
+waits for the save and raises `Preempted`, which train.py turns into one line
+(`preempted at step N: checkpoint saved`) and exit code 128 + the signal
+number (143 for SIGTERM, 130 for SIGINT), as a shell reports a process the
+signal ended. A second signal ends the process at once, without saving.
+
+The signals are taken by a thread of their own (through Python's signal
+wakeup fd), so a signal is seen at once even while the main thread is
+inside a long compile or a device wait.
+
+With several processes, the signal may reach them at different steps, or
+reach only some of them. `stop_requested` is a collective: every process
+contributes its flag after each step and all of them see the same answer
+(any flag set), so all save the same step and stop together.
+"""
+
+import os
+import signal
+import sys
+import threading
+import types
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+# The signals that ask a run to stop, by number.
+SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+
+
+def exit_code(signum: int) -> int:
+    """128 + the signal number: what a shell reports for it (143, 130)."""
+    return 128 + signum
+
+
+class Preempted(Exception):  # noqa: N818 (not an error: a requested stop)
+    """The run stopped on request at `step`, which a checkpoint holds (step
+    0: stopped before the first step, nothing to save)."""
+
+    def __init__(self, step: int, signum: int):
+        self.step, self.signum = step, signum
+        super().__init__(
+            f"preempted at step {step}: checkpoint saved"
+            if step
+            else "preempted before step 1: nothing to save"
+        )
+
+
+def _ignore(signum: int, frame: types.FrameType | None) -> None:
+    """The Python-level handler: the signal-watch thread acts instead."""
+    del signum, frame
+
+
+class Watch:
+    """The stop flag set by SIGTERM/SIGINT, agreed across processes."""
+
+    def __init__(self):
+        self.signum: int | None = None  # the first signal received
+
+    @classmethod
+    def install(cls) -> "Watch":
+        """A watch whose handlers replace SIGTERM's and SIGINT's.
+
+        Handlers can only be installed from the main thread; elsewhere (a
+        library caller's worker thread) the watch stays unset and the
+        signals keep their handlers.
+        """
+        watch = cls()
+        if threading.current_thread() is not threading.main_thread():
+            return watch
+        # Python runs a signal handler only when the main thread runs
+        # Python code, not during a long compile or device wait. Its C-level
+        # handler, though, writes each signal's number to the wakeup fd at
+        # once, from whatever thread the signal lands on: a thread of ours
+        # reads them there. The Python-level handlers do nothing (they must
+        # exist for the signals to be caught at all).
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        for signum in SIGNALS:
+            signal.signal(signum, _ignore)
+        signal.set_wakeup_fd(write_end, warn_on_full_buffer=False)
+        threading.Thread(
+            target=watch._take_signals,
+            args=(read_end,),
+            name="signal-watch",
+            daemon=True,
+        ).start()
+        return watch
+
+    def _take_signals(self, read_end: int) -> None:
+        while True:
+            for signum in os.read(read_end, 64):
+                if signum in SIGNALS:
+                    self._handle(signum)
+
+    def _handle(self, signum: int) -> None:
+        name = SIGNALS.get(signum, str(signum))
+        if self.signum is not None:
+            sys.stderr.write(f"{name} again: exiting at once, not saving\n")
+            sys.stderr.flush()
+            os._exit(exit_code(signum))
+        self.signum = signum
+        sys.stderr.write(
+            f"{name} received: the run saves a checkpoint after the current "
+            f"step and stops (send {name} again to exit at once)\n"
+        )
+        sys.stderr.flush()
+
+    def stop_requested(self) -> bool:
+        """Whether any process has received a signal (a collective: every
+        process calls it at the same point of every step)."""
+        local = self.signum is not None
+        if jax.process_count() == 1:
+            return local
+        with jax.transfer_guard("allow"):
+            flags = multihost_utils.process_allgather(
+                np.asarray(self.signum if local else 0, dtype=np.int32)
+            )
+        flags = np.asarray(flags).ravel()
+        if not local and flags.any():  # another process was signalled
+            self.signum = int(flags[flags != 0][0])
+        return bool(flags.any())

@@ -1,0 +1,148 @@
+"""Runs entry points as real processes for tests, alone or as a job.
+
+Every process runs in its own process group, killed when the block that
+started it ends however it ends.
+"""
+
+import contextlib
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# The smoke config with the fastest-compiling NMS and a schedule that does
+# not depend on num_steps, so a resumed leg reuses the compiled programs.
+SMOKE = [
+    "--config=configs/shapes.py:runlocal",
+    "--nms=while_loop",
+    "--config.train.schedule=step",
+    "--config.train.checkpoint_every=2",
+    "--config.model.detection.score_threshold=0.0",
+]
+TIMEOUT_S = 300
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("localhost", 0))
+        return probe.getsockname()[1]
+
+
+def env(tmp_path: pathlib.Path, devices: int = 1) -> dict[str, str]:
+    """CPU only, a compilation cache shared by the test's runs.
+
+    The programs are compiled without backend optimisation (every run of a
+    test alike): the runs are a few steps long, and the processes of a leg
+    compile at the same time on the same cores.
+    """
+    return {
+        **os.environ,
+        "JAX_PLATFORMS": "cpu",
+        "XLA_FLAGS": (
+            f"--xla_force_host_platform_device_count={devices} "
+            "--xla_backend_optimization_level=0"
+        ),
+        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
+    }
+
+
+@contextlib.contextmanager
+def started(
+    commands: Sequence[tuple[list[str], dict[str, str]]], logs: pathlib.Path
+) -> Iterator[list[subprocess.Popen]]:
+    """Starts (argv, env) commands; kills their process groups at exit."""
+    logs.mkdir(parents=True, exist_ok=True)
+    processes = []
+    try:
+        for index, (argv, env) in enumerate(commands):
+            with open(logs / f"{index}.log", "w") as log:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, *argv],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
+        yield processes
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def finish(
+    processes: list[subprocess.Popen], logs: pathlib.Path
+) -> list[tuple[int, str]]:
+    """(exit code, output) of each process; fails past TIMEOUT_S."""
+    deadline = time.monotonic() + TIMEOUT_S
+    for process in processes:
+        try:
+            process.wait(timeout=max(deadline - time.monotonic(), 1))
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"still running after {TIMEOUT_S} s:\n"
+                + (logs / "0.log").read_text()[-3000:]
+            )
+    return [
+        (p.returncode, (logs / f"{i}.log").read_text())
+        for i, p in enumerate(processes)
+    ]
+
+
+def two_processes(
+    script: str,
+    args: Sequence[str],
+    tmp_path: pathlib.Path,
+    extra: Sequence[str] = (),
+) -> list[tuple[list[str], dict[str, str]]]:
+    """Commands for processes 0 and 1 of a job on localhost.
+
+    `extra` entries (one per process, '' for none) are added to process
+    i's arguments.
+    """
+    address = f"localhost:{free_port()}"
+    extra = list(extra) or ["", ""]
+    return [
+        (
+            [
+                script,
+                *args,
+                f"--coordinator_address={address}",
+                "--num_processes=2",
+                f"--process_id={index}",
+                *filter(None, [extra[index]]),
+            ],
+            env(tmp_path),
+        )
+        for index in range(2)
+    ]
+
+
+def run(commands, logs: pathlib.Path) -> list[tuple[int, str]]:
+    with started(commands, logs) as processes:
+        return finish(processes, logs)
+
+
+def train_lines(workdir: pathlib.Path) -> list[dict]:
+    """The training lines of a workdir's metrics.jsonl (no eval lines)."""
+    return [
+        line
+        for line in map(
+            json.loads, (workdir / "metrics.jsonl").read_text().splitlines()
+        )
+        if not line.get("eval")
+    ]

@@ -1,0 +1,237 @@
+"""Faults a real `train.py` process meets: signals, a second run, a full disk.
+
+Each test starts train.py as a real process (tests/helpers/processes.py) on
+the smoke config and delivers the fault from outside: a signal with
+os.kill, a second process on the same workdir, a file-size limit that makes
+the checkpoint writes fail.
+"""
+
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tests.helpers import processes
+
+for _module in ("tensorflow", "pycocotools", "clu"):
+    pytest.importorskip(_module)
+
+# A run long enough to be signalled mid-training; one line per step.
+LONG = [
+    *processes.SMOKE,
+    "--config.train.num_steps=1000",
+    "--config.train.log_every=1",
+    "--config.train.checkpoint_every=1000",
+]
+LOSSES = ("total", "rpn_cls", "rpn_box", "cls", "box", "mask", "grad_norm")
+
+
+def _wait_for(log: pathlib.Path, pattern: str, process, timeout=240) -> None:
+    """Waits until the log of `process` matches `pattern`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(pattern, log.read_text(errors="replace")):
+            return
+        if process.poll() is not None:
+            pytest.fail(
+                f"ended ({process.returncode}) before {pattern!r}:\n"
+                + log.read_text()[-3000:]
+            )
+        time.sleep(0.1)
+    pytest.fail(
+        f"no {pattern!r} within {timeout} s:\n" + log.read_text()[-3000:]
+    )
+
+
+def _train(tmp_path, workdir, *args):
+    return (
+        [
+            "train.py",
+            *LONG,
+            f"--workdir={workdir}",
+            f"--config.data.root={tmp_path}/shapes",
+            *args,
+        ],
+        processes.env(tmp_path),
+    )
+
+
+def _preempted_step(code: int, output: str, signum: int) -> int:
+    """The step of the one `preempted at step N` line; exit 128 + signum."""
+    assert code == 128 + signum, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    lines = re.findall(
+        r"^preempted at step (\d+): checkpoint saved$", output, re.M
+    )
+    assert len(lines) == 1, output[-3000:]
+    return int(lines[0])
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_and_a_second_run_is_refused(tmp_path):
+    workdir = tmp_path / "run"
+    logs = tmp_path / "logs"
+    with processes.started([_train(tmp_path, workdir)], logs) as (first,):
+        _wait_for(logs / "0.log", r"step 2:", first)
+        # A second run on the same workdir: one line naming the holder.
+        second = processes.run([_train(tmp_path, workdir)], tmp_path / "l2")
+        ((code, output),) = second
+        assert code == 1, output[-3000:]
+        assert "Traceback" not in output
+        errors = [x for x in output.splitlines() if x.startswith("error: ")]
+        assert errors == [
+            f"error: --workdir={workdir}: another training run is using it "
+            f"(host {socket.gethostname()} pid {first.pid}, started "
+            + errors[0].split(", started ", 1)[1]
+        ], output[-3000:]
+        assert first.poll() is None  # untouched, still training
+        os.kill(first.pid, signal.SIGTERM)
+        ((code, output),) = processes.finish([first], logs)
+    step = _preempted_step(code, output, signal.SIGTERM)
+    assert step >= 2
+    # Saved at that step, completely; metrics up to it, from the first run.
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == [
+        str(step)
+    ]
+    assert (
+        workdir / "checkpoints" / str(step) / "_CHECKPOINT_METADATA"
+    ).exists()
+    assert [x["step"] for x in processes.train_lines(workdir)] == list(
+        range(1, step + 1)
+    )
+    assert not (workdir / ".train.lock").exists()  # released at exit
+
+
+def test_a_second_signal_exits_at_once(tmp_path):
+    logs = tmp_path / "logs"
+    with processes.started([_train(tmp_path, tmp_path / "run")], logs) as (
+        run,
+    ):
+        # While it prepares the data and compiles: the main thread is busy
+        # outside Python, the signals are still taken at once.
+        _wait_for(logs / "0.log", r"Data parallel over", run)
+        os.kill(run.pid, signal.SIGINT)
+        _wait_for(logs / "0.log", r"SIGINT received", run, timeout=10)
+        os.kill(run.pid, signal.SIGINT)
+        sent = time.monotonic()
+        ((code, output),) = processes.finish([run], logs)
+    assert time.monotonic() - sent < 5
+    assert code == 130, output[-3000:]
+    assert "SIGINT again: exiting at once, not saving" in output
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
+
+
+@pytest.mark.slow
+def test_resume_after_sigterm_equals_an_uninterrupted_run(tmp_path):
+    workdir, logs = tmp_path / "run", tmp_path / "logs"
+    with processes.started([_train(tmp_path, workdir)], logs) as (first,):
+        _wait_for(logs / "0.log", r"step 2:", first)
+        os.kill(first.pid, signal.SIGTERM)
+        ((code, output),) = processes.finish([first], logs)
+    step = _preempted_step(code, output, signal.SIGTERM)
+    end = [f"--config.train.num_steps={step + 3}"]
+    resumed = processes.run([_train(tmp_path, workdir, *end)], tmp_path / "l2")
+    straight = processes.run(
+        [_train(tmp_path, tmp_path / "straight", *end)], tmp_path / "l3"
+    )
+    for code, output in (*resumed, *straight):
+        assert code == 0, output[-3000:]
+    assert f"Resumed from {workdir}/checkpoints/{step}" in resumed[0][1]
+    got, want = (
+        processes.train_lines(workdir),
+        processes.train_lines(tmp_path / "straight"),
+    )
+    assert [x["step"] for x in got] == list(range(1, step + 4))
+    for a, b in zip(got, want, strict=True):
+        for name in LOSSES:  # bit-identical on CPU
+            np.testing.assert_allclose(
+                a[name], b[name], rtol=1e-6, err_msg=name
+            )
+
+
+@pytest.mark.slow
+def test_two_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path):
+    workdir, logs = tmp_path / "run", tmp_path / "logs"
+    commands = processes.two_processes(
+        "train.py",
+        [
+            *LONG,
+            f"--workdir={workdir}",
+            f"--config.data.root={tmp_path}/shapes",
+        ],
+        tmp_path,
+    )
+    with processes.started(commands, logs) as (zero, one):
+        _wait_for(logs / "0.log", r"step 2:", zero)
+        os.kill(one.pid, signal.SIGTERM)  # process 1 only
+        results = processes.finish([zero, one], logs)
+    steps = {_preempted_step(c, o, signal.SIGTERM) for c, o in results}
+    assert len(steps) == 1, results
+    (step,) = steps
+    assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == [
+        str(step)
+    ]
+    assert (
+        workdir / "checkpoints" / str(step) / "_CHECKPOINT_METADATA"
+    ).exists()
+
+
+def _limit_file_size(limit: int):
+    """A preexec_fn: writes past `limit` bytes per file fail (EFBIG), as
+    on a full disk."""
+
+    def apply():
+        import resource
+
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+@pytest.mark.slow
+def test_a_failed_checkpoint_write_is_one_line_at_the_next_step(tmp_path):
+    workdir = tmp_path / "run"
+    command, env = _train(
+        tmp_path,
+        workdir,
+        "--config.train.checkpoint_every=2",
+        "--config.train.num_steps=40",
+    )
+    # The shapes data (small files) first, without the limit.
+    first = processes.run(
+        [_train(tmp_path, tmp_path / "warm", "--config.train.num_steps=1")],
+        tmp_path / "l1",
+    )
+    assert first[0][0] == 0, first[0][1][-3000:]
+    result = subprocess.run(
+        [sys.executable, *command],
+        cwd=processes.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=processes.TIMEOUT_S,
+        preexec_fn=_limit_file_size(1_000_000),
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [x for x in output.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1, output[-3000:]
+    assert re.fullmatch(
+        rf"error: the checkpoint of step 2 could not be written to "
+        rf"{workdir}/checkpoints: File too large; \d+ MiB free there; no "
+        r"earlier checkpoint",
+        errors[0],
+    ), errors
+    # Noticed within a step or two, not at the end of the run.
+    logged = [x["step"] for x in processes.train_lines(workdir)]
+    assert 2 <= max(logged) <= 4, logged
+    assert not any((workdir / "checkpoints").glob("*"))  # no partial save
