@@ -59,7 +59,7 @@ def _one(args, root: pathlib.Path, after_step: int, env) -> dict:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    pattern = re.compile(rf"step {after_step}: ")
+    pattern = re.compile(rf"step {after_step}/")
     while not pattern.search(log.read_text(errors="replace")):
         if process.poll() is not None:
             raise RuntimeError(f"ended early:\n{log.read_text()[-3000:]}")

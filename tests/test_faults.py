@@ -79,7 +79,7 @@ def test_sigterm_saves_the_step_and_a_second_run_is_refused(tmp_path):
     workdir = tmp_path / "run"
     logs = tmp_path / "logs"
     with processes.started([_train(tmp_path, workdir)], logs) as (first,):
-        _wait_for(logs / "0.log", r"step 2:", first)
+        _wait_for(logs / "0.log", r"step 2/", first)
         # A second run on the same workdir: one line naming the holder.
         second = processes.run([_train(tmp_path, workdir)], tmp_path / "l2")
         ((code, output),) = second
@@ -132,7 +132,7 @@ def test_a_second_signal_exits_at_once(tmp_path):
 def test_resume_after_sigterm_equals_an_uninterrupted_run(tmp_path):
     workdir, logs = tmp_path / "run", tmp_path / "logs"
     with processes.started([_train(tmp_path, workdir)], logs) as (first,):
-        _wait_for(logs / "0.log", r"step 2:", first)
+        _wait_for(logs / "0.log", r"step 2/", first)
         os.kill(first.pid, signal.SIGTERM)
         ((code, output),) = processes.finish([first], logs)
     step = _preempted_step(code, output, signal.SIGTERM)
@@ -169,7 +169,7 @@ def test_two_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path):
         tmp_path,
     )
     with processes.started(commands, logs) as (zero, one):
-        _wait_for(logs / "0.log", r"step 2:", zero)
+        _wait_for(logs / "0.log", r"step 2/", zero)
         os.kill(one.pid, signal.SIGTERM)  # process 1 only
         results = processes.finish([zero, one], logs)
     steps = {_preempted_step(c, o, signal.SIGTERM) for c, o in results}

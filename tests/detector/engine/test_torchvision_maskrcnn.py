@@ -355,7 +355,7 @@ def test_eval_runs_on_converted_weights_through_the_variant(tmp_path):
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "evaluating the model started from model.init_checkpoint" in (
+    assert "using the model started from model.init_checkpoint" in (
         result.stderr
     )
     assert list((tmp_path / "run").glob("eval_val*.json"))
