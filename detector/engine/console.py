@@ -8,8 +8,9 @@
 its `CommonMetricPrinter`, from the fields of the step's metrics.jsonl line:
 
 - `step s/N (p%)` and `eta H:MM:SS`: the steps left times the wall-clock
-  time per step over the last logging window (data, step, logging,
-  checkpoints and evaluations included);
+  time per step over the last logging window (data, step, logging and
+  checkpoints included; evaluations, run inside `paused()`, left out, as
+  detectron2 leaves them out, so the ETA does not jump after each one);
 - `total` and each loss term (`losses.TERM_NAMES`);
 - `ms/step` (median device-synchronised step time of the window), `img/s`,
   `data` (mean wait for the next batch), `lr`, `nms` (the backend);
@@ -20,10 +21,11 @@ its `CommonMetricPrinter`, from the fields of the step's metrics.jsonl line:
 metrics.jsonl and TensorBoard keep every field; this is only their summary.
 """
 
+import contextlib
 import datetime
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import jax
 
@@ -96,6 +98,16 @@ class StepLine:
             return math.nan
         left = max(self.num_steps - step, 0)
         return left * per_step if left else 0.0
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent inside (an evaluation) does not count toward the
+        time per step of the window it falls in."""
+        started = self._clock()
+        try:
+            yield
+        finally:
+            self._last_time += self._clock() - started
 
     def __call__(self, line: Mapping) -> str:
         """The console line for metrics line `line` (train_metrics.write)."""

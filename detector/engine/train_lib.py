@@ -292,7 +292,8 @@ def _loop(
                 and step % train.eval_every == 0
                 and step < train.num_steps
             ):
-                _evaluate(run, state, step)
+                with run.log.console.paused():  # not in the ETA
+                    _evaluate(run, state, step)
     return state
 
 

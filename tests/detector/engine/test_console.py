@@ -59,6 +59,17 @@ def test_eta_follows_the_last_window_and_ends_at_zero():
     assert math.isnan(console.StepLine(None, clock=clock).eta_seconds(5))
 
 
+def test_time_paused_for_an_evaluation_is_not_in_the_eta():
+    clock = _Clock()
+    line = console.StepLine(100, memory=lambda: None, clock=clock)
+    clock.now += 50.0
+    line.eta_seconds(50)
+    with line.paused():
+        clock.now += 30.0  # an evaluation
+    clock.now += 25.0
+    assert line.eta_seconds(75) == pytest.approx(25.0)  # 1 s/step, not 2.2
+
+
 def test_memory_is_left_out_where_the_platform_reports_none():
     text = console.StepLine(1800, memory=lambda: None)(LINE)
     assert "mem" not in text and text.endswith("nms pallas")
