@@ -101,6 +101,36 @@ def restore(
     return Weights(graphdef, params, rest, int(step))
 
 
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """The served function of a workdir, its categories and step."""
+
+    fn: serving.ServingFn
+    categories: list[dict]
+    step: int
+
+
+def served(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> Served:
+    """The served predict function of the newest intact checkpoint of
+    `workdir` (or its init_checkpoint model), with the categories it names;
+    `config` is validated by the caller.
+
+    Raises:
+      ValueError / FileNotFoundError: unreadable categories or no intact
+        checkpoint (one line).
+    """
+    categories = categories_lib.categories(config)
+    weights = restore(config, workdir)
+    fn = serving.serving_fn(
+        config,
+        weights.graphdef,
+        weights.params,
+        weights.rest,
+        [c["id"] for c in categories],
+    )
+    return Served(fn, categories, weights.step)
+
+
 def _tpu_mesh() -> jax.sharding.AbstractMesh:
     """An abstract one-device TPU mesh: what Mosaic lowers for."""
     kind = (
@@ -161,29 +191,21 @@ def export_workdir(
             config_lib.set_nms_backend(config, nms)
     config_lib.validate(config)
     nms_backends = nms_per_platform(config, platforms, nms)
-    categories = categories_lib.categories(config)
-    weights = restore(config, workdir)
-    fn = serving.serving_fn(
-        config,
-        weights.graphdef,
-        weights.params,
-        weights.rest,
-        [c["id"] for c in categories],
-    )
+    model = served(config, workdir)
     image_size = tuple(config.data.image_size)
-    exported = export_fn(fn, image_size, platforms)
+    exported = export_fn(model.fn, image_size, platforms)
     data = bytes(exported.serialize())
     meta = {
         "image_size": list(image_size),
         "batch_sizes": artifact_lib.SYMBOLIC_BATCH,
         "pixel_mean": list(config.data.pixel_mean),
         "pixel_std": list(config.data.pixel_std),
-        "categories": categories,
+        "categories": model.categories,
         "nms_backend": nms_backends,
         "jax_version": jax.__version__,
         "calling_convention_version": exported.calling_convention_version,
         "platforms": list(exported.platforms),
-        "checkpoint_step": weights.step,
+        "checkpoint_step": model.step,
         "max_detections": config.model.detection.max_detections,
         "mask_size": config.model.roi.mask_size,
         "mask_paste": config.eval.mask_paste,

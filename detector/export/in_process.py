@@ -11,8 +11,7 @@ import jax
 import ml_collections
 
 from detector import config as config_lib
-from detector.export import categories as categories_lib
-from detector.export import exporter, serving
+from detector.export import exporter
 from detector.runtime import predict
 
 
@@ -26,20 +25,11 @@ def predictor(
         or no intact checkpoint (one line).
     """
     config_lib.validate(config)
-    categories = categories_lib.categories(config)
-    weights = exporter.restore(config, workdir)
-    fn = jax.jit(
-        serving.serving_fn(
-            config,
-            weights.graphdef,
-            weights.params,
-            weights.rest,
-            [c["id"] for c in categories],
-        )
-    )
+    model = exporter.served(config, workdir)
+    fn = jax.jit(model.fn)
     return predict.Predictor(
         tuple(config.data.image_size),
-        categories,
+        model.categories,
         lambda images, sizes: jax.device_get(fn(images, sizes)),
         config.eval.mask_paste,
     )

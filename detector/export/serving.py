@@ -78,13 +78,17 @@ def to_original(
     )
 
 
+# (images u8[b, H, W, 3], orig_sizes i32[b, 2]) -> OUTPUTS.
+ServingFn = Callable[[jax.Array, jax.Array], dict[str, jax.Array]]
+
+
 def serving_fn(
     config: ml_collections.ConfigDict,
     graphdef: nnx.GraphDef,
     params: nnx.State,
     rest: nnx.State,
     category_ids: list[int],
-) -> Callable[[jax.Array, jax.Array], dict[str, jax.Array]]:
+) -> ServingFn:
     """(images u8[b, H, W, 3], orig_sizes i32[b, 2]) -> OUTPUTS (module
     docstring), with `graphdef` (eval mode) and the weights closed over."""
     image_size = tuple(config.data.image_size)

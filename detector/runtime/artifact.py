@@ -5,11 +5,12 @@ A folder written by export.py holds two files:
   predict.jax   `jax.export` serialization of the predict function, weights
                 inside; called as f(images u8[b, H, W, 3], orig_sizes
                 i32[b, 2] (height, width)) -> OUTPUTS
-  predict.json  what a caller needs beside it (`Meta` lists the keys): the
-                input size and batch sizes, pixel mean and std, categories,
-                the NMS backend per platform, the JAX version and calling
-                convention the artifact was serialized with, the platforms,
-                the checkpoint step, and the artifact's sha256
+  predict.json  what a caller needs beside it (`REQUIRED_KEYS`): the
+                input size and the batch dimension's name, pixel mean and
+                std, categories, the NMS backend per platform, the JAX
+                version and calling convention the artifact was serialized
+                with, the platforms, the checkpoint step, the mask pasting
+                rule, and the artifact's sha256
 
 Outputs, per image b (K detection slots, T mask size):
   boxes f32[b, K, 4] (x1, y1, x2, y2) in original-image pixels, clipped;
@@ -36,7 +37,7 @@ from detector.runtime import masks
 ARTIFACT_FILE = "predict.jax"
 META_FILE = "predict.json"
 OUTPUTS = ("boxes", "scores", "category_ids", "masks", "num_valid")
-# The artifact's batch dimension when it is symbolic.
+# The artifact's batch dimension: symbolic, so one artifact takes any size.
 SYMBOLIC_BATCH = "b"
 # Keys of predict.json that loading relies on.
 REQUIRED_KEYS = (
@@ -94,16 +95,6 @@ class Artifact:
     @property
     def image_size(self) -> tuple[int, int]:
         return tuple(self.meta["image_size"])
-
-    @property
-    def batch_sizes(self) -> list[int] | None:
-        """The exported batch sizes; None when the batch is symbolic."""
-        sizes = self.meta["batch_sizes"]
-        return None if sizes == SYMBOLIC_BATCH else list(sizes)
-
-    @property
-    def category_names(self) -> dict[int, str]:
-        return {c["id"]: c["name"] for c in self.meta["categories"]}
 
 
 def _read_meta(path: pathlib.Path) -> dict:
@@ -212,20 +203,6 @@ def _check_inputs(
         )
 
 
-def _padded_batch(artifact: Artifact, count: int) -> int:
-    """The smallest exported batch size >= count (count when symbolic)."""
-    sizes = artifact.batch_sizes
-    if sizes is None:
-        return count
-    fits = [s for s in sorted(sizes) if s >= count]
-    if not fits:
-        raise ArtifactError(
-            f"images: a batch of {count}; the artifact takes at most "
-            f"{max(sizes)} (batch sizes {sizes})"
-        )
-    return fits[0]
-
-
 def run(
     artifact: Artifact, images: np.ndarray, orig_sizes: np.ndarray
 ) -> dict[str, np.ndarray]:
@@ -250,14 +227,5 @@ def run(
             f"{', '.join(artifact.exported.platforms)}, not for this "
             f"{platform}; export it again with --platforms={platform}"
         )
-    count = len(images)
-    batch = _padded_batch(artifact, count)
-    if batch > count:  # fixed batch sizes: pad with blank 1 x 1 images
-        images = np.concatenate(
-            [images, np.zeros((batch - count, *images.shape[1:]), np.uint8)]
-        )
-        orig_sizes = np.concatenate(
-            [orig_sizes, np.ones((batch - count, 2), orig_sizes.dtype)]
-        )
     outputs = artifact.exported.call(images, orig_sizes.astype(np.int32))
-    return {k: np.asarray(v)[:count] for k, v in outputs.items()}
+    return {k: np.asarray(v) for k, v in outputs.items()}
