@@ -37,8 +37,8 @@ from detector.modeling import backbone
 
 # Per-module tensor tables: torchvision tensor name -> (our variable name,
 # layout conversion from torchvision's layout to ours).
-_OIHW_TO_HWIO = (2, 3, 1, 0)
-_CONV = {"weight": ("kernel", lambda w: w.transpose(_OIHW_TO_HWIO))}
+OIHW_TO_HWIO = (2, 3, 1, 0)
+_CONV = {"weight": ("kernel", lambda w: w.transpose(OIHW_TO_HWIO))}
 _NORM = {
     "weight": ("scale", None),
     "bias": ("bias", None),
@@ -192,7 +192,7 @@ def load(
             theirs = tuple(state[name].shape)
             wanted = target_shapes[ours]
             if convert is not None:  # our layout back to theirs
-                wanted = tuple(wanted[i] for i in np.argsort(_OIHW_TO_HWIO))
+                wanted = tuple(wanted[i] for i in np.argsort(OIHW_TO_HWIO))
             if theirs != wanted:
                 raise ValueError(
                     f"{where}: {name} has shape {theirs}, but "

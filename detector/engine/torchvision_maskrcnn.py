@@ -82,7 +82,11 @@ _OTHER_MODELS = (
 
 
 def _oihw_to_hwio(w: np.ndarray) -> np.ndarray:
-    return w.transpose(2, 3, 1, 0)
+    return w.transpose(backbone_weights.OIHW_TO_HWIO)
+
+
+def _hwio_to_oihw(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(shape[i] for i in np.argsort(backbone_weights.OIHW_TO_HWIO))
 
 
 def _conv1x1_to_linear(w: np.ndarray) -> np.ndarray:
@@ -105,7 +109,7 @@ class Layout:
 
 
 LAYOUTS = {
-    "conv": Layout(lambda s: (s[3], s[2], s[0], s[1]), _oihw_to_hwio),
+    "conv": Layout(_hwio_to_oihw, _oihw_to_hwio),
     "conv1x1": Layout(lambda s: (s[1], s[0], 1, 1), _conv1x1_to_linear),
     "linear": Layout(lambda s: (s[1], s[0]), lambda w: w.T),
     "deconv": Layout(lambda s: (s[2], s[3], s[0], s[1]), _deconv),

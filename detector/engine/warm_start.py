@@ -69,12 +69,11 @@ def apply(
         name: tuple(leaf.shape)
         for name, leaf in {**flat(params), **flat(rest)}.items()
     }
+    init_file = pathlib.Path(model.init_checkpoint).expanduser()
     if model.backbone_init:
         arrays = backbone_weights.load(model.backbone_init, model, shapes)
-    elif pathlib.Path(model.init_checkpoint).expanduser().is_file():
-        arrays = torchvision_maskrcnn.load(
-            pathlib.Path(model.init_checkpoint).expanduser(), config, shapes
-        )
+    elif model.init_checkpoint and init_file.is_file():
+        arrays = torchvision_maskrcnn.load(init_file, config, shapes)
     elif model.init_checkpoint:
         arrays = from_checkpoint(
             model.init_checkpoint, shapes, num_classes=config.data.num_classes
