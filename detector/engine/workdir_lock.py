@@ -28,9 +28,9 @@ import time
 from collections.abc import Iterator
 
 import jax
-import numpy as np
 from absl import logging
-from jax.experimental import multihost_utils
+
+from detector.engine import multihost
 
 LOCK_NAME = ".train.lock"
 
@@ -153,8 +153,7 @@ def held(workdir: str | pathlib.Path) -> Iterator[None]:
             lock = WorkdirLock.acquire(workdir)
         except WorkdirLockedError as e:
             message = str(e)
-    if jax.process_count() > 1:
-        message = _broadcast_text(message)
+    message = multihost.gather_json(message)[0]  # process 0's outcome
     if message:
         raise WorkdirLockedError(message)
     try:
@@ -162,13 +161,3 @@ def held(workdir: str | pathlib.Path) -> Iterator[None]:
     finally:
         if lock is not None:
             lock.release()
-
-
-def _broadcast_text(text: str, size: int = 1024) -> str:
-    """Process 0's `text` (at most `size` bytes) on every process."""
-    buffer = np.zeros(size, np.uint8)
-    data = text.encode()[:size]
-    buffer[: len(data)] = np.frombuffer(data, np.uint8)
-    with jax.transfer_guard("allow"):
-        buffer = np.asarray(multihost_utils.broadcast_one_to_all(buffer))
-    return bytes(buffer).rstrip(b"\0").decode(errors="replace")
