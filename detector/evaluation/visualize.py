@@ -6,7 +6,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from detector.modeling import postprocess
+from detector.runtime import images
 from detector.runtime import masks as mask_paste
 
 matplotlib.use("Agg")
@@ -22,7 +22,7 @@ def _input_image(
     image = batch["image"][i] * np.asarray(config.data.pixel_std) + np.asarray(
         config.data.pixel_mean
     )
-    height, width = postprocess.resized_size(
+    height, width = images.resized_size(
         batch["orig_size"][i], batch["scale"][i]
     ).astype(int)
     return np.clip(image[:height, :width] / 255.0, 0.0, 1.0)

@@ -12,36 +12,20 @@ B batch.
 
 import numpy as np
 
+from detector.runtime import images
 from detector.runtime import masks as masks_lib
-
-
-def resized_size(orig_size: np.ndarray, scale: float) -> np.ndarray:
-    """(height, width) of one eval image once resized, before the padding.
-
-    Recomputed as the data pipeline does, in float32 with rounding half to
-    even (TensorFlow's and numpy's `round`): max(round([h, w] * scale), 1).
-
-    Args:
-      orig_size: (height, width) of the original image.
-      scale: the batch's `scale` of the image (float32 in the batch).
-
-    Returns:
-      f32[2]: resized (height, width) in input pixels.
-    """
-    hw = np.asarray(orig_size, np.float32)
-    return np.maximum(np.round(hw * np.float32(scale)), np.float32(1.0))
 
 
 def resize_factors(orig_size: np.ndarray, scale: float) -> np.ndarray:
     """Per-axis (y, x) factors input / original pixels of one eval image.
 
     Boxes map back with the factor the image was resized by
-    (`resized_size`), not the unrounded scale.
+    (`detector.runtime.images.resized_size`), not the unrounded scale.
 
     Returns:
       f64[2]: resized (height, width) / original (height, width).
     """
-    resized = resized_size(orig_size, scale).astype(np.float64)
+    resized = images.resized_size(orig_size, scale).astype(np.float64)
     return resized / np.asarray(orig_size, np.float64)
 
 

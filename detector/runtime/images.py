@@ -38,14 +38,30 @@ def read_image(path: str | pathlib.Path) -> np.ndarray:
         raise ImageReadError(str(e)) from None
 
 
+def resized_size(orig_size: np.ndarray, scale: float) -> np.ndarray:
+    """(height, width) of an image resized by `scale`, before the padding.
+
+    As the data pipeline computes it, in float32 with rounding half to even
+    (TensorFlow's and numpy's `round`): max(round([h, w] * scale), 1).
+
+    Args:
+      orig_size: (height, width) of the original image.
+      scale: the resize factor (float32 in an eval batch).
+
+    Returns:
+      f32[2]: resized (height, width) in input pixels.
+    """
+    hw = np.asarray(orig_size, np.float32)
+    return np.maximum(np.round(hw * np.float32(scale)), np.float32(1.0))
+
+
 def letterbox_size(
     orig_size: tuple[int, int], image_size: tuple[int, int]
 ) -> tuple[int, int]:
     """(h', w') of an h x w image resized to fit H x W, as eval resizes it."""
     hw = np.asarray(orig_size, np.float32)
     height, width = (np.float32(v) for v in image_size)
-    scale = np.minimum(height / hw[0], width / hw[1])
-    resized = np.maximum(np.round(hw * scale), np.float32(1.0))
+    resized = resized_size(hw, np.minimum(height / hw[0], width / hw[1]))
     return int(resized[0]), int(resized[1])
 
 
