@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logs.quiet_libraries()
     workdir = pathlib.Path(_WORKDIR.value).expanduser()
-    config = cli.run_config(_CONFIG, workdir)
+    config = run_config.load(_CONFIG, workdir)
     cli.start_jax(config, _MULTIHOST)
     from detector.evaluation import eval_lib
 

@@ -48,7 +48,7 @@ def main(argv: list[str]) -> None:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     logs.quiet_libraries()
     workdir = pathlib.Path(_WORKDIR.value).expanduser()
-    config = cli.run_config(_CONFIG, workdir)
+    config = run_config.load(_CONFIG, workdir)
     with cli.one_line_errors():
         from detector.export import exporter
 

@@ -14,7 +14,6 @@
 
 import contextlib
 import os
-import pathlib
 import re
 import sys
 from collections.abc import Iterator, Mapping
@@ -23,7 +22,6 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from detector import config as config_lib
 from detector.engine import determinism, multihost
 
 MULTIHOST_MODES = ("auto", "on", "off")
@@ -127,17 +125,6 @@ def config_value(flag: flags.FlagHolder) -> ml_collections.ConfigDict:
 def _load_error(error: Exception) -> str:
     """The reason a config file did not load, without config_flags' preface."""
     return _one_line(error, last_only=True).removeprefix(_LOAD_FAILED).strip()
-
-
-def run_config(
-    flag: flags.FlagHolder, workdir: str | pathlib.Path
-) -> ml_collections.ConfigDict:
-    """The config of a config flag when given, else the workdir's
-    config.json (what train.py wrote); a failure is one line."""
-    with one_line_errors():
-        if flag.value is not None:
-            return config_value(flag)
-        return config_lib.load_json(pathlib.Path(workdir) / "config.json")
 
 
 def os_error_message(error: OSError) -> str:

@@ -10,6 +10,7 @@
   as JSON (`load_json`), not executed as Python. Either way
   `--config.a.b=v` overrides apply on top, with the same checks as
   train.py's.
+- `load(flag, workdir)`: the config those entry points then run.
 - This file is also the config file config_flags loads for a `.json`:
   `--config=detector/run_config.py:W/config.json` calls `get_config`.
 """
@@ -18,8 +19,11 @@ import os
 import pathlib
 
 import ml_collections
+from absl import flags
 
+from detector import cli
 from detector import config as config_lib
+from detector.engine import config_history
 
 # Config fields holding a local path (or "": unset).
 PATH_FIELDS = (
@@ -33,6 +37,20 @@ PATH_FIELDS = (
 def get_config(path: str) -> ml_collections.ConfigDict:
     """config_flags' entry point: the config.json at `path`."""
     return config_lib.load_json(pathlib.Path(path).expanduser())
+
+
+def load(
+    flag: flags.FlagHolder, workdir: str | pathlib.Path
+) -> ml_collections.ConfigDict:
+    """The config of a config flag when given (`workdir_config_argv` points
+    it at the workdir's config.json), else that config.json; a failure is
+    one line."""
+    with cli.one_line_errors():
+        if flag.value is not None:
+            return cli.config_value(flag)
+        return config_lib.load_json(
+            pathlib.Path(workdir) / config_history.LATEST
+        )
 
 
 def absolute_paths(
@@ -101,7 +119,7 @@ def workdir_config_argv(argv: list[str]) -> list[str]:
     workdir = _flag_value(argv, "workdir")
     if workdir is None:
         return argv
-    path = pathlib.Path(workdir[1]).expanduser() / "config.json"
+    path = pathlib.Path(workdir[1]).expanduser() / config_history.LATEST
     overrides = any(arg.startswith("--config.") for arg in argv[1:])
     if not (overrides or path.exists()):
         return argv  # eval.py reports the missing config.json itself
