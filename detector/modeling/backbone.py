@@ -81,11 +81,12 @@ class FrozenBatchNorm(nnx.Module):
         ).astype(self.dtype)
 
 
+# kind -> (channels, groups, dtype, rngs, frozen_epsilon) -> layer.
 _NORM_LAYERS = {
-    "group": lambda channels, groups, dtype, rngs: nnx.GroupNorm(
+    "group": lambda channels, groups, dtype, rngs, _: nnx.GroupNorm(
         channels, num_groups=groups, epsilon=1e-5, dtype=dtype, rngs=rngs
     ),
-    "batch": lambda channels, groups, dtype, rngs: nnx.BatchNorm(
+    "batch": lambda channels, groups, dtype, rngs, _: nnx.BatchNorm(
         channels, momentum=0.9, epsilon=1e-5, dtype=dtype, rngs=rngs
     ),
     "frozen_batch": lambda channels, groups, dtype, rngs, eps: FrozenBatchNorm(
@@ -111,9 +112,7 @@ def make_norm(
     """
     if kind not in _NORM_LAYERS:
         raise ValueError(f"unknown norm {kind!r}; known: {', '.join(NORMS)}")
-    if kind == "frozen_batch":
-        return _NORM_LAYERS[kind](channels, groups, dtype, rngs, frozen_epsilon)
-    return _NORM_LAYERS[kind](channels, groups, dtype, rngs)
+    return _NORM_LAYERS[kind](channels, groups, dtype, rngs, frozen_epsilon)
 
 
 class ConvNorm(nnx.Module):
