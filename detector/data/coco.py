@@ -31,7 +31,6 @@ import dataclasses
 import io
 import json
 import os
-import re
 import threading
 
 import numpy as np
@@ -40,11 +39,8 @@ from pycocotools import coco as coco_lib
 from pycocotools import mask as mask_utils
 
 from detector.data import gt_boxes, image_file
+from detector.data.splits import parse_split
 
-_SPLIT_RE = re.compile(
-    r"^(?P<name>[^\[\]]+?)"
-    r"(?:\[(?P<start>-?\d+%?)?:(?P<stop>-?\d+%?)?\])?$"
-)
 # Keys of each record of an instances JSON that the loader reads.
 _REQUIRED_KEYS = {
     "images": ("id", "file_name", "height", "width"),
@@ -59,17 +55,6 @@ _INTEGER_KEYS = (
 )
 # Individually logged skipped annotations per file; the rest are counted.
 _MAX_LOGGED_SKIPS = 10
-
-
-def parse_split(split: str) -> tuple[str, str | None, str | None]:
-    """Splits 'val2017[:500]' into ('val2017', None, '500'); checks syntax."""
-    match = _SPLIT_RE.match(split.strip())
-    if not match:
-        raise ValueError(
-            f"split {split!r}: expected NAME, NAME[start:stop] or "
-            "NAME[start%:stop%], e.g. 'val2017[:500]'"
-        )
-    return match["name"], match["start"], match["stop"]
 
 
 def slice_bounds(split: str, num_items: int) -> tuple[int, int]:

@@ -35,7 +35,6 @@ from collections.abc import Sequence
 import numpy as np
 from absl import logging
 from PIL import Image
-from pycocotools import mask as mask_utils
 
 from detector import progress
 
@@ -189,6 +188,8 @@ def _annotation(
     cols = np.flatnonzero(mask.any(axis=0))
     x, y = int(cols[0]), int(rows[0])
     width, height = int(cols[-1]) + 1 - x, int(rows[-1]) + 1 - y
+    from pycocotools import mask as mask_utils  # only to write a dataset
+
     rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
     return {
         "id": annotation_id,

@@ -42,15 +42,15 @@ def categories(config: ml_collections.ConfigDict) -> list[dict]:
       ValueError / FileNotFoundError: the categories cannot be read, or
         their count is not data.num_classes (named).
     """
-    # pycocotools (and TensorFlow for TFDS) only where they are needed.
-    from detector.data import coco, shapes
+    # TensorFlow (for TFDS) only where it is needed.
+    from detector.data import shapes, splits
 
     data = config.data
     if data.source == "tfds":
         found = _from_tfds(data)
         where = f"tfds {data.tfds_name}"
     else:
-        name = coco.parse_split(data.train_split)[0]
+        name = splits.parse_split(data.train_split)[0]
         path = (
             pathlib.Path(data.root) / "annotations" / f"instances_{name}.json"
         )

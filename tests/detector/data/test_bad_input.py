@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pycocotools import cocoeval
 
-from detector.data import coco, pipeline
+from detector.data import coco, pipeline, splits
 from tests.detector.data import helpers
 
 
@@ -218,7 +218,7 @@ def test_slice_bounds():
     assert coco.slice_bounds("train[:10%]", 200) == (0, 20)
     assert coco.slice_bounds("train[25%:75%]", 10) == (2, 8)
     assert coco.slice_bounds("val[8:2]", 10) == (8, 8)
-    assert coco.parse_split("val2017[:500]") == ("val2017", None, "500")
+    assert splits.parse_split("val2017[:500]") == ("val2017", None, "500")
 
 
 def test_polygon_and_uncompressed_rle_segmentations(tmp_path):
