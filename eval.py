@@ -15,8 +15,8 @@ import pathlib
 
 from absl import app, flags
 
-from detector import cli, logs, run_config
 from detector import config as config_lib
+from detector.launch import cli, logs, run_config
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run.", required=True

@@ -43,9 +43,9 @@ def _fail(message: str) -> None:
 
 def _in_process_predictor(workdir: pathlib.Path):
     """The model of `workdir`, restored and jitted here (imports it)."""
-    from detector import cli, logs
     from detector import config as config_lib
     from detector.export import in_process
+    from detector.launch import cli, logs
 
     logs.quiet_libraries()
 

@@ -18,9 +18,9 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from detector import cli, logs, run_config
 from detector import config as config_lib
-from detector.engine import preemption
+from detector.distributed import preemption
+from detector.launch import cli, logs, run_config
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _CONFIG = cli.define_config(

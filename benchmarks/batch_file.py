@@ -4,7 +4,7 @@
     batches = batch_file.load("batches.npz")             # anywhere (numpy)
     batch_file.check_shapes(batches, config, "batches.npz")
 
-Saves the model inputs (`detector.engine.sharding.MODEL_INPUTS`) of a few
+Saves the model inputs (`detector.distributed.sharding.MODEL_INPUTS`) of a few
 batches from the real input pipeline, so a step can be timed on a machine
 without TensorFlow (benchmarks/step_bench.py --save_batches / --batches).
 Each entry is stacked over the batches: [num_batches, B, ...].
@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
-from detector.engine import sharding
+from detector.distributed import sharding
 
 FORMAT = 1
 _PIXELS = "image_u8"

@@ -34,9 +34,9 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from detector.engine import checkpoint, optimizer  # noqa: E402
-from detector.engine import train_state as state_lib  # noqa: E402
 from detector.modeling import model as model_lib  # noqa: E402
+from detector.state import checkpoint, optimizer  # noqa: E402
+from detector.state import train_state as state_lib  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",

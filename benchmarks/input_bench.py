@@ -31,7 +31,8 @@ from ml_collections import config_flags  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from benchmarks import nms_bench  # noqa: E402
-from detector.data import pipeline, shapes  # noqa: E402
+from detector.data import pipeline  # noqa: E402
+from detector.data import shapes_writer as shapes  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",

@@ -38,9 +38,9 @@ from PIL import Image  # noqa: E402
 
 from configs import coco_r50_fpn, shapes  # noqa: E402
 from detector import config as config_lib  # noqa: E402
-from detector.engine import checkpoint, optimizer, train_state  # noqa: E402
 from detector.export import exporter, in_process, serving  # noqa: E402
 from detector.runtime import artifact, predict  # noqa: E402
+from detector.state import checkpoint, optimizer, train_state  # noqa: E402
 
 _IMAGES = flags.DEFINE_integer("images", 24, "Images per predict run.")
 _REPS = flags.DEFINE_integer("reps", 5, "Timed runs after one warm-up.")

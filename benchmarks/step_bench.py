@@ -46,11 +46,12 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import batch_file, nms_bench, step_parts  # noqa: E402
-from detector import cli  # noqa: E402
 from detector import config as config_lib  # noqa: E402
-from detector.engine import determinism, optimizer, sharding  # noqa: E402
-from detector.engine import train_state as state_lib  # noqa: E402
+from detector.distributed import determinism, sharding  # noqa: E402
 from detector.engine import train_step as step_lib  # noqa: E402
+from detector.launch import cli  # noqa: E402
+from detector.state import optimizer  # noqa: E402
+from detector.state import train_state as state_lib  # noqa: E402
 from ops import host_audit  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(

@@ -42,9 +42,10 @@ from flax import nnx
 from benchmarks import batch_file
 from benchmarks import flops as flops_lib
 from detector import config as config_lib
-from detector.engine import optimizer, sharding
-from detector.engine import train_state as state_lib
+from detector.distributed import sharding
 from detector.engine import train_step as step_lib
+from detector.state import optimizer
+from detector.state import train_state as state_lib
 from ops import roi_align
 
 STAGES = (

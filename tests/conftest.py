@@ -4,9 +4,10 @@ Before JAX starts a backend (this file is imported before any test):
 - XLA_PYTHON_CLIENT_PREALLOCATE=false: each JAX process takes GPU memory as
   it needs it instead of 75% of the card up front, so parallel pytest
   workers (`-n 8`) share one GPU.
-- XLA's deterministic GPU ops (detector/engine/determinism.py), appended to any
-  XLA_FLAGS: the backend-identity tests compare programs bit for bit, which
-  on a GPU holds only with deterministic reductions. No effect on CPU.
+- XLA's deterministic GPU ops (detector/distributed/determinism.py),
+  appended to any XLA_FLAGS: the backend-identity tests compare programs
+  bit for bit, which on a GPU holds only with deterministic reductions. No
+  effect on CPU.
 
 `DETECTOR_TEST_BLOCK=tensorflow,pycocotools,clu` makes those packages
 unimportable for the session (tests/helpers/requires.py), as on an image
@@ -19,7 +20,7 @@ per-worker temporary folder makes the second compile a lookup.
 
 import os
 
-from detector.engine import determinism
+from detector.distributed import determinism
 from tests.helpers import requires
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")

@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 BLOCKED = ",".join(requires.TRAIN_LOOP)
 # The tests that need the blocked modules -> how many skips each reports.
 GUARDED = {
-    "tests/detector/engine/test_warm_start.py": 1,  # the whole module
+    "tests/detector/state/test_warm_start.py": 1,  # the whole module
     "tests/detector/engine/test_train_lib.py": 1,
     "tests/test_entry_points.py": 1,
     "tests/test_multihost.py::"
@@ -26,7 +26,7 @@ GUARDED = {
     "tests/test_import_graph.py::test_shapes_writer_imports_no_tensorflow": 1,
     "tests/test_import_graph.py::"
     "test_importing_the_pipeline_registers_no_exit_hook": 1,
-    "tests/detector/modeling/test_postprocess.py": 1,
+    "tests/detector/evaluation/test_postprocess.py": 1,
 }
 
 

@@ -40,7 +40,7 @@ def defaults() -> ml_collections.ConfigDict:
     # Deterministic GPU reductions (XLA --xla_gpu_deterministic_ops): the
     # same run twice gives the same losses, at a cost in step time (README,
     # "GPU results"). Applied by the entry points before JAX starts a
-    # backend (detector/engine/determinism.py); no effect on CPU and TPU.
+    # backend (detector/distributed/determinism.py); no effect on CPU and TPU.
     train.deterministic = False
     return train
 

@@ -1,5 +1,6 @@
 """Input data: sources (COCO folder, TFDS, synthetic shapes), tf.data pipelines.
 
 Import the submodule you need (`detector.data.pipeline`, ...); this package
-imports nothing, so `python -m detector.data.shapes` stays TensorFlow-free.
+imports nothing, so `python -m detector.data.shapes_writer` stays
+TensorFlow-free.
 """

@@ -38,10 +38,13 @@ import tensorflow as tf
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import coco_json, shapes_source, tfds_coco, transforms
-from detector.data import source as source_lib
+from detector.data import transforms
+from detector.data.sources import base as source_lib
+from detector.data.sources import coco_json
+from detector.data.sources import shapes as shapes_source
+from detector.data.sources import tfds as tfds_coco
 
-# data.source -> the class reading it (see detector.data.source.Source).
+# data.source -> the class reading it (see detector.data.sources.base.Source).
 SOURCES: dict[str, type[source_lib.Source]] = {
     "shapes": shapes_source.ShapesSource,
     "coco_json": coco_json.CocoJsonSource,

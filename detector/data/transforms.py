@@ -11,7 +11,7 @@ visible image and dropped when empty. Each kept instance's mask is resampled
 from the full-resolution original mask over exactly its final box, S x S.
 The resized size is max(round([h, w] * scale), 1) per axis (float32, half to
 even), so boxes scale by resized / [h, w] per axis; evaluation maps them back
-with that same factor (`detector.modeling.postprocess.resize_factors`).
+with that same factor (`detector.evaluation.postprocess.resize_factors`).
 """
 
 import ml_collections

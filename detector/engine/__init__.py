@@ -1,3 +1,3 @@
-"""What runs the model: the training loop, step and state, the optimizer,
-checkpoints, weight loading and warm starts, multi-host start-up, sharding,
-determinism and training metrics."""
+"""The training loop: the loop itself (`train_lib`), the jitted
+data-parallel step (`train_step`), metrics files and TensorBoard
+(`train_metrics`) and the one console line per log step (`console`)."""

@@ -51,20 +51,14 @@ from jax.sharding import Mesh
 
 from detector import config as config_lib
 from detector.data import pipeline
-from detector.engine import (
-    checkpoint,
-    config_history,
-    determinism,
-    multihost,
-    optimizer,
-    preemption,
-    sharding,
-    train_metrics,
-    workdir_lock,
-)
-from detector.engine import train_state as state_lib
+from detector.distributed import determinism, multihost, preemption, sharding
+from detector.engine import train_metrics
 from detector.engine import train_step as step_lib
 from detector.evaluation import eval_lib
+from detector.launch import config_history
+from detector.state import checkpoint, optimizer
+from detector.state import train_state as state_lib
+from detector.utils import workdir_lock
 from ops import host_audit
 
 

@@ -8,7 +8,8 @@ of device-synchronised step times), `step_time_p90_ms`, `data_wait_ms`
 batch, host to device included: near the step time means input-bound),
 `images_per_sec`, `nms_backend`, `host_roundtrips_per_step` (host
 round-trip ops the audit found in the compiled step) and `deterministic`
-(whether XLA ran with deterministic GPU ops, detector/engine/determinism.py).
+(whether XLA ran with deterministic GPU ops,
+detector/distributed/determinism.py).
 Evaluations append a line with `"eval": true`. TensorBoard (process 0)
 gets the same scalars through clu's summary writer; the console gets one
 line per logged step (console.py), not every field.

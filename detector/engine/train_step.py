@@ -21,8 +21,8 @@ from jax import lax
 from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
-from detector.engine import train_state as state_lib
 from detector.modeling import losses
+from detector.state import train_state as state_lib
 
 # Train-step output checked every step and not logged: all weights finite.
 STATE_FINITE = "state_finite"

@@ -38,18 +38,11 @@ from pycocotools import coco as coco_lib
 from pycocotools.cocoeval import COCOeval
 
 from detector import config as config_lib
-from detector import progress
-from detector.data import coco as coco_data
-from detector.data import pipeline
-from detector.engine import (
-    atomic_files,
-    determinism,
-    multihost,
-    sharding,
-)
-from detector.engine import train_state as state_lib
-from detector.evaluation import visualize
-from detector.modeling import postprocess
+from detector.data import coco_folder, pipeline
+from detector.distributed import determinism, multihost, sharding
+from detector.evaluation import postprocess, visualize
+from detector.state import train_state as state_lib
+from detector.utils import files, progress
 from ops import host_audit
 
 METRIC_NAMES = (
@@ -141,7 +134,7 @@ def coco_metrics(
     else:
         # loadRes refuses an empty list; COCOeval takes an empty result set.
         logging.warning("No %s detections.", iou_type)
-        detections = coco_data.build_coco(
+        detections = coco_folder.build_coco(
             {
                 "images": list(coco_gt.dataset["images"]),
                 "categories": list(coco_gt.dataset["categories"]),
@@ -315,10 +308,10 @@ def evaluate(
         deterministic=determinism.enabled(),
     )
     if jax.process_index() == 0:
-        atomic_files.write_text(
+        files.write_text(
             stem.with_suffix(".json"), json.dumps(summary, indent=2)
         )
-        atomic_files.write_text(detections_path(stem), detections)
+        files.write_text(detections_path(stem), detections)
         visualize.draw_predictions(
             drawn,
             config,

@@ -26,7 +26,9 @@ def _from_annotations(path: pathlib.Path) -> list[dict]:
 
 
 def _from_tfds(data: ml_collections.ConfigDict) -> list[dict]:
-    from detector.data import tfds_coco  # TensorFlow: only for TFDS runs
+    from detector.data.sources import (
+        tfds as tfds_coco,  # TensorFlow: only for TFDS runs
+    )
 
     builder = tfds_coco.TfdsCoco(data)
     return [
@@ -43,7 +45,8 @@ def categories(config: ml_collections.ConfigDict) -> list[dict]:
         their count is not data.num_classes (named).
     """
     # TensorFlow (for TFDS) only where it is needed.
-    from detector.data import shapes, splits
+    from detector.data import shapes_writer as shapes
+    from detector.data import splits
 
     data = config.data
     if data.source == "tfds":

@@ -21,10 +21,11 @@ import jax.numpy as jnp
 import ml_collections
 
 from detector import config as config_lib
-from detector.engine import sharding, train_state
+from detector.distributed import sharding
 from detector.export import categories as categories_lib
 from detector.export import serving
 from detector.runtime import artifact as artifact_lib
+from detector.state import train_state
 from ops import nms as nms_lib
 
 PLATFORMS = ("cpu", "cuda", "tpu")

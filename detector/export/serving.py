@@ -8,7 +8,7 @@ images u8[b, H, W, 3] letterboxed as eval letterboxes
 width of each original image). Inside: normalise with data.pixel_mean/std,
 zero the padding (as the eval pipeline pads after normalising), run the
 model's predict, map boxes back to original pixels with eval's per-axis
-factor resized / original (`detector.modeling.postprocess`), classes to
+factor resized / original (`detector.evaluation.postprocess`), classes to
 category ids. Outputs are `detector.runtime.artifact.OUTPUTS`. The weights
 are closed over, so they are constants of the program (and inside an
 exported artifact).

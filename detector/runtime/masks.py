@@ -3,7 +3,7 @@
     pasted = masks.MASK_PASTERS[rule](masks, boxes, height, width)
 
 Numpy only (pycocotools where installed), shared by evaluation
-(`detector.modeling.postprocess`) and the exported predictor. Two pasting
+(`detector.evaluation.postprocess`) and the exported predictor. Two pasting
 rules (config eval.mask_paste, recorded in an export's predict.json):
 'centres' samples each mask bilinearly at the centres of the pixels inside
 its box (>= 0.5 is foreground); 'torchvision' is torchvision's

@@ -3,7 +3,7 @@
 import pytest
 
 from benchmarks import step_parts
-from detector.engine import sharding
+from detector.distributed import sharding
 from tests.detector.helpers import tiny_config
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from configs import coco_r50_fpn
 from detector import config as config_lib
-from detector.engine import optimizer
 from detector.modeling import backbone
+from detector.state import optimizer
 
 
 def test_default_is_the_pretrained_1x_recipe():

@@ -29,9 +29,9 @@ import numpy as np
 from flax import nnx
 
 from configs import coco_r50_fpn
-from detector.engine import warm_start
 from detector.modeling import model as model_lib
 from detector.runtime import masks as mask_paste
+from detector.state import warm_start
 
 # make_torchvision_fixture.REDUCED, as our config fields.
 REDUCED = {

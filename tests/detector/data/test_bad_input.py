@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pycocotools import cocoeval
 
-from detector.data import coco, pipeline, splits
+from detector.data import coco_folder, pipeline, splits
 from tests.detector.data import helpers
 
 
@@ -112,7 +112,7 @@ def test_bad_annotations_are_skipped_and_logged(config, folder, caplog):
 
     _edit_json(path, corrupt)
     with caplog.at_level("WARNING"):
-        folder_split = coco.CocoFolder(str(folder), "train", 3)
+        folder_split = coco_folder.CocoFolder(str(folder), "train", 3)
     text = caplog.text
     assert "instances_train.json: skipping annotation id=1" in text
     assert "zero or negative-size bbox" in text
@@ -148,7 +148,7 @@ def test_crowd_regions_are_ground_truth_not_targets(config, folder):
         dataset["annotations"][0]["iscrowd"] = 1
 
     _edit_json(folder / "annotations" / "instances_val.json", crowd)
-    split = coco.CocoFolder(str(folder), "val", 3)
+    split = coco_folder.CocoFolder(str(folder), "val", 3)
     assert split.coco().anns[1]["iscrowd"] == 1
     assert split.load_example(0)[2].tolist() == [2, 3]
 
@@ -211,13 +211,13 @@ def test_empty_slice_is_one_error_without_a_mask_warning(config, caplog):
 
 
 def test_slice_bounds():
-    assert coco.slice_bounds("val", 10) == (0, 10)
-    assert coco.slice_bounds("val[:500]", 10) == (0, 10)
-    assert coco.slice_bounds("val[2:5]", 10) == (2, 5)
-    assert coco.slice_bounds("val[-3:]", 10) == (7, 10)
-    assert coco.slice_bounds("train[:10%]", 200) == (0, 20)
-    assert coco.slice_bounds("train[25%:75%]", 10) == (2, 8)
-    assert coco.slice_bounds("val[8:2]", 10) == (8, 8)
+    assert coco_folder.slice_bounds("val", 10) == (0, 10)
+    assert coco_folder.slice_bounds("val[:500]", 10) == (0, 10)
+    assert coco_folder.slice_bounds("val[2:5]", 10) == (2, 5)
+    assert coco_folder.slice_bounds("val[-3:]", 10) == (7, 10)
+    assert coco_folder.slice_bounds("train[:10%]", 200) == (0, 20)
+    assert coco_folder.slice_bounds("train[25%:75%]", 10) == (2, 8)
+    assert coco_folder.slice_bounds("val[8:2]", 10) == (8, 8)
     assert splits.parse_split("val2017[:500]") == ("val2017", None, "500")
 
 
@@ -239,7 +239,7 @@ def test_polygon_and_uncompressed_rle_segmentations(tmp_path):
         [np.zeros((20, 30, 3), np.uint8)],
         [base, polygon, uncompressed],
     )
-    folder = coco.CocoFolder(str(tmp_path), "forms", 3)
+    folder = coco_folder.CocoFolder(str(tmp_path), "forms", 3)
     masks = folder.load_example(0)[3]
     assert masks.shape == (3, 20, 30)
     for decoded in masks:
@@ -262,7 +262,7 @@ def test_missing_keys_name_the_file_record_and_key(folder, records, index, key):
     _edit_json(path, lambda d: d[records][index].pop(key))
     record_id = "None" if key == "id" else index + 1
     with pytest.raises(ValueError) as error:
-        coco.CocoFolder(str(folder), "val", 3)
+        coco_folder.CocoFolder(str(folder), "val", 3)
     assert str(error.value) == (
         f"{path}: {records}[{index}] (id={record_id}) lacks '{key}'"
     )
@@ -276,14 +276,14 @@ def test_bad_category_ids(folder):
         match=r"instances_val.json: "
         r"categories\[2\] repeats id 1$",
     ):
-        coco.CocoFolder(str(folder), "val", 3)
+        coco_folder.CocoFolder(str(folder), "val", 3)
     _edit_json(path, lambda d: d["categories"][2].update(id="3"))
     with pytest.raises(
         ValueError,
         match=r"categories\[2\] id '3' is not an "
         "integer$",
     ):
-        coco.CocoFolder(str(folder), "val", 3)
+        coco_folder.CocoFolder(str(folder), "val", 3)
 
 
 def _evaluate(ground_truth, iou_type: str) -> float:
@@ -323,7 +323,7 @@ def test_missing_iscrowd_and_area_get_defaults(folder, caplog):
 
     _edit_json(path, strip)
     with caplog.at_level("WARNING"):
-        split = coco.CocoFolder(str(folder), "val", 3)
+        split = coco_folder.CocoFolder(str(folder), "val", 3)
     assert (
         f"{path}: filled defaults for evaluation: iscrowd=0 on 4 "
         "annotations, area (segmentation pixels, else box w*h) on 3"
@@ -353,7 +353,7 @@ def test_missing_area_without_segmentation_is_box_area(folder, caplog):
 
     _edit_json(path, strip)
     with caplog.at_level("WARNING"):
-        split = coco.CocoFolder(str(folder), "train", 3)
+        split = coco_folder.CocoFolder(str(folder), "train", 3)
     assert not split.has_masks
     ann = split.coco().anns[1]
     assert ann["area"] == ann["bbox"][2] * ann["bbox"][3]
@@ -373,7 +373,7 @@ def test_rle_without_or_with_another_size_is_skipped(folder, caplog):
 
     _edit_json(path, corrupt)
     with caplog.at_level("WARNING"):
-        split = coco.CocoFolder(str(folder), "val", 3)
+        split = coco_folder.CocoFolder(str(folder), "val", 3)
     text = caplog.text
     assert (
         f"{path}: skipping annotation id=1 of image 1: RLE size differs "

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from detector.data import coco, gt_boxes, pipeline, tfds_coco
+from detector.data import coco_folder, gt_boxes, pipeline
+from detector.data.sources import tfds as tfds_coco
 from detector.evaluation import eval_lib
 from tests.detector.data import helpers
 
@@ -32,7 +33,7 @@ def _edit(root, edit) -> str:
 def test_duplicate_image_id_names_both_files(root):
     path = _edit(root, lambda d: d["images"][2].update(id=1))
     with pytest.raises(ValueError) as error:
-        coco.CocoFolder(str(root), "val", 3)
+        coco_folder.CocoFolder(str(root), "val", 3)
     assert str(error.value) == (
         f"{path}: images[2] repeats id 1 of images[0] (file_name "
         "'0001.png' and '0003.png'); image ids must be unique"
@@ -118,7 +119,7 @@ def test_boxes_over_the_edge_are_clipped_alike_in_training_and_gt(root, caplog):
 
     path = _edit(root, corrupt)
     with caplog.at_level("WARNING"):
-        folder = coco.CocoFolder(str(root), "val", 3)
+        folder = coco_folder.CocoFolder(str(root), "val", 3)
     text = caplog.text
     assert (
         f"{path}: annotation id=1 of image 1: bbox [-30.0, -20.0, 50.0, "

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 from PIL import Image
 
-from detector.data import coco, image_file
+from detector.data import coco_folder, image_file
 from tests.detector.data import helpers
 
 
@@ -44,7 +44,7 @@ def test_sixteen_bit_png_in_a_coco_folder(tmp_path):
     helpers.write_colour_coded(str(root), "val", 3, 48, 60, seed=4)
     ramp = (np.arange(48 * 60, dtype=np.uint32) * 22).astype(np.uint16)
     _sixteen_bit_png(root / "val" / "0002.png", ramp.reshape(48, 60, 1))
-    folder = coco.CocoFolder(str(root), "val", 3)
+    folder = coco_folder.CocoFolder(str(root), "val", 3)
     image = folder.load_example(1)[0]
     assert folder.error is None
     np.testing.assert_array_equal(image[..., 1], (ramp >> 8).reshape(48, 60))

@@ -12,7 +12,8 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image, ImageOps
 
-from detector.data import coco, orientation, pipeline, tfds_coco
+from detector.data import coco_folder, orientation, pipeline
+from detector.data.sources import tfds as tfds_coco
 from tests.detector.data import helpers
 
 # Stored pixels: 24 rows x 40 columns, a red block in the top-left corner
@@ -119,7 +120,7 @@ def _folder_with(root, value: int, json_hw: tuple[int, int]) -> str:
 def test_coco_folder_reads_phone_photos_turned(tmp_path):
     # Rotate 90 clockwise: annotated on the turned 40 x 24 image.
     _folder_with(tmp_path, 6, json_hw=(40, 24))
-    folder = coco.CocoFolder(str(tmp_path), "phone", 3)
+    folder = coco_folder.CocoFolder(str(tmp_path), "phone", 3)
     image, boxes, *_ = folder.load_example(0)
     np.testing.assert_array_equal(image, orientation.orient(_stored(), 6))
     x1, y1, x2, y2 = boxes[0].astype(int)
@@ -128,7 +129,7 @@ def test_coco_folder_reads_phone_photos_turned(tmp_path):
 
 def test_size_mismatch_names_the_orientation(tmp_path):
     _folder_with(tmp_path, 8, json_hw=STORED_HW)  # the stored size
-    folder = coco.CocoFolder(str(tmp_path), "phone", 3)
+    folder = coco_folder.CocoFolder(str(tmp_path), "phone", 3)
     folder.load_example(0)
     assert str(folder.error).endswith(
         "0001.png: image is 24x40 after its EXIF orientation 8 (stored "

@@ -7,7 +7,8 @@ import time
 import numpy as np
 import pytest
 
-from detector.data import pipeline, shapes_source
+from detector.data import pipeline
+from detector.data.sources import shapes as shapes_source
 from tests.detector.data import helpers
 
 H, W, M, S = 64, 80, 4, 16

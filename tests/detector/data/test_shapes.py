@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 from pycocotools.coco import COCO
 
-from detector.data import shapes
+from detector.data import shapes_writer as shapes
 
 
 def _load_coco(path) -> COCO:

@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from detector.data import pipeline, tfds_coco
+from detector.data import pipeline
+from detector.data.sources import tfds as tfds_coco
 from tests.detector.data import helpers
 
 # (height, width, objects as (ymin, xmin, ymax, xmax) normalised, label,

@@ -18,17 +18,11 @@ requires.module_or_skip(*requires.TRAIN_LOOP)
 
 from detector import config as config_lib
 from detector.data import pipeline
-from detector.engine import (
-    checkpoint,
-    determinism,
-    optimizer,
-    sharding,
-    train_lib,
-    train_metrics,
-    train_step,
-)
-from detector.engine import train_state as state_lib
+from detector.distributed import determinism, sharding
+from detector.engine import train_lib, train_metrics, train_step
 from detector.evaluation import eval_lib
+from detector.state import checkpoint, optimizer
+from detector.state import train_state as state_lib
 from ops import host_audit
 from tests.detector.helpers import tiny_config
 from tests.helpers import checkpoint_faults

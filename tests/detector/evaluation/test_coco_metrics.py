@@ -5,14 +5,14 @@ import pytest
 pytest.importorskip("pycocotools.cocoeval")
 pytest.importorskip("tensorflow")
 
-from detector.data import coco  # noqa: E402
+from detector.data import coco_folder  # noqa: E402
 from detector.evaluation import eval_lib  # noqa: E402
 
 
 def _ground_truth():
     """Two 100 x 100 images with small (8 x 8) and medium (40 x 40) boxes."""
     boxes = [(1, [10, 10, 8, 8]), (1, [50, 50, 40, 40]), (2, [5, 5, 8, 8])]
-    return coco.build_coco(
+    return coco_folder.build_coco(
         {
             "images": [
                 {"id": i, "height": 100, "width": 100, "file_name": f"{i}"}

@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 from detector.config import resolve_dtype
-from detector.engine import determinism
+from detector.distributed import determinism
 from detector.modeling import losses as losses_lib
 from detector.modeling.model import MaskRCNN
 from ops import box_ops, host_audit

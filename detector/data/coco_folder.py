@@ -1,0 +1,398 @@
+"""COCO-format folders: instances JSON + images, validated and decoded.
+
+`CocoFolder` hands the pipeline this per-image example, in original image
+pixels:
+
+  image    uint8   [h, w, 3]  (turned by its EXIF orientation, as COCO's
+                              tools and detectron2 read it; `image_file`)
+  boxes    float32 [N, 4]   (x1, y1, x2, y2), x2/y2 exclusive
+  classes  int32   [N]      1..C (COCO category ids sorted ascending -> 1..C)
+  masks    uint8   [N, h, w] 0/1 (with segmentations only)
+
+N counts the non-crowd instances (crowd regions stay in the ground truth for
+evaluation only). The folder also builds the `pycocotools.COCO` ground truth
+of the images it reads, crowd regions included. The split syntax and the
+skip log (`coco_checks`) are shared with the TFDS source (`sources/tfds`).
+
+Bad input raises one-line `FileNotFoundError` / `ValueError`s naming the file
+(a record lacking a key the loader reads, an id that is not an integer and
+an image id given twice also name the records); annotations that cannot be
+used (a non-finite, zero, negative or wholly outside box, empty segmentation,
+an RLE whose size is not its image's, unknown image or category) are skipped
+and logged. Boxes running over the image edge are clipped to it, in the
+training targets and the ground truth alike (`gt_boxes`), and logged.
+Annotations without `iscrowd` or `area` get COCO's defaults in the ground
+truth (iscrowd 0; area the segmentation's pixel count, else box w * h), with
+one logged count per file.
+"""
+
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import threading
+
+import numpy as np
+from absl import logging
+from pycocotools import coco as coco_lib
+from pycocotools import mask as mask_utils
+
+from detector.data import coco_checks as checks
+from detector.data import gt_boxes, image_file
+from detector.data.splits import parse_split
+
+
+def slice_bounds(split: str, num_items: int) -> tuple[int, int]:
+    """[start, stop) of the items `split`'s slice picks (Python semantics).
+
+    Percent bounds round to the closest item, as TFDS does.
+    """
+    _, start, stop = parse_split(split)
+
+    def index(bound: str | None, default: int) -> int:
+        if bound is None:
+            return default
+        if bound.endswith("%"):
+            return int(round(int(bound[:-1]) * num_items / 100))
+        return int(bound)
+
+    begin, end, _ = slice(index(start, 0), index(stop, num_items)).indices(
+        num_items
+    )
+    return begin, max(begin, end)
+
+
+def build_coco(dataset: dict) -> coco_lib.COCO:
+    """A `pycocotools.COCO` over an in-memory dataset dict, without prints."""
+    coco = coco_lib.COCO()
+    coco.dataset = dataset
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+    return coco
+
+
+@dataclasses.dataclass
+class _ImageTargets:
+    """The usable non-crowd instances of one image (original pixels)."""
+
+    boxes: np.ndarray  # float32 [N, 4], x1 y1 x2 y2
+    classes: np.ndarray  # int32 [N]
+    segmentations: list  # N COCO segmentations
+
+
+class CocoFolder:
+    """One split of a COCO-format folder: validated annotations and images.
+
+    Layout: ROOT/annotations/instances_<name>.json and ROOT/<name>/<file_name>.
+    `split` may slice the images sorted by id: 'val2017[:500]', 'train[:10%]'.
+    """
+
+    def __init__(
+        self,
+        root: str,
+        split: str,
+        num_classes: int,
+        max_images: int = 0,
+        cache: bool = False,
+    ):
+        name, _, _ = parse_split(split)
+        if not os.path.isdir(root):
+            raise FileNotFoundError(f"{root}: data.root folder does not exist")
+        self.annotation_file = os.path.join(
+            root, "annotations", f"instances_{name}.json"
+        )
+        self.image_dir = os.path.join(root, name)
+        dataset = self._read_json(root, name)
+        categories = sorted(c["id"] for c in dataset["categories"])
+        if len(categories) != num_classes:
+            raise ValueError(
+                f"{self.annotation_file}: {len(categories)} categories but "
+                f"data.num_classes is {num_classes}"
+            )
+        self.category_ids: list[int] = categories
+        images = sorted(dataset["images"], key=lambda im: im["id"])
+        begin, end = slice_bounds(split, len(images))
+        if begin == end:
+            raise ValueError(
+                f"{self.annotation_file}: split {split!r} "
+                f"selects no images (of {len(images)})"
+            )
+        images = images[begin:end]
+        if max_images > 0:
+            images = images[:max_images]
+        self.images: list[dict] = images
+        self._check_image_files()
+        self._index_annotations(dataset["annotations"], dataset)
+        self._cache: dict[int, tuple] | None = {} if cache else None
+        self._lock = threading.Lock()
+        # The first error raised inside a tf.data worker, re-raised by the
+        # pipeline in place of TensorFlow's wrapped error.
+        self.error: Exception | None = None
+
+    def _read_json(self, root: str, name: str) -> dict:
+        """Loads the annotation JSON and checks its top-level structure."""
+        path = self.annotation_file
+        if not os.path.exists(path):
+            folder = os.path.join(root, "annotations")
+            have = (
+                sorted(
+                    f for f in os.listdir(folder) if f.startswith("instances_")
+                )
+                if os.path.isdir(folder)
+                else []
+            )
+            raise FileNotFoundError(
+                f"{path}: annotation file for split {name!r} not found "
+                f"(present: {', '.join(have) or 'none'})"
+            )
+        try:
+            with open(path) as f:
+                dataset = json.load(f)
+        except ValueError as e:
+            raise ValueError(f"{path}: not valid JSON ({e})") from None
+        for key in ("images", "annotations", "categories"):
+            if not isinstance(dataset, dict) or not isinstance(
+                dataset.get(key), list
+            ):
+                raise ValueError(f"{path}: missing the {key!r} list")
+        checks.check_records(path, dataset)
+        return dataset
+
+    def _check_image_files(self) -> None:
+        """Raises FileNotFoundError when a listed image file is absent."""
+        if not os.path.isdir(self.image_dir):
+            raise FileNotFoundError(
+                f"{self.image_dir}: image folder of "
+                f"{os.path.basename(self.annotation_file)} does not exist"
+            )
+        present = set(os.listdir(self.image_dir))
+        missing = [
+            im["file_name"]
+            for im in self.images
+            if im["file_name"] not in present
+            and not os.path.exists(
+                os.path.join(self.image_dir, im["file_name"])
+            )
+        ]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise FileNotFoundError(
+                f"{os.path.join(self.image_dir, missing[0])}: image listed "
+                f"in {self.annotation_file} is missing{more}"
+            )
+
+    def _index_annotations(
+        self, annotations: list[dict], dataset: dict
+    ) -> None:
+        """Validates annotations of the selected images; builds targets + GT."""
+        log = checks.SkipLog(self.annotation_file)
+        clips = gt_boxes.ClipLog(self.annotation_file)
+        by_id = {im["id"]: i for i, im in enumerate(self.images)}
+        known_images = {im["id"] for im in dataset["images"]}
+        class_of = {cid: c + 1 for c, cid in enumerate(self.category_ids)}
+        self.has_masks = any(
+            a.get("segmentation") and not a.get("iscrowd")
+            for a in annotations
+            if a["image_id"] in by_id
+        )
+        if not self.has_masks:
+            logging.warning(
+                "%s: no instance segmentations; training without mask targets",
+                self.annotation_file,
+            )
+        per_image: list[list[dict]] = [[] for _ in self.images]
+        ground_truth = []
+        for annotation in annotations:
+            image_id = annotation["image_id"]
+            if image_id not in by_id:
+                if image_id not in known_images:
+                    log.skip(annotation, "unknown image_id")
+                continue
+            bbox, problem = self._annotation_problem(
+                annotation, self.images[by_id[image_id]], class_of
+            )
+            if problem:
+                log.skip(annotation, problem)
+                continue
+            if bbox is not annotation["bbox"]:
+                clips.clip(annotation, bbox)
+                annotation = dict(annotation, bbox=bbox)
+            ground_truth.append(annotation)
+            if not annotation.get("iscrowd"):
+                per_image[by_id[image_id]].append(annotation)
+        log.summarize()
+        clips.summarize()
+        self._targets = [self._targets_of(anns, class_of) for anns in per_image]
+        checks.renumber_if_needed(ground_truth, self.annotation_file)
+        checks.fill_eval_defaults(
+            ground_truth,
+            {im["id"]: im for im in self.images},
+            self.annotation_file,
+        )
+        self.ground_truth = {
+            "info": dataset.get("info", {}),
+            "images": self.images,
+            "annotations": ground_truth,
+            "categories": dataset["categories"],
+        }
+
+    def _annotation_problem(
+        self, annotation: dict, image: dict, class_of: dict[int, int]
+    ) -> tuple[list[float] | None, str | None]:
+        """(bbox fitted to the image, None), or (None, why it is unusable).
+
+        The bbox is the annotation's own list unless it had to be clipped
+        (`gt_boxes.fit_box`).
+        """
+        if annotation["category_id"] not in class_of:
+            return None, f"unknown category_id: {annotation['category_id']}"
+        height, width = image["height"], image["width"]
+        bbox, problem = gt_boxes.fit_box(annotation["bbox"], width, height)
+        if problem:
+            return None, problem
+        segmentation = annotation.get("segmentation")
+        if self.has_masks:
+            problem = checks.segmentation_problem(segmentation, height, width)
+        else:  # without mask targets only an RLE that cannot fit matters
+            problem = checks.rle_problem(segmentation, height, width)
+        return (None, problem) if problem else (bbox, None)
+
+    @staticmethod
+    def _targets_of(
+        annotations: list[dict], class_of: dict[int, int]
+    ) -> _ImageTargets:
+        """Packs one image's non-crowd annotations into arrays."""
+        boxes = np.asarray(
+            [a["bbox"] for a in annotations], np.float32
+        ).reshape(-1, 4)
+        boxes[:, 2:] += boxes[:, :2]
+        classes = np.asarray(
+            [class_of[a["category_id"]] for a in annotations], np.int32
+        )
+        return _ImageTargets(
+            boxes, classes, [a.get("segmentation") for a in annotations]
+        )
+
+    @property
+    def image_ids(self) -> list[int]:
+        return [im["id"] for im in self.images]
+
+    def coco(self) -> coco_lib.COCO:
+        """Ground truth of the selected images, crowd regions included."""
+        return build_coco(self.ground_truth)
+
+    def _decode_image(self, index: int) -> np.ndarray:
+        """Image `index` as uint8 RGB, turned by its EXIF orientation.
+
+        ValueError names a file that cannot be decoded or whose size is not
+        the annotation file's.
+        """
+        info = self.images[index]
+        path = os.path.join(self.image_dir, info["file_name"])
+        decoded = image_file.read_rgb(path)
+        height, width = decoded.pixels.shape[:2]
+        if (height, width) != (info["height"], info["width"]):
+            turned = ""
+            if decoded.orientation != 1:
+                turned = (
+                    f" after its EXIF orientation {decoded.orientation} "
+                    f"(stored {decoded.stored_size[0]}x"
+                    f"{decoded.stored_size[1]}; annotations are read in "
+                    "the turned image, as COCO's tools and detectron2 do)"
+                )
+            raise ValueError(
+                f"{path}: image is {width}x{height}{turned} "
+                f"but {self.annotation_file} says "
+                f"{info['width']}x{info['height']}"
+            )
+        return decoded.pixels
+
+    def _decode_masks(self, index: int) -> np.ndarray:
+        """Instance masks of image `index`, uint8 [N, h, w] (N=0 without)."""
+        info = self.images[index]
+        height, width = info["height"], info["width"]
+        segmentations = self._targets[index].segmentations
+        if not self.has_masks or not segmentations:
+            return np.zeros((0, height, width), np.uint8)
+        rles = [
+            checks.to_rle(segmentation, height, width)
+            for segmentation in segmentations
+        ]
+        return np.ascontiguousarray(mask_utils.decode(rles).transpose(2, 0, 1))
+
+    def _record_errors(self, load, index: int, stand_in):
+        """Runs load(index), keeping its first error for the pipeline.
+
+        On an error it returns stand_in(index) (a blank image of the same
+        size, no instances) instead of raising: an error raised inside
+        tf.data would be logged by TensorFlow with its traceback, before
+        the pipeline re-raises this one (one line naming the file).
+        """
+        try:
+            return load(index)
+        except Exception as e:  # re-raised as is by the pipeline
+            with self._lock:
+                self.error = self.error or e
+            return stand_in(index)
+
+    def _blank_image(self, index: int) -> np.ndarray:
+        info = self.images[index]
+        return np.zeros((info["height"], info["width"], 3), np.uint8)
+
+    def _image_id(self, index: int) -> np.int64:
+        return np.int64(self.images[index]["id"])
+
+    def _decoded(self, index: int) -> tuple[np.ndarray, np.ndarray]:
+        """(image, masks) of `index`, from the cache when enabled."""
+        if self._cache is not None and index in self._cache:
+            image, packed, shape = self._cache[index]
+            masks = np.unpackbits(packed, count=int(np.prod(shape)))
+            return image, masks.reshape(shape)
+        image = self._decode_image(index)
+        masks = self._decode_masks(index)
+        if self._cache is not None:
+            self._cache[index] = (image, np.packbits(masks), masks.shape)
+        return image, masks
+
+    def load_example(self, index: np.int64) -> tuple[np.ndarray, ...]:
+        """(image, boxes, classes, masks, image_id) of image `index`."""
+
+        def load(i):
+            image, masks = self._decoded(i)
+            targets = self._targets[i]
+            return (
+                image,
+                targets.boxes,
+                targets.classes,
+                masks,
+                self._image_id(i),
+            )
+
+        def blank(i):
+            image = self._blank_image(i)
+            return (
+                image,
+                np.zeros((0, 4), np.float32),
+                np.zeros((0,), np.int32),
+                np.zeros((0, *image.shape[:2]), np.uint8),
+                self._image_id(i),
+            )
+
+        return self._record_errors(load, int(index), blank)
+
+    def load_image(self, index: np.int64) -> tuple[np.ndarray, np.ndarray]:
+        """(image, image_id) of image `index`, for evaluation."""
+
+        def load(i):
+            if self._cache is not None:
+                image = self._decoded(i)[0]
+            else:
+                image = self._decode_image(i)
+            return image, self._image_id(i)
+
+        return self._record_errors(
+            load,
+            int(index),
+            lambda i: (self._blank_image(i), self._image_id(i)),
+        )

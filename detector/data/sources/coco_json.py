@@ -1,0 +1,109 @@
+"""The `coco_json` source: a COCO-format folder (instances JSON + images).
+
+Layout: ROOT/annotations/instances_<name>.json and ROOT/<name>/<file_name>
+(`data.root`). Images are decoded by `coco_folder.CocoFolder` on the host inside
+tf.data; records are image indices, so a position costs nothing to skip.
+
+Training order: position g is image perm_e[g mod n] of epoch e = g // n,
+where perm_e is a stateless shuffle keyed by (config.seed, e); epochs run
+into each other, and resuming at position s decodes nothing before it. The
+order is the same for any process count; each process loads only the images
+of its own rows.
+"""
+
+from collections.abc import Iterator
+
+import ml_collections
+import numpy as np
+import tensorflow as tf
+from pycocotools import coco as coco_lib
+
+from detector.data import coco_folder
+from detector.data.sources import base as source
+
+
+class CocoJsonSource:
+    """One split of a COCO-format folder (see the module docstring)."""
+
+    def __init__(
+        self, config: ml_collections.ConfigDict, split: str, max_images: int = 0
+    ):
+        data = config.data
+        if not data.root:
+            raise ValueError(
+                f"data.root is empty; data.source="
+                f"{data.source!r} reads a COCO-format folder"
+            )
+        self.prepare(config)
+        self.folder = coco_folder.CocoFolder(
+            data.root, split, data.num_classes, max_images, cache=data.cache
+        )
+        self.num_classes = data.num_classes
+        self.has_masks = self.folder.has_masks
+        self.category_ids = list(self.folder.category_ids)
+
+    @staticmethod
+    def prepare(config: ml_collections.ConfigDict) -> None:
+        """Nothing to prepare: the folder is read as it is."""
+        del config
+
+    def train_records(
+        self, seed: int, start_step: int, batch: int, process: tuple[int, int]
+    ) -> Iterator[tf.data.Dataset]:
+        """One endless dataset of this process's (position, image index)."""
+        num_images = len(self.folder.images)
+        start = start_step * batch * process[1]
+        first_epoch = start // num_images
+
+        def epoch(e):
+            order = tf.random.experimental.stateless_shuffle(
+                tf.range(num_images, dtype=tf.int64),
+                source.stream_key(seed, source.ORDER_STREAM, e),
+            )
+            positions = e * num_images + tf.range(num_images, dtype=tf.int64)
+            return tf.data.Dataset.from_tensor_slices((positions, order))
+
+        epochs = tf.data.Dataset.range(first_epoch, np.iinfo(np.int64).max)
+        skipped = start - first_epoch * num_images
+        positions = epochs.flat_map(epoch).skip(skipped)
+        yield source.own_rows(positions, batch, process)
+
+    def decode_train(self, index: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Loads image `index` and its targets inside tf.data."""
+        image, boxes, classes, masks, image_id = tf.numpy_function(
+            self.folder.load_example,
+            [index],
+            [tf.uint8, tf.float32, tf.int32, tf.uint8, tf.int64],
+            stateful=False,
+        )
+        return {
+            "image": tf.ensure_shape(image, [None, None, 3]),
+            "boxes": tf.ensure_shape(boxes, [None, 4]),
+            "classes": tf.ensure_shape(classes, [None]),
+            "masks": tf.ensure_shape(masks, [None, None, None]),
+            "image_id": tf.ensure_shape(image_id, []),
+        }
+
+    def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
+        return self.folder.coco(), self.folder.image_ids
+
+    def eval_images(self, begin: int, end: int) -> tf.data.Dataset:
+        """Images [begin, end) without targets, decoded inside tf.data."""
+
+        def load(index):
+            image, image_id = tf.numpy_function(
+                self.folder.load_image,
+                [index],
+                [tf.uint8, tf.int64],
+                stateful=False,
+            )
+            return {
+                "image": tf.ensure_shape(image, [None, None, 3]),
+                "image_id": tf.ensure_shape(image_id, []),
+            }
+
+        return tf.data.Dataset.range(begin, end).map(load)
+
+    def take_error(self) -> Exception | None:
+        error, self.folder.error = self.folder.error, None
+        return error

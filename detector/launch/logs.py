@@ -1,0 +1,115 @@
+"""Console hygiene: third-party chatter off by default, warnings kept.
+
+    logs.quiet_libraries(verbosity)   # once, right after the flags are parsed
+
+A default run's console holds this project's own lines (one per log step,
+the evaluations, errors); the libraries underneath log hundreds of
+informational lines of their own. `quiet_libraries` drops records below
+WARNING that come from:
+
+- orbax (checkpoint internals: threads, tmp folders, metadata stores) and
+  clu ("Setting work unit notes"), which log through absl's logger and are
+  recognised by the file a record comes from;
+- asyncio, matplotlib (the font cache) and JAX's backend probe ("Unable to
+  initialize backend 'tpu'"), recognised by their logger names;
+- TensorFlow's Python logger;
+- native (C++) INFO lines on file descriptor 2, absl's "before
+  InitializeLog" notice and Grappler's `op_level_cost_estimator` warnings
+  (stderr_filter.py: TensorFlow 2.20+ ignores `TF_CPP_MIN_LOG_LEVEL` for
+  them). `TF_CPP_MIN_LOG_LEVEL=1` is set too, where the environment does not
+  set it, for the native loggers that still read it.
+
+Warnings and errors of every library still reach the console. absl's
+`--verbosity=1` (or `-v 1`) turns all of this off and shows everything.
+"""
+
+import importlib.util
+import logging
+import os
+import pathlib
+
+from absl import logging as absl_logging
+
+from detector.launch import stderr_filter
+
+# Loggers (and their children) whose informational records are dropped.
+QUIET_LOGGERS = (
+    "asyncio",
+    "matplotlib",
+    "jax._src.xla_bridge",
+    "tensorflow",
+)
+# Packages logging through absl's logger: recognised by the record's file.
+QUIET_PACKAGES = ("orbax", "clu")
+# TensorFlow's C++ log: 0 everything, 1 no INFO, 2 no WARNING, 3 no ERROR.
+TF_CPP_LEVEL = "1"
+_native_filter: list = []  # the stderr_filter child, once started
+
+
+def _package_dir(name: str) -> str | None:
+    """The folder of package `name` (without importing it), or None."""
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return str(pathlib.Path(next(iter(spec.submodule_search_locations))))
+
+
+class LibraryFilter(logging.Filter):
+    """Drops records below WARNING from the quiet loggers and packages."""
+
+    def __init__(
+        self,
+        loggers: tuple[str, ...] = QUIET_LOGGERS,
+        packages: tuple[str, ...] = QUIET_PACKAGES,
+    ):
+        super().__init__()
+        self._loggers = loggers
+        self._dirs = tuple(
+            folder + os.sep
+            for folder in map(_package_dir, packages)
+            if folder is not None
+        )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            return True
+        name = record.name
+        if any(name == n or name.startswith(n + ".") for n in self._loggers):
+            return False
+        return not (self._dirs and record.pathname.startswith(self._dirs))
+
+
+def installed_filter() -> LibraryFilter | None:
+    """The LibraryFilter on absl's handler, or None."""
+    handler = absl_logging.get_absl_handler()
+    return next(
+        (f for f in handler.filters if isinstance(f, LibraryFilter)), None
+    )
+
+
+def quiet_libraries(
+    verbosity: int | None = None, *, native: bool = True
+) -> bool:
+    """Silences third-party informational logging; returns whether it did.
+
+    Args:
+      verbosity: absl's verbosity (default: the parsed `--verbosity` flag).
+        1 or more leaves every library's logging as it is.
+      native: also filter native libraries' lines on file descriptor 2
+        (stderr_filter.install; once per process).
+    """
+    if verbosity is None:
+        verbosity = absl_logging.get_verbosity()
+    if verbosity >= 1:
+        return False
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", TF_CPP_LEVEL)
+    if installed_filter() is None:
+        # On absl's handler, which every record (absl's logger and the
+        # stdlib loggers that propagate to the root) passes through.
+        absl_logging.get_absl_handler().addFilter(LibraryFilter())
+    if native and not _native_filter:
+        _native_filter.append(stderr_filter.install())
+    return True

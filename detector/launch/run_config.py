@@ -1,0 +1,125 @@
+"""A run's config as train.py stores it and eval.py / export.py read it.
+
+- train.py: `absolute_paths(config)` turns relative paths of the config
+  (`data.root`, ...) into absolute ones against the folder train.py runs
+  from, so config.json names the same files from any folder (eval.py run
+  elsewhere does not write a second shapes dataset there).
+- eval.py, export.py: `workdir_config_argv(argv)` makes a workdir's
+  config.json a config file like any other. Without `--config`,
+  `--config=<workdir>/config.json` is assumed; a `--config=*.json` is read
+  as JSON (`load_json`), not executed as Python. Either way
+  `--config.a.b=v` overrides apply on top, with the same checks as
+  train.py's.
+- `load(flag, workdir)`: the config those entry points then run.
+- This file is also the config file config_flags loads for a `.json`:
+  `--config=detector/launch/run_config.py:W/config.json` calls `get_config`.
+"""
+
+import os
+import pathlib
+
+import ml_collections
+from absl import flags
+
+from detector import config as config_lib
+from detector.launch import cli, config_history
+
+# Config fields holding a local path (or "": unset).
+PATH_FIELDS = (
+    "data.root",
+    "data.tfds_data_dir",
+    "model.backbone_init",
+    "model.init_checkpoint",
+)
+
+
+def get_config(path: str) -> ml_collections.ConfigDict:
+    """config_flags' entry point: the config.json at `path`."""
+    return config_lib.load_json(pathlib.Path(path).expanduser())
+
+
+def load(
+    flag: flags.FlagHolder, workdir: str | pathlib.Path
+) -> ml_collections.ConfigDict:
+    """The config of a config flag when given (`workdir_config_argv` points
+    it at the workdir's config.json), else that config.json; a failure is
+    one line."""
+    with cli.one_line_errors():
+        if flag.value is not None:
+            return cli.config_value(flag)
+        return config_lib.load_json(
+            pathlib.Path(workdir) / config_history.LATEST
+        )
+
+
+def absolute_paths(
+    config: ml_collections.ConfigDict, cwd: str | os.PathLike | None = None
+) -> list[str]:
+    """Makes the PATH_FIELDS of `config` absolute (against `cwd`, default
+    the current folder; `~` expanded); returns the fields it changed.
+
+    Empty fields and URLs (`gs://...`) are left as they are.
+    """
+    base = pathlib.Path.cwd() if cwd is None else pathlib.Path(cwd)
+    changed = []
+    for field in PATH_FIELDS:
+        section, name = field.split(".")
+        value = config[section][name]
+        if not value or "://" in value:
+            continue
+        path = pathlib.Path(value).expanduser()
+        absolute = os.path.normpath(base / path)  # base / absolute = absolute
+        if absolute != value:
+            config[section][name] = absolute
+            changed.append(field)
+    return changed
+
+
+def _flag_value(argv: list[str], name: str) -> tuple[int, str] | None:
+    """(index, value) of the last `--name=v` / `--name v` in `argv`
+    (before a `--` that ends the flags), or None."""
+    found = None
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg == "--":
+            break
+        for prefix in (f"--{name}", f"-{name}"):
+            if arg.startswith(prefix + "="):
+                found = (i, arg[len(prefix) + 1 :])
+            elif arg == prefix and i + 1 < len(argv):
+                found = (i, argv[i + 1])
+    return found
+
+
+def json_config_spec(path: str) -> str:
+    """The `--config` value that loads config.json `path` through this
+    file."""
+    return f"{pathlib.Path(__file__).resolve()}:{path}"
+
+
+def workdir_config_argv(argv: list[str]) -> list[str]:
+    """`argv` of eval.py / export.py with the config a config file flag.
+
+    `--config=X.json` becomes `--config=<this file>:X.json`; without any
+    `--config`, `--config=<this file>:<workdir>/config.json` is put first
+    (overrides must follow it). Without `--workdir` `argv` is unchanged
+    (the flag parser reports it), and so it is without overrides where the
+    workdir has no config.json (eval.py names the missing file).
+    """
+    argv = list(argv)
+    config = _flag_value(argv, "config")
+    if config is not None:
+        index, value = config
+        if value.endswith(".json"):
+            if argv[index].startswith("-") and "=" in argv[index]:
+                argv[index] = f"--config={json_config_spec(value)}"
+            else:
+                argv[index + 1] = json_config_spec(value)
+        return argv
+    workdir = _flag_value(argv, "workdir")
+    if workdir is None:
+        return argv
+    path = pathlib.Path(workdir[1]).expanduser() / config_history.LATEST
+    overrides = any(arg.startswith("--config.") for arg in argv[1:])
+    if not (overrides or path.exists()):
+        return argv  # eval.py reports the missing config.json itself
+    return [argv[0], f"--config={json_config_spec(str(path))}", *argv[1:]]

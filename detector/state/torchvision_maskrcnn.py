@@ -1,0 +1,374 @@
+"""A torchvision Mask R-CNN state dict mapped onto this project's model.
+
+    arrays, reinitialised = torchvision_maskrcnn.load(path, config, shapes)
+
+Reads a `maskrcnn_resnet50_fpn` (v1) state dict (weight_files.py: a
+`.safetensors` file always, a `.pth` where torch is installed) and maps
+every tensor onto our variables:
+
+    backbone.body.*                      -> backbone/* (backbone_weights.py)
+    backbone.fpn.inner_blocks.{i}.0      -> fpn/lateral/{i}       (1x1 conv)
+    backbone.fpn.layer_blocks.{i}.0      -> fpn/output/{i}        (3x3 conv)
+    rpn.head.conv.0.0                    -> rpn_head/conv
+    rpn.head.cls_logits, .bbox_pred      -> rpn_head/objectness, /deltas
+    roi_heads.box_head.fc6, .fc7         -> box_head/fc1, /fc2
+    roi_heads.box_predictor.cls_score    -> box_head/classes
+    roi_heads.box_predictor.bbox_pred    -> box_head/deltas
+    roi_heads.mask_head.{i}.0            -> mask_head/convs/{i}
+    roi_heads.mask_predictor.conv5_mask  -> mask_head/upsample
+    roi_heads.mask_predictor.mask_fcn_logits -> mask_head/logits
+
+(older torchvision files name the same tensors rpn.head.conv and
+roi_heads.mask_head.mask_fcn{i + 1}; both are read). The layouts differ:
+
+- convs are OIHW there, HWIO here; 1x1 convs are Linear kernels [in, out];
+- fc6 reads the 7 x 7 x F pooled features flattened channel-first
+  (F, 7, 7); ours are flattened channels-last (7, 7, F), so its input rows
+  are permuted;
+- ConvTranspose2d stores [in, out, kH, kW] and, with kernel = stride = 2,
+  writes out[2i + a, 2j + b] = x[i, j] @ W[:, :, a, b]: the same form as
+  our Deconv2x kernel [a, b, in, out] (no flip);
+- the RPN's per-location anchor order is the same (channel a of cls_logits
+  and channels 4a..4a+3 of bbox_pred are aspect ratio a, in
+  model.aspect_ratios order), so those map without a permutation;
+- the class heads have 91 outputs indexed by COCO category id (0 the
+  background, 11 ids unused). With data.num_classes 90 they map one to one;
+  with 80 (COCO's used ids, in id order, as the COCO reader numbers them)
+  our class c takes row COCO_CATEGORY_IDS[c - 1]; with any other count the
+  class-dependent heads keep their fresh initialisation, as a fine-tuning
+  start from another run's checkpoint does.
+
+Only model.norm='frozen_batch' matches v1 (no norm in the FPN or heads).
+Every problem is one ValueError line naming the file and the first tensor
+(and both shapes where they differ); v2, Faster R-CNN and Keypoint R-CNN
+files are named as such.
+
+Shapes: F fpn channels, Q box pool size (7), A anchors per location,
+K + 1 torchvision classes (91), C our classes (data.num_classes).
+"""
+
+import pathlib
+from collections.abc import Callable
+
+import ml_collections
+import numpy as np
+from absl import logging
+
+from detector.state import backbone_weights, weight_files
+
+FIELD = "model.init_checkpoint"
+# COCO 2017's 80 category ids in id order; torchvision's class index is the id.
+COCO_CATEGORY_IDS = (
+    *range(1, 12),
+    *range(13, 26),
+    27,
+    28,
+    *range(31, 45),
+    *range(46, 66),
+    67,
+    70,
+    *range(72, 83),
+    *range(84, 91),
+)
+TORCHVISION_CLASSES = 91  # background + COCO ids 1..90
+_IGNORED_SUFFIX = ".num_batches_tracked"
+
+# Other torchvision detection models, by a name only they hold.
+_OTHER_MODELS = (
+    ("roi_heads.keypoint_", "a Keypoint R-CNN (keypointrcnn_*) file"),
+    ("roi_heads.box_head.0.", "a maskrcnn_resnet50_fpn_v2 file"),
+    ("backbone.fpn.layer_blocks.0.1.", "a maskrcnn_resnet50_fpn_v2 file"),
+)
+
+
+def _oihw_to_hwio(w: np.ndarray) -> np.ndarray:
+    return w.transpose(backbone_weights.OIHW_TO_HWIO)
+
+
+def _hwio_to_oihw(shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(shape[i] for i in np.argsort(backbone_weights.OIHW_TO_HWIO))
+
+
+def _conv1x1_to_linear(w: np.ndarray) -> np.ndarray:
+    return w[:, :, 0, 0].T
+
+
+def _deconv(w: np.ndarray) -> np.ndarray:
+    return w.transpose(2, 3, 0, 1)
+
+
+class Layout:
+    """How one kind of tensor changes layout: shape there <- shape here."""
+
+    def __init__(
+        self,
+        theirs: Callable[[tuple[int, ...]], tuple[int, ...]],
+        convert: Callable[[np.ndarray], np.ndarray] | None,
+    ):
+        self.theirs, self.convert = theirs, convert
+
+
+LAYOUTS = {
+    "conv": Layout(_hwio_to_oihw, _oihw_to_hwio),
+    "conv1x1": Layout(lambda s: (s[1], s[0], 1, 1), _conv1x1_to_linear),
+    "linear": Layout(lambda s: (s[1], s[0]), lambda w: w.T),
+    "deconv": Layout(lambda s: (s[2], s[3], s[0], s[1]), _deconv),
+    "vector": Layout(lambda s: s, None),
+}
+
+
+def _fc6_layout(channels: int, pool: int) -> Layout:
+    """fc6: input rows (F, Q, Q) channel-first -> ours (Q, Q, F)."""
+
+    def convert(w: np.ndarray) -> np.ndarray:
+        out = w.shape[0]
+        w = w.reshape(out, channels, pool, pool).transpose(2, 3, 1, 0)
+        return w.reshape(pool * pool * channels, out)
+
+    return Layout(lambda s: (s[1], s[0]), convert)
+
+
+def _aliases(name: str) -> tuple[str, ...]:
+    """Older torchvision names of a tensor (before Conv2dNormActivation)."""
+    if name.startswith("rpn.head.conv.0.0."):
+        return (name.replace("conv.0.0.", "conv."),)
+    if name.startswith("roi_heads.mask_head.") and ".0." in name:
+        index = int(name.split(".")[2])
+        field = name.rsplit(".", 1)[1]
+        return (f"roi_heads.mask_head.mask_fcn{index + 1}.{field}",)
+    return ()
+
+
+def tensor_table(
+    model: ml_collections.ConfigDict,
+) -> dict[str, tuple[str, Layout]]:
+    """torchvision name -> (our variable path, layout), class heads aside."""
+    table = {
+        f"backbone.body.{name}": (
+            ours,
+            LAYOUTS["vector" if convert is None else "conv"],
+        )
+        for name, (ours, convert) in backbone_weights.tensor_table(
+            model, 4
+        ).items()
+    }
+
+    def add(theirs: str, ours: str, kind: str | Layout) -> None:
+        layout = LAYOUTS[kind] if isinstance(kind, str) else kind
+        table[f"{theirs}.weight"] = (f"{ours}/kernel", layout)
+        table[f"{theirs}.bias"] = (f"{ours}/bias", LAYOUTS["vector"])
+
+    for i in range(min(5, model.max_level) - model.min_level + 1):
+        add(f"backbone.fpn.inner_blocks.{i}.0", f"fpn/lateral/{i}", "conv1x1")
+        add(f"backbone.fpn.layer_blocks.{i}.0", f"fpn/output/{i}", "conv")
+    add("rpn.head.conv.0.0", "rpn_head/conv", "conv")
+    add("rpn.head.cls_logits", "rpn_head/objectness", "conv1x1")
+    add("rpn.head.bbox_pred", "rpn_head/deltas", "conv1x1")
+    add(
+        "roi_heads.box_head.fc6",
+        "box_head/fc1",
+        _fc6_layout(model.fpn_channels, model.roi.pool_size),
+    )
+    add("roi_heads.box_head.fc7", "box_head/fc2", "linear")
+    for i in range(model.roi.mask_head_convs):
+        add(f"roi_heads.mask_head.{i}.0", f"mask_head/convs/{i}", "conv")
+    add("roi_heads.mask_predictor.conv5_mask", "mask_head/upsample", "deconv")
+    return table
+
+
+# Class-dependent tensors: torchvision name -> (our path, layout, rows per
+# class, whether row 0 (background) is kept).
+_CLASS_TENSORS = {
+    "roi_heads.box_predictor.cls_score.weight": (
+        "box_head/classes/kernel",
+        "linear",
+        1,
+        True,
+    ),
+    "roi_heads.box_predictor.cls_score.bias": (
+        "box_head/classes/bias",
+        "vector",
+        1,
+        True,
+    ),
+    "roi_heads.box_predictor.bbox_pred.weight": (
+        "box_head/deltas/kernel",
+        "linear",
+        4,
+        False,
+    ),
+    "roi_heads.box_predictor.bbox_pred.bias": (
+        "box_head/deltas/bias",
+        "vector",
+        4,
+        False,
+    ),
+    "roi_heads.mask_predictor.mask_fcn_logits.weight": (
+        "mask_head/logits/kernel",
+        "conv1x1",
+        1,
+        False,
+    ),
+    "roi_heads.mask_predictor.mask_fcn_logits.bias": (
+        "mask_head/logits/bias",
+        "vector",
+        1,
+        False,
+    ),
+}
+
+
+def class_rows(num_classes: int) -> tuple[int, ...] | None:
+    """torchvision class index of our classes 1..C; None: no mapping."""
+    if num_classes == TORCHVISION_CLASSES - 1:
+        return tuple(range(1, TORCHVISION_CLASSES))
+    if num_classes == len(COCO_CATEGORY_IDS):
+        return COCO_CATEGORY_IDS
+    return None
+
+
+def _select_classes(
+    array: np.ndarray, rows: tuple[int, ...], per_class: int, background: bool
+) -> np.ndarray:
+    """The output rows (first axis, torch layout) of our classes."""
+    classes = ((0,) if background else ()) + rows
+    index = np.asarray(
+        [c * per_class + k for c in classes for k in range(per_class)]
+    )
+    return array[index]
+
+
+def _identify(where: str, state: dict[str, np.ndarray]) -> None:
+    """Raises one line for another torchvision detection model's file."""
+    for marker, what in _OTHER_MODELS:
+        name = next((n for n in state if n.startswith(marker)), None)
+        if name is not None:
+            raise ValueError(
+                f"{where}: {what} ({name} has shape "
+                f"{tuple(state[name].shape)}, which a maskrcnn_resnet50_fpn "
+                "(v1) file does not hold); only v1 maps onto this model"
+            )
+    if not any(n.startswith("roi_heads.mask_") for n in state) and any(
+        n.startswith("roi_heads.box_") for n in state
+    ):
+        raise ValueError(
+            f"{where}: a Faster R-CNN (fasterrcnn_*) file: it has no "
+            "roi_heads.mask_head / mask_predictor tensors (first missing: "
+            "roi_heads.mask_head.0.0.weight)"
+        )
+    if not any(n.startswith(("backbone.body.", "rpn.head.")) for n in state):
+        first = next(iter(state), "nothing")
+        raise ValueError(
+            f"{where}: not a torchvision Mask R-CNN state dict (no "
+            f"backbone.body.* or rpn.head.* names; first name: {first})"
+        )
+
+
+def _lookup(state: dict[str, np.ndarray], name: str) -> str | None:
+    for candidate in (name, *_aliases(name)):
+        if candidate in state:
+            return candidate
+    return None
+
+
+def _check_config(where: str, model: ml_collections.ConfigDict) -> None:
+    if model.norm != "frozen_batch":
+        raise ValueError(
+            f"{where}: a torchvision Mask R-CNN v1 file needs "
+            f"model.norm='frozen_batch' (no norm in the FPN and heads), "
+            f"not {model.norm!r}"
+        )
+
+
+def load(
+    path: str | pathlib.Path,
+    config: ml_collections.ConfigDict,
+    target_shapes: dict[str, tuple[int, ...]],
+) -> dict[str, np.ndarray]:
+    """Our variable path -> float32 array in our layout (module docstring).
+
+    Args:
+      path: the state-dict file (model.init_checkpoint).
+      config: the run's config (model, data.num_classes).
+      target_shapes: the shape of every model variable by path.
+
+    Returns:
+      Arrays for every variable the file maps; the class-dependent heads
+      are left out (fresh) when data.num_classes has no mapping.
+
+    Raises:
+      FileNotFoundError / ValueError: one line naming the file and the
+        problem: the first tensor that does not map and both shapes.
+    """
+    model = config.model
+    where = weight_files.where(FIELD, path)
+    _check_config(where, model)
+    state = weight_files.read(path, FIELD)
+    _identify(where, state)
+    arrays, used = {}, set()
+    for name, (ours, layout) in tensor_table(model).items():
+        found = _lookup(state, name)
+        if found is None:
+            raise ValueError(
+                f"{where}: {name} is missing (our {ours} needs "
+                f"{layout.theirs(target_shapes[ours])})"
+            )
+        _check_shape(where, found, state[found], ours, layout, target_shapes)
+        array = np.asarray(state[found], np.float32)
+        arrays[ours] = layout.convert(array) if layout.convert else array
+        used.add(found)
+    rows = class_rows(int(config.data.num_classes))
+    for name, (ours, kind, per_class, background) in _CLASS_TENSORS.items():
+        if name not in state:
+            raise ValueError(f"{where}: {name} is missing")
+        used.add(name)
+        array = np.asarray(state[name], np.float32)
+        if array.shape[0] != TORCHVISION_CLASSES * per_class:
+            raise ValueError(
+                f"{where}: {name} has shape {array.shape}, not "
+                f"{TORCHVISION_CLASSES * per_class} outputs (torchvision's "
+                f"{TORCHVISION_CLASSES} COCO classes)"
+            )
+        if rows is None:
+            continue
+        layout = LAYOUTS[kind]
+        array = _select_classes(array, rows, per_class, background)
+        _check_shape(where, name, array, ours, layout, target_shapes)
+        arrays[ours] = layout.convert(array) if layout.convert else array
+    unknown = [
+        n for n in state if n not in used and not n.endswith(_IGNORED_SUFFIX)
+    ]
+    if unknown:
+        raise ValueError(
+            f"{where}: {len(unknown)} tensors this model has no place for "
+            f"(first: {unknown[0]} of shape {tuple(state[unknown[0]].shape)})"
+        )
+    _log(path, arrays, rows, config)
+    return arrays
+
+
+def _check_shape(where, name, array, ours, layout, target_shapes) -> None:
+    wanted = layout.theirs(target_shapes[ours])
+    if tuple(array.shape) != tuple(wanted):
+        raise ValueError(
+            f"{where}: {name} has shape {tuple(array.shape)}, but our "
+            f"{ours} {target_shapes[ours]} needs {tuple(wanted)}"
+        )
+
+
+def _log(path, arrays: dict, rows, config: ml_collections.ConfigDict) -> None:
+    if rows is None:
+        logging.info(
+            "init_checkpoint: data.num_classes=%d has no mapping from "
+            "torchvision's %d COCO classes: the class-dependent heads "
+            "(box_head/classes, box_head/deltas, mask_head/logits) are "
+            "reinitialised",
+            config.data.num_classes,
+            TORCHVISION_CLASSES,
+        )
+    logging.info(
+        "init_checkpoint: %d arrays loaded from the torchvision Mask R-CNN "
+        "file %s (the step and optimizer state start fresh)",
+        len(arrays),
+        path,
+    )

@@ -1,0 +1,203 @@
+"""The training state: model variables split for a pure jitted step.
+
+The model is split once with `nnx.split(model, nnx.Param, ...)` into a static
+graphdef (with the NMS backends and every other static choice), trainable
+params and the remaining variables (BatchNorm statistics, frozen BatchNorm
+values). The jitted step is a pure function of (TrainState, batch, key).
+"""
+
+import pathlib
+from typing import Any
+
+import flax
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+from absl import logging
+from flax import nnx, serialization
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from detector.distributed import sharding
+from detector.modeling import model as model_lib
+from detector.state import checkpoint, optimizer, warm_start
+
+
+@flax.struct.dataclass
+class TrainState:
+    step: jax.Array  # int32 scalar
+    params: nnx.State
+    rest: nnx.State
+    opt_state: optax.OptState
+
+
+def build_model(
+    config: ml_collections.ConfigDict, seed: int
+) -> model_lib.MaskRCNN:
+    """The model of `config` in train mode, initialised from `seed`."""
+    model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(seed))
+    model.train()
+    return model
+
+
+def abstract_model(
+    config: ml_collections.ConfigDict, seed: int
+) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
+    """(graphdef, params, rest) of `config`'s train-mode model as shapes
+    only: nothing is initialised or compiled."""
+    return nnx.split(
+        nnx.eval_shape(lambda: build_model(config, seed)), nnx.Param, ...
+    )
+
+
+def create_model(
+    config: ml_collections.ConfigDict, seed: int
+) -> tuple[nnx.GraphDef, nnx.State, nnx.State]:
+    """Builds the model and splits it into (graphdef, params, rest).
+
+    The initialisers run as one jitted program compiled without backend
+    optimisation: building the model eagerly compiles one small program per
+    parameter shape, which takes several times longer on CPU.
+    """
+    graphdef = abstract_model(config, seed)[0]
+    init = jax.jit(
+        lambda: nnx.split(build_model(config, seed), nnx.Param, ...)[1:]
+    )
+    params, rest = init.lower().compile(
+        compiler_options={"xla_backend_optimization_level": 0}
+    )()
+    return graphdef, params, rest
+
+
+def init_state(
+    params: nnx.State, rest: nnx.State, tx: optax.GradientTransformation
+) -> TrainState:
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        rest=rest,
+        opt_state=tx.init(params),
+    )
+
+
+def eval_graphdef(
+    graphdef: nnx.GraphDef, params: nnx.State, rest: nnx.State
+) -> nnx.GraphDef:
+    """The graphdef of the same model in eval mode (running BN stats)."""
+    model = nnx.merge(graphdef, params, rest)
+    model.eval()
+    return nnx.split(model, nnx.Param, ...)[0]
+
+
+def _is_state(x: Any) -> bool:
+    return isinstance(x, nnx.State)
+
+
+def to_tree(state: TrainState) -> dict:
+    """Nested dicts of arrays (what checkpoints hold)."""
+    pure = jax.tree.map(
+        lambda s: nnx.to_pure_dict(s) if _is_state(s) else s,
+        state,
+        is_leaf=_is_state,
+    )
+    return {
+        "step": pure.step,
+        "params": pure.params,
+        "rest": pure.rest,
+        "opt_state": serialization.to_state_dict(pure.opt_state),
+    }
+
+
+def from_tree(template: TrainState, tree: dict) -> TrainState:
+    """Inverse of to_tree, shaped like `template`."""
+
+    def fill(t, p):
+        if not _is_state(t):
+            return p
+        state = jax.tree.map(lambda x: x, t)  # a copy to fill in
+        nnx.replace_by_pure_dict(state, p)
+        return state
+
+    pure_template = jax.tree.map(
+        lambda s: nnx.to_pure_dict(s) if _is_state(s) else s,
+        template.opt_state,
+        is_leaf=_is_state,
+    )
+    opt_state = serialization.from_state_dict(pure_template, tree["opt_state"])
+    return TrainState(
+        step=tree["step"],
+        params=fill(template.params, tree["params"]),
+        rest=fill(template.rest, tree["rest"]),
+        opt_state=jax.tree.map(
+            fill, template.opt_state, opt_state, is_leaf=_is_state
+        ),
+    )
+
+
+def restore_or_init(
+    config: ml_collections.ConfigDict,
+    mesh: Mesh,
+    ckpt: checkpoint.Checkpointer,
+    tx: optax.GradientTransformation,
+) -> tuple[nnx.GraphDef, TrainState]:
+    """(graphdef, state): the newest intact checkpoint, else a fresh model
+    (warm-started from model.backbone_init or model.init_checkpoint).
+
+    Raises:
+      ValueError: the checkpoints were written by a different config, or
+        every one is damaged.
+    """
+    graphdef, params, rest = create_model(config, config.seed)
+    if ckpt.latest_step() is None:  # a resumed run keeps its own weights
+        params, rest = warm_start.apply(config, params, rest)
+    state = sharding.replicate(init_state(params, rest, tx), mesh)
+    replicated = NamedSharding(mesh, P())
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+        to_tree(state),
+    )
+    # The newest intact checkpoint: damaged ones are logged and skipped.
+    restored = ckpt.restore_latest(abstract)
+    if restored is None:
+        return graphdef, state
+    step, tree = restored
+    state = from_tree(state, tree)
+    logging.info("Resumed from %s/%d", ckpt.directory, step)
+    return graphdef, state
+
+
+def restore_latest(
+    config: ml_collections.ConfigDict, workdir: pathlib.Path, mesh: Mesh
+) -> tuple[nnx.GraphDef, TrainState]:
+    """(eval-mode graphdef, state) of the newest intact checkpoint of
+    `workdir`, replicated on `mesh`; reads only (creates nothing). A workdir
+    without checkpoints gives the model `model.init_checkpoint` starts
+    from, where one is set (a torchvision Mask R-CNN file, say).
+
+    Raises:
+      FileNotFoundError: `workdir` has no checkpoint and the config no
+        `model.init_checkpoint`.
+      ValueError: every checkpoint is damaged, or was written by another
+        config.
+    """
+    ckpt_dir = pathlib.Path(workdir) / "checkpoints"
+    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
+    try:
+        if ckpt.latest_step() is None and not config.model.init_checkpoint:
+            raise FileNotFoundError(
+                f"{ckpt_dir}: no checkpoint to evaluate "
+                "(train first, or check --workdir)"
+            )
+        if ckpt.latest_step() is None:
+            logging.info(
+                "%s: no checkpoint; using the model started from "
+                "model.init_checkpoint=%s",
+                ckpt_dir,
+                config.model.init_checkpoint,
+            )
+        tx, _ = optimizer.make_optimizer(config)
+        graphdef, state = restore_or_init(config, mesh, ckpt, tx)
+    finally:
+        ckpt.close()
+    return eval_graphdef(graphdef, state.params, state.rest), state

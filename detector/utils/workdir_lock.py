@@ -1,0 +1,155 @@
+"""One training run per workdir: an exclusive lock file in it.
+
+    with workdir_lock.held(workdir):   # raises WorkdirLockedError if taken
+        train(...)
+
+Two runs on one workdir would delete each other's checkpoints and trim each
+other's metrics, so a run holds `<workdir>/.train.lock` from before it
+writes anything until it ends. The lock is an OS lock (`fcntl.flock`) on the
+file, which the OS drops when its process ends however it ends; the file
+holds the holder's host, pid and start time for the message of a run that
+finds the lock taken. A lock file whose lock nobody holds but which still
+names a holder was left by a process that died: it is taken over, with one
+log line naming the dead holder. A run that ends removes the file.
+
+With several processes (multi-host), process 0 takes the lock and tells
+the others whether it got it, so every process fails with the same line.
+"""
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import pathlib
+import socket
+import time
+from collections.abc import Iterator
+
+import jax
+from absl import logging
+
+from detector.distributed import multihost
+from detector.utils import files
+
+LOCK_NAME = ".train.lock"
+
+
+class WorkdirLockedError(ValueError):
+    """Another run holds the workdir's lock."""
+
+
+def _holder_text(record: dict) -> str:
+    return f"host {record.get('host', '?')} pid {record.get('pid', '?')}" + (
+        f", started {record['started']}" if record.get("started") else ""
+    )
+
+
+def _read_record(fd: int) -> dict | None:
+    """The holder record in an open lock file; None when it is empty."""
+    os.lseek(fd, 0, os.SEEK_SET)
+    raw = os.read(fd, 4096).decode(errors="replace").strip()
+    if not raw:
+        return None
+    try:
+        record = json.loads(raw)
+    except ValueError:
+        return {"host": "?", "pid": f"? (unreadable lock file: {raw[:40]!r})"}
+    return record if isinstance(record, dict) else {}
+
+
+class WorkdirLock:
+    """An acquired lock on a workdir (see `acquire`); `release` ends it."""
+
+    def __init__(self, path: pathlib.Path, fd: int):
+        self.path, self._fd = path, fd
+
+    @classmethod
+    def acquire(cls, workdir: str | pathlib.Path) -> "WorkdirLock":
+        """Takes the lock of `workdir` (which must exist) without waiting.
+
+        Raises:
+          WorkdirLockedError: a live run holds it; names its host and pid.
+        """
+        path = pathlib.Path(workdir) / LOCK_NAME
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as e:
+                record = _read_record(fd) or {}
+                os.close(fd)
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                raise WorkdirLockedError(
+                    f"--workdir={workdir}: another training run is using it "
+                    f"({_holder_text(record)}; lock file {path}); wait for "
+                    "it to end or choose another --workdir"
+                ) from None
+            # A releasing holder may have removed the file between our open
+            # and our lock: then we hold a lock on a file no one sees.
+            try:
+                same = os.stat(path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        stale = _read_record(fd)
+        if stale is not None:
+            logging.warning(
+                "%s: taking over the lock of a run that ended without "
+                "releasing it (%s)",
+                path,
+                _holder_text(stale),
+            )
+        record = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        }
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (json.dumps(record) + "\n").encode(), 0)
+            os.fsync(fd)
+        except OSError as e:
+            lock = cls(path, fd)
+            lock.release()
+            raise ValueError(
+                f"--workdir={workdir}: cannot write its lock file {path} "
+                f"({e.strerror}); {files.free_space(path.parent)} free there"
+            ) from None
+        return cls(path, fd)
+
+    def release(self) -> None:
+        """Removes the lock file, then drops the lock."""
+        if self._fd < 0:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+        os.close(self._fd)
+        self._fd = -1
+
+
+@contextlib.contextmanager
+def held(workdir: str | pathlib.Path) -> Iterator[None]:
+    """Holds `workdir`'s lock for the block (process 0 takes it; with
+    several processes every process raises when it is taken).
+
+    Raises:
+      WorkdirLockedError: another run holds the lock.
+    """
+    lock, message = None, ""
+    if jax.process_index() == 0:
+        try:
+            lock = WorkdirLock.acquire(workdir)
+        except WorkdirLockedError as e:
+            message = str(e)
+    message = multihost.gather_json(message)[0]  # process 0's outcome
+    if message:
+        raise WorkdirLockedError(message)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()

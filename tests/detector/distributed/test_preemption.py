@@ -1,0 +1,58 @@
+"""The stop flag of SIGTERM/SIGINT, in a process of its own."""
+
+import signal
+import subprocess
+import sys
+
+from detector.distributed import preemption
+from tests.helpers import processes
+
+# Installs the watch, signals itself once, reports, then signals again.
+CHILD = """
+import os, signal, sys, time
+from detector.distributed import preemption
+watch = preemption.Watch.install()
+print("before", watch.stop_requested(), flush=True)
+os.kill(os.getpid(), signal.{name})
+for _ in range(100):
+    if watch.signum is not None:
+        break
+    time.sleep(0.01)
+print("after", watch.stop_requested(), watch.signum, flush=True)
+os.kill(os.getpid(), signal.{name})
+time.sleep(10)
+print("still running", flush=True)
+"""
+
+
+def _child(name: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", CHILD.format(name=name)],
+        cwd=processes.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_first_signal_sets_the_flag_second_exits_at_once():
+    # SIGINT twice is tested on train.py itself (tests/test_faults.py).
+    done = _child("SIGTERM")
+    assert done.returncode == 143, done.stderr
+    assert done.stdout.splitlines() == [
+        "before False",
+        f"after True {int(signal.SIGTERM)}",
+    ]
+    assert "SIGTERM received: the run saves a checkpoint" in done.stderr
+    assert "SIGTERM again: exiting at once, not saving" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_preempted_says_the_step_and_the_exit_code_is_the_shells():
+    stopped = preemption.Preempted(30, signal.SIGTERM)
+    assert str(stopped) == "preempted at step 30: checkpoint saved"
+    assert str(preemption.Preempted(0, signal.SIGINT)) == (
+        "preempted before step 1: nothing to save"
+    )
+    assert preemption.exit_code(signal.SIGTERM) == 143
+    assert preemption.exit_code(signal.SIGINT) == 130

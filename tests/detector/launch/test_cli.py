@@ -1,0 +1,228 @@
+"""Command-line plumbing: one-line errors and the multi-host decision."""
+
+import socket
+import time
+
+import jax
+import pytest
+
+from detector.distributed import multihost
+from detector.launch import cli
+
+
+@pytest.mark.parametrize(
+    "mode,env,expected",
+    [
+        ("off", {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, False),
+        ("on", {}, True),
+        ("auto", {}, False),
+        ("auto", {"JAX_COORDINATOR_ADDRESS": "10.0.0.1:1234"}, True),
+        ("auto", {"JAX_COORDINATOR_ADDRESS": " "}, False),
+        ("auto", {"TPU_WORKER_HOSTNAMES": "t1k-w-0,t1k-w-1"}, True),
+        ("auto", {"TPU_WORKER_HOSTNAMES": "localhost"}, False),  # one host
+        ("auto", {"SLURM_NTASKS": "4"}, True),
+        ("auto", {"SLURM_NTASKS": "1"}, False),
+        ("auto", {"SLURM_NTASKS": "many"}, False),
+        ("auto", {"OMPI_COMM_WORLD_SIZE": "2"}, True),
+    ],
+)
+def test_wants_distributed(mode, env, expected):
+    assert cli.wants_distributed(mode, env) is expected
+
+
+def test_wants_distributed_rejects_unknown_mode():
+    with pytest.raises(
+        ValueError,
+        match=r"--multihost='yes' is not known; "
+        r"choose one of auto, on, off",
+    ):
+        cli.wants_distributed("yes", {})
+
+
+def test_start_multihost_calls_initialize_only_when_wanted(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        jax.distributed, "initialize", lambda **kwargs: calls.append("init")
+    )
+    assert not cli.start_multihost("auto", {"SLURM_NTASKS": "1"})
+    assert calls == []
+    assert cli.start_multihost("auto", {"SLURM_NTASKS": "2"})
+    assert calls == ["init"]
+
+
+def test_failed_multihost_start_is_one_line(monkeypatch):
+    def refuse(**kwargs):
+        raise RuntimeError("coordinator unreachable\ntimed out after 300 s")
+
+    monkeypatch.setattr(jax.distributed, "initialize", refuse)
+    with pytest.raises(SystemExit) as exit_info:
+        cli.start_multihost("on", {})
+    assert exit_info.value.code == (
+        "error: --multihost=on: jax.distributed."
+        "initialize() failed: coordinator "
+        "unreachable timed out after 300 s"
+    )
+
+
+def test_start_multihost_passes_the_cluster(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        jax.distributed, "initialize", lambda **kwargs: calls.append(kwargs)
+    )
+    cluster = multihost.Cluster("localhost:1234", 2, 0)
+    assert cli.wants_distributed("auto", {}, cluster)
+    assert not cli.wants_distributed(
+        "auto", {}, multihost.Cluster(num_processes=1)
+    )
+    assert cli.start_multihost("auto", {}, cluster=cluster, timeout_s=7)
+    assert calls == [
+        {
+            "coordinator_address": "localhost:1234",
+            "num_processes": 2,
+            "process_id": 0,
+            # JAX's own limit (it aborts) comes after our watchdog's.
+            "initialization_timeout": 7 + multihost.JAX_GRACE_S,
+        }
+    ]
+
+
+def test_processes_that_do_not_all_join_are_reported_before_jax_aborts(
+    monkeypatch,
+):
+    def never_joined(**kwargs):
+        time.sleep(1.5)  # JAX's wait, cut short
+
+    monkeypatch.setattr(jax.distributed, "initialize", never_joined)
+    reports = []
+    cluster = multihost.Cluster("localhost:1234", 3, 0)
+    multihost.initialize(cluster, 0.2, on_stuck=reports.append)
+    assert reports == [
+        "--coordinator_timeout_s=0.2: not all 3 processes joined the job at "
+        "localhost:1234 within 0.2 s; start every process (ids 0..2) with "
+        "the same --coordinator_address and --num_processes"
+    ]
+    reports.clear()  # a start that finishes in time reports nothing
+    monkeypatch.setattr(jax.distributed, "initialize", lambda **kwargs: None)
+    multihost.initialize(cluster, 0.2, on_stuck=reports.append)
+    time.sleep(0.4)
+    assert reports == []
+
+
+def test_resolve_cluster_flags_win_over_environment():
+    env = {
+        "JAX_COORDINATOR_ADDRESS": "10.0.0.1:99",
+        "JAX_NUM_PROCESSES": "4",
+        "JAX_PROCESS_ID": "3",
+    }
+    assert multihost.resolve_cluster(None, None, None, env) == (
+        multihost.Cluster("10.0.0.1:99", 4, 3)
+    )
+    assert multihost.resolve_cluster("h:1", 2, 1, env) == (
+        multihost.Cluster("h:1", 2, 1)
+    )
+    assert multihost.resolve_cluster(None, None, None, {}) == (
+        multihost.Cluster()
+    )
+
+
+@pytest.mark.parametrize(
+    "args,env,message",
+    [
+        (
+            ("localhost", None, None),
+            {},
+            "--coordinator_address='localhost': expected HOST:PORT",
+        ),
+        (
+            (None, None, None),
+            {"JAX_COORDINATOR_ADDRESS": "h:99999"},
+            "JAX_COORDINATOR_ADDRESS='h:99999': expected HOST:PORT",
+        ),
+        (
+            (None, 0, None),
+            {},
+            "--num_processes=0: the process count must be at least 1",
+        ),
+        (
+            (None, 2, 2),
+            {},
+            (
+                "--process_id=2: the process id must be in [0, 2) "
+                "(--num_processes=2)"
+            ),
+        ),
+        (
+            (None, None, 5),
+            {"JAX_NUM_PROCESSES": "2"},
+            (
+                "--process_id=5: the process id must be in [0, 2) "
+                "(JAX_NUM_PROCESSES=2)"
+            ),
+        ),
+        (
+            (None, None, None),
+            {"JAX_PROCESS_ID": "one"},
+            "JAX_PROCESS_ID='one': process_id must be an integer",
+        ),
+    ],
+)
+def test_resolve_cluster_rejects_bad_settings(args, env, message):
+    with pytest.raises(ValueError) as error:
+        multihost.resolve_cluster(*args, env)
+    assert str(error.value).startswith(message)
+
+
+def test_unreachable_coordinator_times_out_with_one_line(monkeypatch):
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("localhost", 0))
+        address = f"localhost:{probe.getsockname()[1]}"
+    monkeypatch.setattr(jax.distributed, "initialize", pytest.fail)
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exit_info:
+        cli.start_multihost(
+            "auto", {}, cluster=multihost.Cluster(address, 2, 1), timeout_s=1
+        )
+    assert time.monotonic() - started < 5
+    assert exit_info.value.code.startswith(
+        f"error: --coordinator_address={address}: no coordinator answered "
+        "within 1 s"
+    )
+
+
+@pytest.mark.parametrize(
+    "error,line",
+    [
+        (
+            PermissionError(13, "Permission denied", "/data/coco/train2017"),
+            "error: /data/coco/train2017: Permission denied",
+        ),
+        (
+            FileNotFoundError("/w/config.json: no config.json here"),
+            "error: /w/config.json: no config.json here",
+        ),
+        (
+            ValueError("config.train.batch_size=3 must be divisible by 2"),
+            "error: config.train.batch_size=3 must be divisible by 2",
+        ),
+        (
+            FloatingPointError("total loss is nan at step 3"),
+            "error: total loss is nan at step 3",
+        ),
+        (
+            ValueError("data.root is empty;\n  set it"),
+            "error: data.root is empty; set it",
+        ),  # always one line
+    ],
+)
+def test_one_line_errors(error, line):
+    with (
+        pytest.raises(SystemExit) as exit_info,
+        cli.one_line_errors(FloatingPointError),
+    ):
+        raise error
+    assert exit_info.value.code == line
+
+
+def test_one_line_errors_lets_other_errors_through():
+    with pytest.raises(KeyError), cli.one_line_errors():
+        raise KeyError("not a user error")

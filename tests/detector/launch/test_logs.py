@@ -1,0 +1,137 @@
+"""detector/launch/logs.py and detector/launch/stderr_filter.py: library
+chatter off, warnings and the project's own lines kept."""
+
+import logging
+import os
+import pathlib
+import threading
+
+import pytest
+from absl import logging as absl_logging
+
+from detector.launch import logs, stderr_filter
+
+
+def _record(name, level, pathname=__file__):
+    return logging.LogRecord(name, level, pathname, 1, "message", (), None)
+
+
+def _package_file(package: str) -> str:
+    folder = logs._package_dir(package)
+    assert folder, f"{package} is not installed"
+    return str(pathlib.Path(folder) / "some_module.py")
+
+
+@pytest.mark.parametrize(
+    "name,package",
+    [
+        ("absl", "orbax"),  # orbax logs through absl's logger
+        ("absl", "clu"),  # "Setting work unit notes"
+        ("asyncio", None),
+        ("matplotlib.font_manager", None),  # "generated new fontManager"
+        ("jax._src.xla_bridge", None),  # "Unable to initialize backend"
+        ("tensorflow", None),
+    ],
+)
+def test_library_info_is_dropped_and_its_warnings_kept(name, package):
+    if package:
+        pytest.importorskip(package)
+    pathname = _package_file(package) if package else __file__
+    quiet = logs.LibraryFilter()
+    assert not quiet.filter(_record(name, logging.INFO, pathname))
+    assert not quiet.filter(_record(name, logging.DEBUG, pathname))
+    assert quiet.filter(_record(name, logging.WARNING, pathname))
+    assert quiet.filter(_record(name, logging.ERROR, pathname))
+
+
+@pytest.mark.parametrize(
+    "name", ["absl", "jax._src.compiler", "detector.engine", "asyncio2"]
+)
+def test_other_info_is_kept(name):
+    assert logs.LibraryFilter().filter(_record(name, logging.INFO))
+
+
+def test_quiet_libraries_installs_one_filter_and_verbosity_1_keeps_all(
+    monkeypatch,
+):
+    handler = absl_logging.get_absl_handler()
+    monkeypatch.setattr(handler, "filters", [])
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    assert not logs.quiet_libraries(1, native=False)
+    assert logs.installed_filter() is None
+    assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+    assert logs.quiet_libraries(0, native=False)
+    assert logs.quiet_libraries(0, native=False)
+    assert len(handler.filters) == 1
+    assert isinstance(logs.installed_filter(), logs.LibraryFilter)
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == logs.TF_CPP_LEVEL
+
+
+def test_quiet_libraries_keeps_a_tf_log_level_the_user_set(monkeypatch):
+    monkeypatch.setattr(absl_logging.get_absl_handler(), "filters", [])
+    monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "0")
+    logs.quiet_libraries(0, native=False)
+    assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0"
+
+
+NATIVE_NOISE = [
+    b"WARNING: All log messages before absl::InitializeLog() is called are "
+    b"written to STDERR",
+    b"I0000 00:00:1795629993.489383    4455 port.cc:153] oneDNN custom "
+    b"operations are on.",
+    b"W0000 00:00:1795629996.034064    4455 op_level_cost_estimator.cc:699] "
+    b'Error in PredictCost() for the op: op: "CropAndResize"',
+    b"I1125 18:06:35.675777 140552094100352 cpu_client.cc:467] TfrtCpuClient "
+    b"created.",
+]
+NATIVE_KEPT = [
+    b"W0000 00:00:1795629996.034064    4455 gpu_device.cc:2342] Cannot dlopen "
+    b"some GPU libraries.",
+    b"E0000 00:00:1795629996.034064    4455 cuda_dnn.cc:8310] Unable to "
+    b"register cuDNN factory",
+    b"F0000 00:00:1795629996.034064    4455 check.cc:1] Check failed: x",
+    b"Fatal Python error: Segmentation fault",
+    b"error: --workdir=/w: not writable",
+]
+
+
+def _filtered(data: bytes) -> bytes:
+    read_in, write_in = os.pipe()
+    read_out, write_out = os.pipe()
+    os.write(write_in, data)
+    os.close(write_in)
+    stderr_filter.filter_stream(read_in, write_out)
+    os.close(read_in)
+    os.close(write_out)
+    with os.fdopen(read_out, "rb") as out:
+        return out.read()
+
+
+def test_stderr_filter_drops_native_noise_and_passes_the_rest():
+    # Noise and kept lines alternate, then the rest of the kept ones.
+    count = len(NATIVE_NOISE)
+    pairs = zip(NATIVE_NOISE, NATIVE_KEPT[:count], strict=True)
+    lines = [line for pair in pairs for line in pair] + NATIVE_KEPT[count:]
+    # The last line has no newline: it still comes out.
+    assert _filtered(b"\n".join(lines)) == b"\n".join(NATIVE_KEPT)
+
+
+def test_stderr_filter_passes_a_partial_line_on_without_its_end():
+    """A prompt or progress text without a newline is not held back."""
+    read_in, write_in = os.pipe()
+    read_out, write_out = os.pipe()
+    worker = threading.Thread(
+        target=stderr_filter.filter_stream, args=(read_in, write_out)
+    )
+    worker.start()
+    try:
+        os.write(write_in, b"kept\nno newline yet")
+        got = b""
+        while len(got) < len(b"kept\nno newline yet"):
+            got += os.read(read_out, 100)  # while the input is still open
+        assert got == b"kept\nno newline yet"
+    finally:
+        os.close(write_in)
+        worker.join(5)
+        for fd in (read_in, write_out, read_out):
+            os.close(fd)

@@ -1,0 +1,106 @@
+"""detector/launch/run_config.py: config.json as eval.py's config file, and
+absolute paths in the config train.py stores."""
+
+import pathlib
+import sys
+
+import pytest
+from absl import flags
+from ml_collections import config_flags
+
+from detector import config as config_lib
+from detector.launch import run_config
+
+
+def _write_config(workdir: pathlib.Path, root: str) -> pathlib.Path:
+    config = config_lib.base_config()
+    config.data.root = root
+    workdir.mkdir(parents=True, exist_ok=True)
+    path = workdir / "config.json"
+    path.write_text(config.to_json_best_effort(indent=2))
+    return path
+
+
+def _parse(argv: list[str], monkeypatch):
+    """eval.py's flags (--workdir, --config) parsed from command line `argv`
+    the way eval.py parses them; returns the config."""
+    monkeypatch.setattr(sys, "argv", argv)  # where config_flags finds overrides
+    values = flags.FlagValues()
+    flags.DEFINE_string("workdir", None, "", flag_values=values)
+    holder = config_flags.DEFINE_config_file(
+        "config", None, "", flag_values=values, lock_config=True
+    )
+    values(run_config.workdir_config_argv(argv))
+    return holder.value
+
+
+def test_without_config_the_workdir_config_json_takes_overrides(
+    tmp_path, monkeypatch
+):
+    _write_config(tmp_path / "w", "/data/shapes")
+    config = _parse(
+        [
+            "eval.py",
+            f"--workdir={tmp_path}/w",
+            "--config.data.root=/new/place",
+            "--config.eval.batch_size=4",
+        ],
+        monkeypatch,
+    )
+    assert config.data.root == "/new/place"
+    assert config.eval.batch_size == 4
+    assert config.model.backbone == config_lib.base_config().model.backbone
+
+
+def test_a_json_config_flag_is_read_as_json_with_overrides(
+    tmp_path, monkeypatch
+):
+    path = _write_config(tmp_path / "other", "/data/a")
+    for form in (
+        [f"--config={path}", "--config.data.root=/data/b"],
+        ["--config", str(path), "--config.data.root=/data/b"],
+    ):
+        config = _parse(["eval.py", "--workdir=/unused", *form], monkeypatch)
+        assert config.data.root == "/data/b"
+
+
+def test_workdir_with_a_tilde_finds_its_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _write_config(tmp_path / "w", "/data/shapes")
+    config = _parse(["eval.py", "--workdir", "~/w"], monkeypatch)
+    assert config.data.root == "/data/shapes"
+
+
+def test_workdir_config_argv_leaves_python_configs_and_missing_workdir():
+    for argv in (
+        ["eval.py", "--workdir=w", "--config=configs/shapes.py:runlocal"],
+        ["eval.py", "--config.data.root=/x"],
+    ):
+        assert run_config.workdir_config_argv(argv) == argv
+    no_config = ["eval.py", "--workdir=/nowhere"]
+    assert run_config.workdir_config_argv(no_config) == no_config
+    assert run_config.workdir_config_argv(
+        [*no_config, "--config.seed=1", "--", "-x"]
+    )[1] == "--config=" + run_config.json_config_spec("/nowhere/config.json")
+
+
+def test_missing_config_json_names_it(tmp_path):
+    with pytest.raises(FileNotFoundError, match="w/config.json: no config"):
+        run_config.get_config(str(tmp_path / "w" / "config.json"))
+
+
+def test_relative_paths_become_absolute_against_the_folder(tmp_path):
+    config = config_lib.base_config()
+    config.data.root = "data/shapes"
+    config.model.backbone_init = "~/weights/r50.safetensors"
+    config.model.init_checkpoint = ""
+    config.data.tfds_data_dir = "gs://bucket/tfds"
+    changed = run_config.absolute_paths(config, cwd=tmp_path)
+    assert changed == ["data.root", "model.backbone_init"]
+    assert config.data.root == str(tmp_path / "data" / "shapes")
+    assert config.model.backbone_init == str(
+        pathlib.Path.home() / "weights" / "r50.safetensors"
+    )
+    assert config.model.init_checkpoint == ""
+    assert config.data.tfds_data_dir == "gs://bucket/tfds"
+    assert run_config.absolute_paths(config, cwd="/elsewhere") == []
