@@ -5,6 +5,9 @@
 The text goes to a temporary file in the same folder, is flushed to disk,
 and then replaces the target in one rename, so a reader (or a run killed
 mid-write, or a full disk) never leaves a cut file where the old one was.
+The rename replaces a symlink at the path, never the file it points to, and
+the file takes the process umask like any other created file (mkstemp's
+0600 would keep a teammate or a TensorBoard running as another user out).
 """
 
 import contextlib
@@ -14,15 +17,23 @@ import shutil
 import tempfile
 
 
-def write_text(path: str | pathlib.Path, text: str) -> None:
-    """Writes `text` to `path` atomically (the old file stays on failure)."""
+def umask() -> int:
+    """The process umask (read by setting it, then set back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def write_bytes(path: str | pathlib.Path, data: bytes) -> None:
+    """Writes `data` to `path` atomically (the old file stays on failure)."""
     path = pathlib.Path(path)
     fd, temporary = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
     )
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        os.fchmod(fd, 0o666 & ~umask())
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
@@ -30,6 +41,11 @@ def write_text(path: str | pathlib.Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
+
+
+def write_text(path: str | pathlib.Path, text: str) -> None:
+    """Writes `text` (UTF-8) to `path` atomically, as write_bytes."""
+    write_bytes(path, text.encode())
 
 
 def free_space(folder: str | pathlib.Path) -> str:
