@@ -59,8 +59,10 @@ def _in_process_predictor(workdir: pathlib.Path):
 
 def _exported_predictor(directory: pathlib.Path):
     """The artifact of `directory`, loaded by the light runtime."""
+    from detector.launch import logs
     from detector.runtime import artifact, predict
 
+    logs.quiet_libraries()
     if _NMS.value:
         _fail("--nms: the NMS backend of an artifact is fixed at export")
     try:
@@ -69,9 +71,20 @@ def _exported_predictor(directory: pathlib.Path):
         _fail(str(e))
 
 
+def _check_files(args: list[str], out: pathlib.Path) -> None:
+    """The inputs exist and --out holds none of them, before any loading."""
+    from detector.runtime import output_files, predict
+
+    try:
+        output_files.check_out(out, predict.list_images(args))
+    except ValueError as e:
+        _fail(str(e))
+
+
 def main(argv: list[str]) -> None:
     if (_WORKDIR.value is None) == (_EXPORTED.value is None):
         _fail("name exactly one of --workdir=W or --exported=W/export")
+    _check_files(argv[1:], pathlib.Path(_OUT.value))
     if _WORKDIR.value is not None:
         predictor = _in_process_predictor(
             pathlib.Path(_WORKDIR.value).expanduser()

@@ -125,7 +125,27 @@ def test_exported_predict_imports_no_model_and_skips_unreadable(
         f"'{photos / 'e_broken.jpg'}')"
     ]
     assert "4 images predicted, 1 skipped" in result.stdout
+    assert "Unable to initialize backend" not in result.stderr
     _check_outputs(out, photos)
+
+
+def test_an_out_holding_inputs_is_refused_before_loading(photos, tmp_path):
+    """Refused before the artifact is read: --exported names no folder."""
+    before = sorted(p.name for p in photos.iterdir())
+    result = _run(
+        "predict.py",
+        f"--exported={tmp_path / 'none'}",
+        f"--out={photos}",
+        str(photos / "a_rgb.png"),
+        blocked=True,
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"error: --out={photos}: holds the input {photos / 'a_rgb.png'}; "
+        "the overlays and predictions.json would overwrite or mix with the "
+        "inputs; name an --out outside every input folder"
+    ]
+    assert sorted(p.name for p in photos.iterdir()) == before
 
 
 def test_blocker_blocks():

@@ -1,13 +1,21 @@
 """One overlay PNG per image: masks, boxes and labels over the original.
 
 PIL only, so the exported predictor draws without matplotlib; predict.py
-draws with it in both of its forms.
+draws with it in both of its forms. An image whose long side is under
+MIN_DRAWN_SIDE pixels is drawn on a copy upscaled by a whole factor (pixels
+repeated, not smoothed), so that the labels stay small beside the shapes,
+and every label is kept inside the picture: above its box where there is
+room, else inside the box's top, and shifted left at the right edge.
 """
 
+import io
+import math
 import pathlib
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from detector.runtime import output_files
 
 # Matplotlib's tab10 palette, as 8-bit RGB.
 PALETTE = (
@@ -23,6 +31,31 @@ PALETTE = (
     (23, 190, 207),
 )
 MASK_ALPHA = 0.45
+# Overlays of smaller images are drawn at a whole multiple of their size.
+MIN_DRAWN_SIDE = 512
+
+
+def upscale_factor(height: int, width: int) -> int:
+    """The whole factor an image is drawn at: its long side reaches
+    MIN_DRAWN_SIDE, or 1 for images that already do."""
+    return max(1, math.ceil(MIN_DRAWN_SIDE / max(height, width, 1)))
+
+
+def label_origin(
+    box: tuple[float, float, float, float],
+    label_size: tuple[int, int],
+    image_size: tuple[int, int],
+) -> tuple[float, float]:
+    """Top-left corner of a label of (width, height) `label_size` for the
+    (x1, y1, x2, y2) `box`, inside an image of (width, height) `image_size`:
+    above the box, or inside its top when the box touches the top edge,
+    moved left so that it ends inside the image."""
+    x1, y1, _, _ = box
+    w, h = label_size
+    width, height = image_size
+    top = y1 - h if y1 - h >= 0 else y1
+    left = min(max(x1, 0.0), max(width - w, 0))
+    return left, min(max(top, 0.0), max(height - h, 0))
 
 
 def overlay(
@@ -47,18 +80,24 @@ def overlay(
             mask
         ] + MASK_ALPHA * np.asarray(colour, np.float32)
     drawn = Image.fromarray(np.clip(np.round(canvas), 0, 255).astype(np.uint8))
+    k = upscale_factor(*image.shape[:2])
+    if k > 1:
+        drawn = drawn.resize(
+            (drawn.width * k, drawn.height * k), Image.Resampling.NEAREST
+        )
     pen = ImageDraw.Draw(drawn)
     for detection, colour in zip(detections, colours, strict=True):
-        x, y, w, h = detection["bbox"]
+        x, y, w, h = (k * v for v in detection["bbox"])
         pen.rectangle([x, y, x + w, y + h], outline=colour, width=2)
         label = names.get(
             detection["category_id"], str(detection["category_id"])
         )
         text = f"{label}: {detection['score']:.2f}"
-        left, top, right, bottom = pen.textbbox((x, y), text)
-        lift = bottom - top + 2
-        pen.rectangle([left, top - lift, right + 2, bottom - lift], fill=colour)
-        pen.text((x + 1, y - lift), text, fill=(255, 255, 255))
+        left, top, right, bottom = pen.textbbox((0, 0), text)
+        size = (right - left + 2, bottom - top + 2)
+        ox, oy = label_origin((x, y, x + w, y + h), size, drawn.size)
+        pen.rectangle([ox, oy, ox + size[0] - 1, oy + size[1] - 1], fill=colour)
+        pen.text((ox + 1 - left, oy + 1 - top), text, fill=(255, 255, 255))
     return drawn
 
 
@@ -69,5 +108,8 @@ def save_overlay(
     masks: np.ndarray,
     names: dict[int, str],
 ) -> None:
-    """Writes `overlay(...)` as a PNG at `path`."""
-    overlay(image, detections, masks, names).save(path, format="PNG")
+    """Writes `overlay(...)` as a PNG at `path`, replacing it whole (a
+    symlink there is replaced, not written through)."""
+    png = io.BytesIO()
+    overlay(image, detections, masks, names).save(png, format="PNG")
+    output_files.write(path, png.getvalue())

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from detector.runtime import artifact, draw, images, masks
+from detector.runtime import artifact, draw, images, masks, output_files
 
 PREDICTIONS_FILE = "predictions.json"
 # Detections drawn in the overlays (all are in predictions.json).
@@ -50,7 +50,9 @@ class Predictor:
 
 
 def list_images(args: list[str]) -> list[pathlib.Path]:
-    """Files named, and every file of each folder named (sorted, not hidden).
+    """Files named, and every file of each folder named (sorted, not hidden),
+    each once. A link in a folder whose target is missing or loops is
+    listed too, so that it is reported as skipped rather than dropped.
 
     Raises:
       ValueError: nothing named, or a path that does not exist.
@@ -64,13 +66,14 @@ def list_images(args: list[str]) -> list[pathlib.Path]:
             found += sorted(
                 p
                 for p in path.iterdir()
-                if p.is_file() and not p.name.startswith(".")
+                if (p.is_file() or (p.is_symlink() and not p.exists()))
+                and not p.name.startswith(".")
             )
         elif path.is_file():
             found.append(path)
         else:
             raise ValueError(f"{arg}: no such file or folder")
-    return found
+    return list(dict.fromkeys(found))
 
 
 def image_detections(
@@ -148,6 +151,7 @@ def predict_files(
     if batch_size < 1:
         raise ValueError(f"--batch_size={batch_size}: must be >= 1")
     paths = list_images(args)
+    output_files.check_out(out, paths)
     out.mkdir(parents=True, exist_ok=True)
     names = {c["id"]: c["name"] for c in predictor.categories}
     predictions, used, seconds = {}, set(), 0.0
@@ -172,7 +176,7 @@ def predict_files(
                 pasted[np.asarray(shown, bool)] if results else pasted,
                 names,
             )
-    (out / PREDICTIONS_FILE).write_text(json.dumps(predictions))
+    output_files.write(out / PREDICTIONS_FILE, json.dumps(predictions).encode())
     return {
         "images": len(predictions),
         "skipped": len(paths) - len(predictions),

@@ -1,0 +1,45 @@
+"""predict.py's output folder: never one that holds an input, and every
+file in it replaced whole.
+
+    output_files.check_out(out, paths)     # before anything is read
+    output_files.write(out / "a.png", png_bytes)
+
+An --out that holds one of the run's input files (the input folder itself,
+or a folder above an input) is refused in one line: an overlay `a.png`
+would replace an input `a.png`, and a later run would predict from the
+overlay. Each file is written to a temporary file and renamed over its
+name, so a symlink already in --out is replaced, never written through to
+its target, and a run stopped mid-write leaves the old file whole.
+"""
+
+import os
+import pathlib
+
+from detector.utils import files
+
+
+class OutFolderError(ValueError):
+    """An --out that cannot hold this run's outputs; the message names it."""
+
+
+def check_out(out: pathlib.Path, inputs: list[pathlib.Path]) -> None:
+    """Raises OutFolderError when `out` holds any of the `inputs` files.
+
+    Both sides are compared resolved (symlinks followed), so `--out=.` with
+    `photos/a.jpg` named from inside photos/ is caught too.
+    """
+    folder = pathlib.Path(os.path.realpath(out))
+    for path in inputs:
+        # realpath, unlike Path.resolve, stops quietly at a link loop.
+        resolved = pathlib.Path(os.path.realpath(path))
+        if folder == resolved or folder in resolved.parents:
+            raise OutFolderError(
+                f"--out={out}: holds the input {path}; the overlays and "
+                f"predictions.json would overwrite or mix with the inputs; "
+                "name an --out outside every input folder"
+            )
+
+
+def write(path: pathlib.Path, data: bytes) -> None:
+    """Replaces `path` with `data` in one rename (a link there included)."""
+    files.write_bytes(path, data)

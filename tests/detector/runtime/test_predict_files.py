@@ -1,0 +1,132 @@
+"""predict_files with a stand-in model: what it reads, writes and counts."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from detector.runtime import draw, output_files, predict
+
+IMAGE_SIZE = (64, 64)
+
+
+def _run(batch: np.ndarray, sizes: np.ndarray) -> dict[str, np.ndarray]:
+    """One 20 x 10 detection at the top left of every image."""
+    b = len(batch)
+    return {
+        "boxes": np.tile(np.float32([[0, 0, 20, 10]]), (b, 1, 1)),
+        "scores": np.full((b, 1), 0.9, np.float32),
+        "category_ids": np.ones((b, 1), np.int32),
+        "masks": np.ones((b, 1, 28, 28), np.float32),
+        "num_valid": np.ones(b, np.int32),
+    }
+
+
+PREDICTOR = predict.Predictor(IMAGE_SIZE, [{"id": 1, "name": "square"}], _run)
+
+
+@pytest.fixture
+def photos(tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for name in ("a.png", "b.png"):
+        Image.fromarray(np.full((40, 30, 3), 90, np.uint8)).save(folder / name)
+    return folder
+
+
+@pytest.mark.parametrize("out", ["photos", "."])
+def test_an_out_that_holds_an_input_is_refused_and_nothing_is_written(
+    photos, out
+):
+    before = {p.name: p.read_bytes() for p in photos.iterdir()}
+    with pytest.raises(
+        output_files.OutFolderError,
+        match=r"^--out=.*: holds the input .*a\.png; .*name an --out outside",
+    ):
+        predict.predict_files(
+            PREDICTOR, [str(photos)], photos.parent / out, batch_size=1
+        )
+    assert {p.name: p.read_bytes() for p in photos.iterdir()} == before
+
+
+def test_an_input_reached_through_a_link_is_refused(photos, tmp_path):
+    (tmp_path / "link.png").symlink_to(photos / "a.png")
+    with pytest.raises(output_files.OutFolderError, match="link.png"):
+        predict.predict_files(PREDICTOR, [str(tmp_path / "link.png")], photos)
+
+
+def test_links_in_out_are_replaced_not_written_through(photos, tmp_path):
+    out, outside = tmp_path / "out", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    for name in ("a.png", "predictions.json"):
+        (outside / name).write_text("keep")
+        (out / name).symlink_to(outside / name)
+    predict.predict_files(PREDICTOR, [str(photos / "a.png")], out)
+    assert [p.read_text() for p in sorted(outside.iterdir())] == ["keep"] * 2
+    assert not (out / "a.png").is_symlink()
+    assert not (out / "predictions.json").is_symlink()
+    assert Image.open(out / "a.png").format == "PNG"
+    assert json.loads((out / "predictions.json").read_text())
+
+
+def test_outputs_take_the_umask(photos, tmp_path):
+    old = os.umask(0o022)
+    try:
+        predict.predict_files(PREDICTOR, [str(photos)], tmp_path / "out")
+    finally:
+        os.umask(old)
+    modes = {
+        p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "out").iterdir()
+    }
+    assert set(modes.values()) == {0o644}, modes
+
+
+def test_a_file_named_three_times_is_predicted_once_and_not_skipped(photos):
+    a = str(photos / "a.png")
+    summary = predict.predict_files(
+        PREDICTOR, [a, a, str(photos)], photos.parent / "out"
+    )
+    assert (summary["images"], summary["skipped"]) == (2, 0)
+
+
+def test_a_symlink_loop_in_a_folder_is_a_skipped_line(photos, capsys):
+    (photos / "loop.png").symlink_to(photos / "loop.png")
+    (photos / "gone.png").symlink_to(photos / "missing.png")
+    summary = predict.predict_files(
+        PREDICTOR, [str(photos)], photos.parent / "out"
+    )
+    assert (summary["images"], summary["skipped"]) == (2, 2)
+    skipped = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[1].strip() for line in skipped] == [
+        str(photos / "gone.png"),
+        str(photos / "loop.png"),
+    ]
+
+
+def test_small_images_are_drawn_upscaled_with_labels_inside():
+    image = np.zeros((128, 128, 3), np.uint8)
+    # At the top edge and the right edge of the picture.
+    detections = [{"bbox": [110, 0, 18, 20], "category_id": 1, "score": 0.9}]
+    masks = np.zeros((1, 128, 128), bool)
+    drawn = np.asarray(draw.overlay(image, detections, masks, {1: "square"}))
+    assert draw.upscale_factor(128, 128) == 4
+    assert drawn.shape == (512, 512, 3)
+    rows, cols = np.nonzero((drawn > 200).all(-1))  # the label text
+    assert rows.size and rows.min() >= 1 and rows.max() < 20
+    assert cols.min() > 400 and cols.max() < 511
+
+
+@pytest.mark.parametrize(
+    "box, expected",
+    [
+        ((10, 30, 50, 60), (10, 18)),  # room above: above the box
+        ((10, 0, 50, 60), (10, 0)),  # at the top edge: inside the top
+        ((95, 30, 100, 60), (60, 18)),  # at the right edge: moved left
+        ((-5, -3, 20, 20), (0, 0)),
+    ],
+)
+def test_label_origin_keeps_labels_inside(box, expected):
+    assert draw.label_origin(box, (40, 12), (100, 100)) == expected
