@@ -32,28 +32,15 @@ import pathlib
 import jax
 import numpy as np
 
-from detector.runtime import masks
+from detector.runtime import artifact_meta, masks
 
 ARTIFACT_FILE = "predict.jax"
 META_FILE = "predict.json"
 OUTPUTS = ("boxes", "scores", "category_ids", "masks", "num_valid")
 # The artifact's batch dimension: symbolic, so one artifact takes any size.
 SYMBOLIC_BATCH = "b"
-# Keys of predict.json that loading relies on.
-REQUIRED_KEYS = (
-    "image_size",
-    "batch_sizes",
-    "pixel_mean",
-    "pixel_std",
-    "categories",
-    "nms_backend",
-    "jax_version",
-    "calling_convention_version",
-    "platforms",
-    "checkpoint_step",
-    "mask_paste",
-    "sha256",
-)
+# Keys of predict.json that loading relies on (artifact_meta.SCHEMA).
+REQUIRED_KEYS = artifact_meta.REQUIRED_KEYS
 
 
 class ArtifactError(ValueError):
@@ -107,16 +94,10 @@ def _read_meta(path: pathlib.Path) -> dict:
         ) from None
     except (OSError, ValueError) as e:
         raise ArtifactError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(meta, dict):
-        raise ArtifactError(f"{path}: not a JSON object")
-    missing = [k for k in REQUIRED_KEYS if k not in meta]
-    if missing:
-        raise ArtifactError(f"{path}: lacks {', '.join(missing)}")
-    if meta["mask_paste"] not in masks.MASK_PASTERS:
-        raise ArtifactError(
-            f"{path}: mask_paste {meta['mask_paste']!r} is none of "
-            f"{', '.join(masks.MASK_PASTERS)}"
-        )
+    try:
+        artifact_meta.check(meta, str(path), tuple(masks.MASK_PASTERS))
+    except artifact_meta.MetaError as e:
+        raise ArtifactError(str(e)) from None
     return meta
 
 
@@ -169,7 +150,21 @@ def load(directory: str | pathlib.Path) -> Artifact:
             f"{exported.calling_convention_version} differs from "
             f"{meta['calling_convention_version']} in {META_FILE}"
         )
+    _check_input_size(exported, meta, directory / META_FILE)
     return Artifact(directory, exported, meta)
+
+
+def _check_input_size(
+    exported: jax.export.Exported, meta: dict, where: pathlib.Path
+) -> None:
+    """image_size of predict.json must be the function's input size."""
+    shape = exported.in_avals[0].shape
+    if list(shape[1:3]) != meta["image_size"]:
+        raise ArtifactError(
+            f"{where}: image_size={meta['image_size']} differs from the "
+            f"input size {list(shape[1:3])} of {ARTIFACT_FILE}; restore "
+            "the exported value or export again"
+        )
 
 
 def _check_inputs(

@@ -62,6 +62,26 @@ def test_missing_meta(copy):
         artifact.load(copy)
 
 
+def test_edited_image_size_names_the_key_and_the_input_size(copy):
+    _rewrite_meta(copy, image_size=[64, 64])
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(copy)
+    assert _one_line(error) == (
+        f"{copy / artifact.META_FILE}: image_size=[64, 64] differs from the "
+        f"input size [128, 128] of predict.jax; restore the exported value "
+        "or export again"
+    )
+
+
+def test_edited_categories_name_the_key(copy):
+    _rewrite_meta(copy, categories=None)
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(copy)
+    assert _one_line(error).startswith(
+        f"{copy / artifact.META_FILE}: categories=None: must be a non-empty"
+    )
+
+
 def test_other_calling_convention_in_meta(copy):
     _rewrite_meta(copy, calling_convention_version=99, jax_version="9.9")
     with pytest.raises(artifact.ArtifactError) as error:

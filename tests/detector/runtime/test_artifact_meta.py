@@ -1,0 +1,74 @@
+"""predict.json edits are one line naming the key."""
+
+import copy
+
+import pytest
+
+from detector.runtime import artifact, artifact_meta, masks
+
+META = {
+    "image_size": [128, 128],
+    "batch_sizes": "b",
+    "pixel_mean": [123.675, 116.28, 103.53],
+    "pixel_std": [58.395, 57.12, 57.375],
+    "categories": [{"id": 1, "name": "square"}],
+    "nms_backend": {
+        "cpu": {"rpn": "cpu", "detection": "cpu"},
+        "cuda": {"rpn": "pallas", "detection": "pallas"},
+    },
+    "jax_version": "0.10.2",
+    "calling_convention_version": 9,
+    "platforms": ["cpu", "cuda"],
+    "checkpoint_step": 3,
+    "mask_paste": "centres",
+    "sha256": "0" * 64,
+}
+PASTERS = tuple(masks.MASK_PASTERS)
+
+
+def test_the_exporters_meta_passes():
+    artifact_meta.check(META, "predict.json", PASTERS)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("mask_paste", ["x"]),
+        ("mask_paste", "nearest"),
+        ("categories", None),
+        ("categories", [{"id": 1}]),
+        ("categories", [{"id": "1", "name": "a"}]),
+        ("image_size", "abc"),
+        ("image_size", [128, 0]),
+        ("image_size", [128.0, 128]),
+        ("pixel_std", [1, 0, 1]),
+        ("pixel_mean", [1, 2]),
+        ("platforms", []),
+        ("nms_backend", None),
+        ("nms_backend", {"cpu": "cpu"}),
+        ("checkpoint_step", -1),
+        ("checkpoint_step", True),
+        ("sha256", "abc"),
+        ("jax_version", 10),
+        ("batch_sizes", 8),
+    ],
+)
+def test_a_bad_value_names_the_key(key, value):
+    meta = copy.deepcopy(META)
+    meta[key] = value
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith(f"predict.json: {key}="), message
+
+
+def test_every_schema_key_is_tested():
+    assert set(artifact_meta.REQUIRED_KEYS) == set(META)
+    assert artifact.REQUIRED_KEYS == artifact_meta.REQUIRED_KEYS
+
+
+def test_a_missing_key_is_named():
+    meta = {k: v for k, v in META.items() if k != "categories"}
+    with pytest.raises(artifact_meta.MetaError, match=r": lacks categories$"):
+        artifact_meta.check(meta, "predict.json", PASTERS)
