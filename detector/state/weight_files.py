@@ -10,9 +10,10 @@ a whole Mask R-CNN):
   no torch) and `.npz` always, `.pth` / `.pt` when torch is installed;
 - a DataParallel / DistributedDataParallel `module.` prefix on every name is
   stripped, with a log line;
-- every floating tensor must be finite, and no BatchNorm `running_var` may be
-  negative: a bad file is refused before training starts instead of
-  surfacing as a NaN loss at step 1.
+- every floating tensor (float16 and bfloat16 included) must be finite, and
+  no BatchNorm `running_var` may be negative: a bad file is refused before
+  training starts instead of surfacing as a NaN loss at step 1. A bfloat16
+  tensor of a `.pth` is read as bfloat16, as from `.safetensors`.
 
 Every problem is one FileNotFoundError / ValueError line that starts with
 `config.<field>='<path>'`.
@@ -20,6 +21,7 @@ Every problem is one FileNotFoundError / ValueError line that starts with
 
 import pathlib
 
+import ml_dtypes
 import numpy as np
 from absl import logging
 
@@ -50,7 +52,25 @@ def _read_pth(path: pathlib.Path) -> dict[str, np.ndarray]:
         raise _TorchMissing() from None
     state = torch.load(path, map_location="cpu", weights_only=True)
     state = state.get("state_dict", state.get("model", state))
-    return {name: value.numpy() for name, value in state.items()}
+    return {name: _tensor_array(value, torch) for name, value in state.items()}
+
+
+def _tensor_array(tensor, torch) -> np.ndarray:
+    """A torch tensor as numpy; bfloat16 (which .numpy() refuses) through
+    its bits."""
+    if tensor.dtype == torch.bfloat16:
+        return tensor.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return tensor.numpy()
+
+
+def is_float(dtype: np.dtype) -> bool:
+    """Whether `dtype` is a floating type: numpy's, or ml_dtypes' bfloat16
+    and float8 types (which np.floating does not include)."""
+    try:
+        ml_dtypes.finfo(dtype)
+    except ValueError:
+        return False
+    return True
 
 
 class _TorchMissing(Exception):
@@ -111,8 +131,10 @@ def check_values(
     """Raises on the first non-finite tensor or negative running variance."""
     for name, value in state.items():
         value = np.asarray(value)
-        if not np.issubdtype(value.dtype, np.floating):
+        if not is_float(value.dtype):
             continue
+        if not np.issubdtype(value.dtype, np.floating):
+            value = value.astype(np.float32)  # bfloat16: exact in float32
         finite = np.isfinite(value)
         if not finite.all():
             bad = value[~finite]
