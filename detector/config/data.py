@@ -35,6 +35,9 @@ def defaults() -> ml_collections.ConfigDict:
     data.pixel_std = (58.395, 57.12, 57.375)
     data.shuffle_buffer = 1000
     data.prefetch = 2
+    # coco_json: read images whose file_name leads outside the split's image
+    # folder ('../x.jpg', an absolute path); refused by default.
+    data.allow_outside_images = False
     # Cache decoded examples in memory (small datasets only).
     data.cache = False
     # shapes: the synthetic dataset written under data.root when missing.

@@ -1,12 +1,26 @@
 """Checks of a COCO instances JSON, shared by the COCO folder and TFDS.
 
 Records the loader cannot read raise one-line `ValueError`s naming the file
-and the record (`check_records`); annotations that cannot be used are
-skipped and logged (`SkipLog`, `segmentation_problem`, `rle_problem`); the
-ground truth COCOeval reads gets positive unique annotation ids
-(`renumber_if_needed`) and COCO's `iscrowd` / `area` defaults where they
-lack (`fill_eval_defaults`).
+and the record (`check_records`), and so does a value of the wrong type or
+range (`FIELDS`: `iscrowd: "0"` would make pycocotools and detectron2 treat
+the instance as a crowd region, a polygon of strings stops pycocotools
+without naming the record); annotations that cannot be used are skipped and
+logged (`SkipLog`, `segmentation_problem`, `rle_problem`), an odd-length
+polygon included, as detectron2 drops one; the ground truth COCOeval reads
+gets positive unique annotation ids (`renumber_if_needed`) and COCO's
+`iscrowd` / `area` defaults where they lack (`fill_eval_defaults`).
+
+A zero or negative `area` is recomputed there as a missing one is (the
+segmentation's pixels, else box w * h), with a log count: COCOeval would
+silently ignore a ground truth whose area lies outside every area range
+(AP counts it neither found nor missed), while pycocotools' `loadRes` and
+detectron2's COCO conversion both derive an area from the mask or box
+rather than trust one; recomputing gives the area they would.
 """
+
+import math
+import os
+from collections.abc import Callable
 
 from absl import logging
 from pycocotools import mask as mask_utils
@@ -23,6 +37,54 @@ _INTEGER_KEYS = (
     ("annotations", "image_id"),
     ("categories", "id"),
 )
+
+
+def _integer(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _number(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+    )
+
+
+def _segmentation(value: object) -> bool:
+    """Polygons (lists of numbers) or an RLE object; emptiness and odd
+    lengths are skip reasons (`segmentation_problem`), not type errors."""
+    if isinstance(value, list):
+        return all(isinstance(p, list) and all(map(_number, p)) for p in value)
+    return isinstance(value, dict)
+
+
+# (records, key) -> (test, what the value must be). An absent key passes
+# here (the required ones are _REQUIRED_KEYS'); a present value that fails
+# is one line naming the file, the record's id and the key.
+FIELDS: dict[tuple[str, str], tuple[Callable[[object], bool], str]] = {
+    ("images", "file_name"): (
+        lambda v: isinstance(v, str) and bool(v),
+        "a file name (a non-empty string)",
+    ),
+    ("images", "height"): (
+        lambda v: _integer(v) and v > 0,
+        "a positive integer",
+    ),
+    ("images", "width"): (
+        lambda v: _integer(v) and v > 0,
+        "a positive integer",
+    ),
+    ("annotations", "iscrowd"): (
+        lambda v: _integer(v) and v in (0, 1),
+        "0 or 1 (the integer)",
+    ),
+    ("annotations", "area"): (_number, "a finite number"),
+    ("annotations", "segmentation"): (
+        _segmentation,
+        "polygons (lists of numbers) or an RLE object",
+    ),
+}
 # Individually logged skipped annotations per file; the rest are counted.
 _MAX_LOGGED_SKIPS = 10
 
@@ -100,6 +162,9 @@ def segmentation_problem(segmentation, height: int, width: int) -> str | None:
             isinstance(p, list) and len(p) >= 6 for p in segmentation
         ):
             return "empty segmentation (needs a polygon of 3+ points)"
+        odd = next((p for p in segmentation if len(p) % 2), None)
+        if odd is not None:
+            return f"odd-length polygon: {len(odd)} coordinates, not x, y pairs"
         return None
     if isinstance(segmentation, dict) and segmentation.get("counts"):
         return rle_problem(segmentation, height, width)
@@ -127,12 +192,18 @@ def _first_repeat(values: list) -> tuple[int, int] | None:
     return None
 
 
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def check_records(path: str, dataset: dict) -> None:
     """ValueError naming the first record the loader cannot read.
 
     A record that is no object or lacks a key the loader reads, an image or
     category id or an annotation's image_id that is not an integer, and an
-    image or category id given twice.
+    image or category id given twice, and a value that fails its test in
+    `FIELDS`.
     """
     for key, required in _REQUIRED_KEYS.items():
         for index, record in enumerate(dataset[key]):
@@ -153,6 +224,13 @@ def check_records(path: str, dataset: dict) -> None:
                     f"{path}: {key}[{index}] {field} {value!r} is not an "
                     "integer"
                 )
+    for (key, field), (test, what) in FIELDS.items():
+        for index, record in enumerate(dataset[key]):
+            if field in record and not test(record[field]):
+                raise ValueError(
+                    f"{path}: {key}[{index}] (id={record.get('id')!r}) "
+                    f"{field}={_shown(record[field])}: must be {what}"
+                )
     repeat = _first_repeat([c["id"] for c in dataset["categories"]])
     if repeat:
         cid = dataset["categories"][repeat[1]]["id"]
@@ -168,6 +246,23 @@ def check_records(path: str, dataset: dict) -> None:
         )
 
 
+def check_file_names(path: str, images: list[dict], image_dir: str) -> None:
+    """ValueError naming the first image whose file_name leads outside
+    `image_dir` (`../`, an absolute path); `data.allow_outside_images`
+    lifts it. Compared as written, so links inside the folder stay
+    usable."""
+    folder = os.path.normpath(os.path.abspath(image_dir))
+    for image in images:
+        name = image["file_name"]
+        target = os.path.normpath(os.path.join(folder, name))
+        if os.path.commonpath([folder, target]) != folder:
+            raise ValueError(
+                f"{path}: images (id={image['id']!r}) file_name={name!r} "
+                f"leads outside the image folder {image_dir}; set "
+                "config.data.allow_outside_images=True to read it"
+            )
+
+
 def _area(annotation: dict, image: dict) -> float:
     """Pixel area of the segmentation, or w * h of the box without one."""
     height, width = image["height"], image["width"]
@@ -180,8 +275,9 @@ def _area(annotation: dict, image: dict) -> float:
 def fill_eval_defaults(
     annotations: list[dict], images: dict[int, dict], source: str
 ) -> None:
-    """Sets the 'iscrowd' (0) and 'area' COCOeval needs where they lack."""
-    crowd = area = 0
+    """Sets the 'iscrowd' (0) and 'area' COCOeval needs where they lack,
+    and recomputes a zero or negative area (module docstring)."""
+    crowd = area = recomputed = 0
     for annotation in annotations:
         if "iscrowd" not in annotation:
             annotation["iscrowd"] = 0
@@ -191,6 +287,11 @@ def fill_eval_defaults(
                 annotation, images[annotation["image_id"]]
             )
             area += 1
+        elif annotation["area"] <= 0:
+            annotation["area"] = _area(
+                annotation, images[annotation["image_id"]]
+            )
+            recomputed += 1
     if crowd or area:
         logging.warning(
             "%s: filled defaults for evaluation: iscrowd=0 on %d "
@@ -198,4 +299,12 @@ def fill_eval_defaults(
             source,
             crowd,
             area,
+        )
+    if recomputed:
+        logging.warning(
+            "%s: recomputed the zero or negative area of %d annotations "
+            "(segmentation pixels, else box w*h), as COCOeval would "
+            "otherwise ignore them",
+            source,
+            recomputed,
         )

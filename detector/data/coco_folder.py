@@ -95,6 +95,7 @@ class CocoFolder:
         num_classes: int,
         max_images: int = 0,
         cache: bool = False,
+        allow_outside_images: bool = False,
     ):
         name, _, _ = parse_split(split)
         if not os.path.isdir(root):
@@ -122,6 +123,10 @@ class CocoFolder:
         if max_images > 0:
             images = images[:max_images]
         self.images: list[dict] = images
+        if not allow_outside_images:
+            checks.check_file_names(
+                self.annotation_file, images, self.image_dir
+            )
         self._check_image_files()
         self._index_annotations(dataset["annotations"], dataset)
         self._cache: dict[int, tuple] | None = {} if cache else None

@@ -36,7 +36,12 @@ class CocoJsonSource:
             )
         self.prepare(config)
         self.folder = coco_folder.CocoFolder(
-            data.root, split, data.num_classes, max_images, cache=data.cache
+            data.root,
+            split,
+            data.num_classes,
+            max_images,
+            cache=data.cache,
+            allow_outside_images=data.allow_outside_images,
         )
         self.num_classes = data.num_classes
         self.has_masks = self.folder.has_masks
