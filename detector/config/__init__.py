@@ -19,6 +19,7 @@ import ml_collections
 from detector.config import data as data_section
 from detector.config import eval as eval_section
 from detector.config import model as model_section
+from detector.config import ranges
 from detector.config import train as train_section
 from detector.config.checks import check_image_size
 from ops import host_audit
@@ -34,6 +35,9 @@ SECTIONS = {
     "train": train_section,
     "eval": eval_section,
 }
+
+# The top level's own numeric fields (the sections keep their own tables).
+RANGES: ranges.Table = {"seed": ranges.between(0, 2**32 - 1, "random seed")}
 
 __all__ = [
     "NMS_BACKENDS",
@@ -51,10 +55,15 @@ __all__ = [
 
 def base_config() -> ml_collections.ConfigDict:
     """Returns the schema with COCO-style defaults (TF Model Garden R50-FPN)."""
-    config = ml_collections.ConfigDict()
-    config.seed = 0
+    config = _top_level()
     for name, section in SECTIONS.items():
         config[name] = section.defaults()
+    return config
+
+
+def _top_level() -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    config.seed = 0
     return config
 
 
@@ -65,6 +74,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
       ValueError: one line naming the first bad key, its value and the
         reason.
     """
+    ranges.check(config, "", RANGES, _top_level())
     for section in SECTIONS.values():
         section.validate(config)
 

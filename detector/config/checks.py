@@ -17,23 +17,6 @@ def get(config: ml_collections.ConfigDict, key: str):
     return config
 
 
-def check_minimums(
-    config: ml_collections.ConfigDict,
-    minimums: tuple[tuple[str, int, str], ...],
-) -> None:
-    """Each (key, minimum, meaning) names an integer field >= minimum."""
-    for key, minimum, meaning in minimums:
-        value = get(config, key)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(
-                f"config.{key}={value!r}: must be an integer ({meaning})"
-            )
-        if value < minimum:
-            raise ValueError(
-                f"config.{key}={value}: must be >= {minimum} ({meaning})"
-            )
-
-
 def check_image_size(size) -> None:
     """Raises ValueError unless `size` is (height, width), both positive."""
     if not isinstance(size, tuple | list) or len(size) != 2:

@@ -2,9 +2,32 @@
 
 import ml_collections
 
-from detector.config.checks import check, check_image_size, check_minimums
+from detector.config import ranges
+from detector.config.checks import check_image_size
+from detector.data import shapes_writer
 
-_MINIMUMS = (("data.max_instances", 1, "instances per image"),)
+# Every numeric field's range (detector/config/ranges.py).
+RANGES: ranges.Table = {
+    "data.num_classes": ranges.at_least(1, "object categories"),
+    "data.image_size": ranges.each(
+        ranges.at_least(1), length=2, shape="(height, width)"
+    ),
+    "data.max_instances": ranges.at_least(1, "instances per image"),
+    "data.gt_mask_size": ranges.at_least(1, "GT mask side in pixels"),
+    "data.scale_jitter": ranges.each(
+        ranges.above(0), length=2, ordered=True, shape="(low, high)"
+    ),
+    "data.pixel_mean": ranges.each(ranges.any_number(), length=3),
+    "data.pixel_std": ranges.each(ranges.above(0), length=3),
+    "data.shuffle_buffer": ranges.at_least(1, "examples shuffled"),
+    "data.prefetch": ranges.at_least(1, "batches prepared ahead"),
+    "data.shapes.num_train": ranges.at_least(1, "images written"),
+    "data.shapes.num_val": ranges.at_least(1, "images written"),
+    "data.shapes.image_size": ranges.at_least(
+        shapes_writer.MIN_IMAGE_SIZE, "side of the square images"
+    ),
+    "data.shapes.seed": ranges.between(0, 2**32 - 1),
+}
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -51,11 +74,5 @@ def defaults() -> ml_collections.ConfigDict:
 
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad data section."""
-    check_minimums(config, _MINIMUMS)
+    ranges.check(config, "data", RANGES, defaults())
     check_image_size(config.data.image_size)
-    check(
-        config.data.num_classes >= 1,
-        "data.num_classes",
-        config.data.num_classes,
-        "must be >= 1",
-    )

@@ -2,14 +2,18 @@
 
 import ml_collections
 
-from detector.config.checks import check, check_minimums
+from detector.config import ranges
+from detector.config.checks import check
 from detector.runtime import masks as mask_paste
 
-_MINIMUMS = (
-    ("eval.batch_size", 1, "images per predict call"),
-    ("eval.max_images", 0, "images evaluated, 0: the whole split"),
-    ("eval.num_visualized", 0, "batches drawn"),
-)
+# Every numeric field's range (detector/config/ranges.py).
+RANGES: ranges.Table = {
+    "eval.batch_size": ranges.at_least(1, "images per predict call"),
+    "eval.max_images": ranges.at_least(
+        0, "images evaluated, 0: the whole split"
+    ),
+    "eval.num_visualized": ranges.at_least(0, "batches drawn"),
+}
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -27,7 +31,7 @@ def defaults() -> ml_collections.ConfigDict:
 
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad eval section."""
-    check_minimums(config, _MINIMUMS)
+    ranges.check(config, "eval", RANGES, defaults())
     paste = config.eval.mask_paste
     check(
         paste in mask_paste.MASK_PASTERS,

@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from detector.config.checks import check, check_image_size
+from detector.config import ranges
+from detector.config.checks import check, check_image_size, get
 from detector.modeling import backbone
 from ops import nms as nms_lib
 from ops import roi_align
@@ -17,6 +18,75 @@ from ops import roi_align
 DTYPES = ("auto", "float32", "bfloat16")
 # 'auto' per jax.default_backend(); other platforms get float32.
 _AUTO_DTYPES = {"cpu": "float32", "gpu": "bfloat16", "tpu": "bfloat16"}
+
+_IOU = ranges.between(0, 1, "an IoU")
+_COUNT = ranges.at_least(1)
+_WEIGHTS = ranges.each(ranges.above(0), length=4, shape="(x, y, w, h)")
+# Every numeric field's range (detector/config/ranges.py); checks that
+# combine fields follow in validate().
+RANGES: ranges.Table = {
+    "model.backbone_width": ranges.at_least(1, "channels of the stem"),
+    "model.frozen_bn_epsilon": ranges.at_least(0),
+    "model.freeze_at": ranges.between(
+        0,
+        backbone.MAX_FREEZE_AT,
+        "0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...",
+    ),
+    "model.group_norm_groups": ranges.at_least(1, "GroupNorm groups"),
+    "model.fpn_channels": ranges.at_least(1, "FPN channels"),
+    "model.min_level": ranges.between(1, 10, "coarsest stride 2**level"),
+    "model.max_level": ranges.between(1, 10, "coarsest stride 2**level"),
+    "model.anchor_scale": ranges.above(0, "anchor side / stride"),
+    "model.aspect_ratios": ranges.each(
+        ranges.above(0), min_length=1, shape="anchor height / width"
+    ),
+    "model.anchor_offset": ranges.between(
+        0, 1, "0.5: cell centres, 0: torchvision's", high_open=True
+    ),
+    "model.rpn.pre_nms_top_k_train": ranges.at_least(1, "per level"),
+    "model.rpn.pre_nms_top_k_test": ranges.at_least(1, "per level"),
+    "model.rpn.post_nms_top_k_train": ranges.at_least(1, "per image"),
+    "model.rpn.post_nms_top_k_test": ranges.at_least(1, "per image"),
+    "model.rpn.nms_iou": _IOU,
+    "model.rpn.min_box_size": ranges.at_least(0),
+    "model.rpn.fg_iou": _IOU,
+    "model.rpn.bg_iou": _IOU,
+    "model.rpn.num_samples": ranges.at_least(1, "anchors sampled per image"),
+    "model.rpn.positive_fraction": ranges.between(0, 1, low_open=True),
+    "model.rpn.box_weights": _WEIGHTS,
+    "model.rpn.approx_top_k_recall": ranges.between(
+        0, 1, "0: exact top-k, else a recall target", high_open=True
+    ),
+    "model.roi.num_rois": ranges.at_least(1, "rois sampled per image"),
+    "model.roi.fg_fraction": ranges.between(0, 1, low_open=True),
+    "model.roi.fg_iou": _IOU,
+    "model.roi.bg_iou_high": _IOU,
+    "model.roi.bg_iou_low": _IOU,
+    "model.roi.box_weights": _WEIGHTS,
+    "model.roi.pool_size": ranges.at_least(1, "ROIAlign output side"),
+    "model.roi.canonical_size": ranges.above(0, "roi side of the level"),
+    "model.roi.canonical_level": ranges.at_least(1),
+    "model.roi.sampling_ratio": ranges.at_least(1, "samples per bin side"),
+    "model.roi.level_eps": ranges.at_least(0),
+    "model.roi.box_head_dim": _COUNT,
+    "model.roi.mask_pool_size": ranges.at_least(1, "mask ROIAlign side"),
+    "model.roi.mask_head_dim": _COUNT,
+    "model.roi.mask_head_convs": ranges.at_least(0, "convolutions"),
+    "model.roi.max_mask_rois": ranges.at_least(1, "per image"),
+    "model.roi.mask_size": ranges.at_least(2, "predicted mask side"),
+    "model.detection.score_threshold": ranges.between(0, 1, "a score"),
+    "model.detection.nms_iou": _IOU,
+    "model.detection.min_box_size": ranges.at_least(0),
+    "model.detection.max_detections": ranges.at_least(1, "per image"),
+    "model.detection.pre_nms_top_k": ranges.at_least(1, "candidates"),
+    "model.loss.rpn_box_beta": ranges.at_least(0, "Huber delta, 0: L1"),
+    "model.loss.box_beta": ranges.at_least(0, "Huber delta, 0: L1"),
+    "model.loss.rpn_cls_weight": ranges.at_least(0),
+    "model.loss.rpn_box_weight": ranges.at_least(0),
+    "model.loss.cls_weight": ranges.at_least(0),
+    "model.loss.box_weight": ranges.at_least(0),
+    "model.loss.mask_weight": ranges.at_least(0),
+}
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -174,6 +244,7 @@ def resolve_dtype(name: str, platform: str | None = None) -> jnp.dtype:
 
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad model section."""
+    ranges.check(config, "model", RANGES, defaults())
     model, data = config.model, config.data
     roi, rpn_cfg, det = model.roi, model.rpn, model.detection
     levels = backbone.entry(model.backbone)
@@ -190,13 +261,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
         model.min_level,
         f"must be in [{levels.min_level}, {levels.max_level}] (the "
         f"feature levels model.backbone={model.backbone!r} provides)",
-    )
-    check(
-        0 <= model.freeze_at <= backbone.MAX_FREEZE_AT,
-        "model.freeze_at",
-        model.freeze_at,
-        f"must be in [0, {backbone.MAX_FREEZE_AT}] "
-        "(0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...)",
     )
     check(
         not (model.backbone_init and model.init_checkpoint),
@@ -254,45 +318,18 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"{', '.join(roi_align.IMPLEMENTATIONS)}",
     )
     check(
-        roi.sampling_ratio >= 1,
-        "model.roi.sampling_ratio",
-        roi.sampling_ratio,
-        "must be >= 1",
-    )
-    check(
         int(roi.num_rois * roi.fg_fraction) >= 1,
         "model.roi.fg_fraction",
         roi.fg_fraction,
         "must leave room for >= 1 foreground roi",
     )
-    check(
-        0.0 <= rpn_cfg.approx_top_k_recall < 1.0,
-        "model.rpn.approx_top_k_recall",
-        rpn_cfg.approx_top_k_recall,
-        "must be 0 (exact top-k) or a recall target in (0, 1)",
-    )
-    check(
-        0.0 < rpn_cfg.positive_fraction <= 1.0,
-        "model.rpn.positive_fraction",
-        rpn_cfg.positive_fraction,
-        "must be in (0, 1]",
-    )
-    check(
-        0.0 <= model.anchor_offset < 1.0,
-        "model.anchor_offset",
-        model.anchor_offset,
-        "must be in [0, 1) (0.5: cell centres, 0: torchvision's)",
-    )
-    for key, value in (
-        ("model.rpn.min_box_size", rpn_cfg.min_box_size),
-        ("model.detection.min_box_size", det.min_box_size),
-        ("model.roi.level_eps", roi.level_eps),
-        ("model.frozen_bn_epsilon", model.frozen_bn_epsilon),
+    for key, low, high in (
+        ("model.rpn.bg_iou", rpn_cfg.bg_iou, "model.rpn.fg_iou"),
+        ("model.roi.bg_iou_low", roi.bg_iou_low, "model.roi.bg_iou_high"),
     ):
-        check(value >= 0.0, key, value, "must be >= 0")
-    check(
-        len(model.aspect_ratios) >= 1 and min(model.aspect_ratios) > 0,
-        "model.aspect_ratios",
-        model.aspect_ratios,
-        "must be a non-empty tuple of positive ratios",
-    )
+        check(
+            low <= get(config, high),
+            key,
+            low,
+            f"must be <= {high}={get(config, high)}",
+        )

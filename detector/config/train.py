@@ -2,17 +2,36 @@
 
 import ml_collections
 
-from detector.config.checks import check_minimums
+from detector.config import ranges
 
-# Integer fields that must be at least this value: (key, minimum, meaning).
-_MINIMUMS = (
-    ("train.batch_size", 1, "images per step"),
-    ("train.num_steps", 1, "steps to train"),
-    ("train.log_every", 1, "steps between metrics lines"),
-    ("train.checkpoint_every", 1, "steps between checkpoints"),
-    ("train.keep_checkpoints", 1, "checkpoints kept"),
-    ("train.eval_every", 0, "steps between evaluations, 0: only at the end"),
-)
+# Every numeric field's range (detector/config/ranges.py).
+RANGES: ranges.Table = {
+    "train.batch_size": ranges.at_least(1, "images per step"),
+    "train.num_steps": ranges.at_least(1, "steps to train"),
+    "train.learning_rate": ranges.above(0, "the peak learning rate"),
+    "train.momentum": ranges.between(0, 1, high_open=True),
+    "train.weight_decay": ranges.at_least(0),
+    "train.warmup_steps": ranges.at_least(0, "steps of linear warmup"),
+    "train.warmup_init_factor": ranges.between(
+        0, 1, "the warmup's first learning rate, as a fraction"
+    ),
+    "train.step_boundaries": ranges.each(
+        ranges.at_least(1), ordered=True, shape="steps"
+    ),
+    "train.step_fractions": ranges.each(
+        ranges.between(0, 1, low_open=True, high_open=True),
+        ordered=True,
+        shape="fractions of num_steps",
+    ),
+    "train.step_factor": ranges.above(0, "learning rate factor per step"),
+    "train.grad_clip_norm": ranges.at_least(0, "0 turns clipping off"),
+    "train.log_every": ranges.at_least(1, "steps between metrics lines"),
+    "train.checkpoint_every": ranges.at_least(1, "steps between checkpoints"),
+    "train.keep_checkpoints": ranges.at_least(1, "checkpoints kept"),
+    "train.eval_every": ranges.at_least(
+        0, "steps between evaluations, 0: only at the end"
+    ),
+}
 
 
 def defaults() -> ml_collections.ConfigDict:
@@ -47,4 +66,4 @@ def defaults() -> ml_collections.ConfigDict:
 
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad train section."""
-    check_minimums(config, _MINIMUMS)
+    ranges.check(config, "train", RANGES, defaults())

@@ -525,8 +525,8 @@ def test_resume_drops_metrics_lines_past_the_restored_step(tmp_path):
         (
             "data.image_size",
             (0, 0),
-            r"config.data.image_size=\(0, 0\): height and width must be "
-            r"positive",
+            r"config.data.image_size=\(0, 0\): must be \(height, width\): "
+            r"2 integers, each >= 1",
         ),
     ],
 )
