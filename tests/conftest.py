@@ -21,7 +21,7 @@ per-worker temporary folder makes the second compile a lookup.
 import os
 
 from detector.distributed import determinism
-from tests.helpers import requires
+from tests.helpers import quiet_run, requires
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ["XLA_FLAGS"] = determinism.with_flag(os.environ.get("XLA_FLAGS"))
@@ -33,6 +33,14 @@ import pytest
 # image without them. Here, before the conftest files below this folder and
 # the test modules can import them.
 requires.block_from_env()
+# TensorFlow's import-time native lines off (tests/helpers/quiet_run.py).
+quiet_run.install()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """hypothesis' gc callback out before xdist stops this worker."""
+    del session, exitstatus
+    quiet_run.drop_gc_callbacks()
 
 
 @pytest.fixture(scope="session", autouse=True)
