@@ -60,15 +60,7 @@ def main(argv: list[str]) -> None:
             platforms=tuple(_PLATFORMS.value),
             nms=_NMS.value,
         )
-    print(
-        f"exported step {meta['checkpoint_step']} to {out} for "
-        f"{', '.join(meta['platforms'])} (NMS: "
-        + "; ".join(
-            f"{p} {'/'.join(sorted(set(s.values())))}"
-            for p, s in meta["nms_backend"].items()
-        )
-        + ")"
-    )
+    print(exporter.summary(meta, out))
 
 
 if __name__ == "__main__":

@@ -266,18 +266,19 @@ def evaluate(
     split: str | None = None,
     max_images: int = 0,
     predict: CompiledPredict | None = None,
+    data: pipeline.EvalSplit | None = None,
 ) -> dict:
     """Evaluates on a COCO subset; writes eval_<slug>.json, .png and the
     detections (`detections_path`).
 
     `predict` is a `compile_predict` result to reuse (default: compiled
-    here from `graphdef`).
+    here from `graphdef`); `data` the split already read (`eval_split`).
     """
     check_request(split, max_images)
     split = config.data.eval_split if split is None else split
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
     stem = result_stem(workdir, split)  # before the work, not after
-    data = pipeline.eval_split(
+    data = data or pipeline.eval_split(
         config, split, max_images or config.eval.max_images
     )
     if predict is None:
@@ -344,11 +345,16 @@ def evaluate_checkpoint(
 
     Raises:
       ValueError: an empty `split`, a negative `max_images` or a bad config
-        value, before anything is read.
+        value, before anything is read; a split the data does not have,
+        before the checkpoint is read.
     """
     check_request(split, max_images)
     config_lib.validate(config)
     multihost.check_same_config(config)
+    split = config.data.eval_split if split is None else split
+    data = pipeline.eval_split(
+        config, split, max_images or config.eval.max_images
+    )
     mesh = sharding.make_mesh()
     graphdef, state = state_lib.restore_latest(config, workdir, mesh)
     pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -361,4 +367,5 @@ def evaluate_checkpoint(
         workdir=workdir,
         split=split,
         max_images=max_images,
+        data=data,
     )

@@ -26,6 +26,7 @@ from detector.export import categories as categories_lib
 from detector.export import serving
 from detector.runtime import artifact as artifact_lib
 from detector.state import train_state
+from detector.utils import files
 from ops import nms as nms_lib
 
 PLATFORMS = ("cpu", "cuda", "tpu")
@@ -192,6 +193,7 @@ def export_workdir(
             config_lib.set_nms_backend(config, nms)
     config_lib.validate(config)
     nms_backends = nms_per_platform(config, platforms, nms)
+    files.check_writable_folder(out, "--out")
     model = served(config, workdir)
     image_size = tuple(config.data.image_size)
     exported = export_fn(model.fn, image_size, platforms)
@@ -216,6 +218,21 @@ def export_workdir(
         "sha256": artifact_lib.sha256(data),
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / artifact_lib.ARTIFACT_FILE).write_bytes(data)
-    (out / artifact_lib.META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
+    files.write_bytes(out / artifact_lib.ARTIFACT_FILE, data)
+    files.write_text(
+        out / artifact_lib.META_FILE, json.dumps(meta, indent=2) + "\n"
+    )
     return meta
+
+
+def summary(meta: dict, out: pathlib.Path) -> str:
+    """export.py's last line: the step, the folder, the platforms and the
+    NMS backend each platform runs."""
+    backends = ", ".join(
+        f"on {platform}: {'/'.join(sorted(set(sites.values())))}"
+        for platform, sites in meta["nms_backend"].items()
+    )
+    return (
+        f"exported step {meta['checkpoint_step']} to {out} for "
+        f"{', '.join(meta['platforms'])}; NMS backend {backends}"
+    )

@@ -48,6 +48,26 @@ def write_text(path: str | pathlib.Path, text: str) -> None:
     write_bytes(path, text.encode())
 
 
+def check_writable_folder(path: str | pathlib.Path, name: str) -> None:
+    """Raises ValueError unless `path` is, or can be made, a folder this
+    process writes into; `name` ('--out') starts the line. Creates
+    nothing: the nearest existing folder on the way is what is checked."""
+    path = pathlib.Path(path)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ValueError(
+            f"{name}={path}: {existing} is a file, not a folder; name a "
+            "folder to write into"
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(
+            f"{name}={path}: cannot write into {existing} (permission "
+            "denied); name a folder you can write into"
+        )
+
+
 def free_space(folder: str | pathlib.Path) -> str:
     """'<n> MiB' free on the filesystem of `folder` (for error lines)."""
     try:

@@ -115,3 +115,40 @@ def test_predictor_reads_artifact_categories(exported_dir):
     predictor = predict.artifact_predictor(artifact.load(exported_dir))
     assert predictor.image_size == (128, 128)
     assert predictor.categories[0] == {"id": 1, "name": "circle"}
+
+
+def test_an_unwritable_out_fails_before_the_checkpoint_loads(
+    tmp_path, monkeypatch
+):
+    """The checkpoint is never read: `served` would fail the test."""
+    config = predict_workdir.config(tmp_path / "run")
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(exporter, "served", _never_called)
+    with pytest.raises(ValueError) as error:
+        exporter.export_workdir(
+            config, tmp_path / "run", tmp_path / "file" / "export"
+        )
+    assert str(error.value) == (
+        f"--out={tmp_path / 'file' / 'export'}: {tmp_path / 'file'} is a "
+        "file, not a folder; name a folder to write into"
+    )
+    assert not (tmp_path / "run").exists()
+
+
+def _never_called(*args, **kwargs):
+    raise AssertionError("the checkpoint was read")
+
+
+def test_summary_names_the_platforms_and_their_nms_backend():
+    meta = {
+        "checkpoint_step": 3,
+        "platforms": ["cpu", "cuda"],
+        "nms_backend": {
+            "cpu": {"rpn": "pallas", "detection": "pallas"},
+            "cuda": {"rpn": "pallas", "detection": "while_loop"},
+        },
+    }
+    assert exporter.summary(meta, pathlib.Path("w/export")) == (
+        "exported step 3 to w/export for cpu, cuda; NMS backend on cpu: "
+        "pallas, on cuda: pallas/while_loop"
+    )
