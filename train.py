@@ -9,7 +9,10 @@
 finds checkpoints in its workdir resumes from the latest one; config.json is
 written once the restore and the --strict_device audit have passed.
 SIGTERM or Ctrl-C (SIGINT) saves a checkpoint after the current step and
-exits with 143 or 130; a second one exits at once.
+exits with 143 or 130; a second one exits at once. A workdir already trained
+to num_steps is reported complete without evaluating again, unless
+--evaluate_finished. The last line names the workdir, the final AP and the
+commands that come next (eval.py, export.py, predict.py).
 """
 
 import pathlib
@@ -20,7 +23,7 @@ from ml_collections import config_flags
 
 from detector import config as config_lib
 from detector.distributed import preemption
-from detector.launch import cli, logs, run_config
+from detector.launch import cli, logs, next_steps, run_config
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _CONFIG = cli.define_config(
@@ -42,6 +45,12 @@ _STRICT = flags.DEFINE_bool(
     False,
     "Fail before step 1 if the compiled train step or the compiled predict "
     "(run by the evaluations) has any host round-trip.",
+)
+_EVALUATE_FINISHED = flags.DEFINE_bool(
+    "evaluate_finished",
+    False,
+    "On a workdir already trained to num_steps: evaluate it again (default: "
+    "report it complete; eval.py evaluates any checkpoint).",
 )
 _MULTIHOST = cli.MultihostFlags()
 
@@ -65,6 +74,8 @@ def main(argv: list[str]) -> None:
     # After jax.distributed.initialize, whose own SIGTERM handler this
     # replaces: from here on a signal saves.
     stop = preemption.Watch.install()
+    import jax
+
     from detector.engine import train_lib
     from ops import host_audit
 
@@ -76,15 +87,22 @@ def main(argv: list[str]) -> None:
                 if _NMS.value:
                     config_lib.set_nms_backend(config, _NMS.value)
                 run_config.absolute_paths(config)  # config.json: from anywhere
-            train_lib.train_and_evaluate(
+            workdir = _WORKDIR.value or default_workdir()
+            results = train_lib.train_and_evaluate(
                 config,
-                _WORKDIR.value or default_workdir(),
+                workdir,
                 strict_device=_STRICT.value,
                 stop=stop,
+                evaluate_finished=_EVALUATE_FINISHED.value,
             )
     except preemption.Preempted as e:
         print(e, file=sys.stderr, flush=True)
         sys.exit(preemption.exit_code(e.signum))
+    if jax.process_index() == 0:
+        print(
+            next_steps.final_line(workdir, results, config.train.num_steps),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

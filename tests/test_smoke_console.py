@@ -64,9 +64,9 @@ def _console(result: subprocess.CompletedProcess) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory) -> tuple[pathlib.Path, list[str]]:
+def smoke(tmp_path_factory) -> tuple[pathlib.Path, list[str], str]:
     """The smoke config trained from folder `home`, with a relative
-    data.root; returns (home, its console lines)."""
+    data.root; returns (home, its console lines, its stdout)."""
     home = tmp_path_factory.mktemp("home")
     result = _run(
         "train.py",
@@ -76,11 +76,11 @@ def smoke(tmp_path_factory) -> tuple[pathlib.Path, list[str]]:
         "--nms=while_loop",
         cwd=home,
     )
-    return home, _console(result)
+    return home, _console(result), result.stdout
 
 
 def test_smoke_run_prints_one_line_per_log_step_and_no_noise(smoke):
-    _, lines = smoke
+    _, lines, _ = smoke
     for pattern in NOISE:
         assert not [line for line in lines if pattern in line], pattern
     steps = [m.group(1) for line in lines if (m := STEP_LINE.search(line))]
@@ -89,8 +89,37 @@ def test_smoke_run_prints_one_line_per_log_step_and_no_noise(smoke):
     assert len(lines) <= MAX_LINES, "\n".join(lines)
 
 
+def test_the_last_line_names_workdir_ap_and_next_commands(smoke):
+    _, _, stdout = smoke
+    last = stdout.splitlines()[-1]
+    assert re.fullmatch(
+        r"trained w to step 4: bbox AP -?[\d.]+, segm AP -?[\d.]+; next: "
+        r"python eval\.py --workdir=w, python export\.py --workdir=w, "
+        r"python predict\.py --workdir=w IMAGES\.\.\.",
+        last,
+    ), last
+
+
+@pytest.mark.slow
+def test_a_second_run_reports_the_workdir_complete(smoke):
+    home, _, _ = smoke
+    result = _run(
+        "train.py",
+        f"--config={ROOT}/configs/shapes.py:runlocal",
+        "--workdir=w",
+        "--config.data.root=data",
+        "--nms=while_loop",
+        cwd=home,
+    )
+    lines = _console(result)
+    assert not [line for line in lines if line.startswith("COCO bbox:")]
+    assert result.stdout.splitlines()[-1].startswith(
+        "w is already trained to step 4 (bbox AP "
+    )
+
+
 def test_config_json_holds_data_root_absolute(smoke):
-    home, _ = smoke
+    home, _, _ = smoke
     config = json.loads((home / "w" / "config.json").read_text())
     assert config["data"]["root"] == str(home / "data")
 
@@ -99,7 +128,7 @@ def test_config_json_holds_data_root_absolute(smoke):
 def test_eval_from_another_folder_reuses_the_run_config(smoke):
     """`~/w`, the run's config.json with an override: the same data, and no
     second shapes dataset in the folder eval.py runs from."""
-    home, _ = smoke
+    home, _, _ = smoke
     elsewhere = home / "elsewhere"
     elsewhere.mkdir()
     lines = _console(

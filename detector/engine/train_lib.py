@@ -34,9 +34,14 @@
   where the checkpoint left off); metrics lines of later steps are dropped.
 - The config's counts and sizes are validated before anything is written;
   a start that fails leaves no new (empty) workdir or checkpoints folder.
+- A workdir already trained to `num_steps` is restored and checked against
+  the config, then reported complete (`COMPLETE` in the result, with the
+  saved evaluation of its eval split where there is one) without compiling
+  or evaluating again, unless `evaluate_finished`.
 """
 
 import dataclasses
+import json
 import pathlib
 import time
 from collections.abc import Iterator
@@ -55,11 +60,15 @@ from detector.distributed import determinism, multihost, preemption, sharding
 from detector.engine import train_metrics
 from detector.engine import train_step as step_lib
 from detector.evaluation import eval_lib
-from detector.launch import config_history
+from detector.launch import config_history, next_steps
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from detector.utils import workdir_lock
 from ops import host_audit
+
+# Key of train_and_evaluate's result for a workdir found trained to the end:
+# the step it holds.
+COMPLETE = next_steps.COMPLETE
 
 
 def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -100,13 +109,16 @@ def train_and_evaluate(
     strict_device: bool = False,
     evaluate: bool = True,
     stop: preemption.Watch | None = None,
+    evaluate_finished: bool = False,
 ) -> dict:
     """Trains `config` into `workdir`, then evaluates; returns eval results.
 
     `evaluate=False` skips the evaluations (at the end and every
     eval_every steps) and returns {}. With `stop`, a SIGTERM/SIGINT it
     caught ends the run after the current step with a checkpoint of it:
-    raises `preemption.Preempted`.
+    raises `preemption.Preempted`. A workdir trained to num_steps returns
+    {COMPLETE: step, ...its saved evaluation} without evaluating again,
+    unless `evaluate_finished`.
     """
     multihost.check_same_config(config)
     config_lib.validate(config)  # before anything is written
@@ -141,6 +153,7 @@ def train_and_evaluate(
                     strict=strict_device,
                     evaluate=evaluate,
                     stop=stop,
+                    evaluate_finished=evaluate_finished,
                 )
             finally:
                 ckpt.close()  # after in-flight saves, also when a step failed
@@ -182,6 +195,7 @@ def _train(
     strict: bool,
     evaluate: bool,
     stop: preemption.Watch | None,
+    evaluate_finished: bool = False,
 ) -> dict:
     """Restores, compiles and audits, then trains and evaluates."""
     if evaluate:  # a result file it may not overwrite fails before step 1
@@ -192,6 +206,8 @@ def _train(
     graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
     start_step = int(jax.device_get(state.step))
     config_history.check_resume(config, workdir, start_step, ckpt.directory)
+    if start_step == config.train.num_steps and not evaluate_finished:
+        return {COMPLETE: start_step, **_saved_eval(workdir, config)}
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
@@ -232,6 +248,18 @@ def _train(
         return _evaluate(run, state, config.train.num_steps) if evaluate else {}
     finally:
         run.log.close()
+
+
+def _saved_eval(
+    workdir: pathlib.Path, config: ml_collections.ConfigDict
+) -> dict:
+    """The eval split's saved result in `workdir`, or {} where none is
+    readable."""
+    try:
+        stem = eval_lib.result_stem(workdir, config.data.eval_split)
+        return json.loads(stem.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def _loop(

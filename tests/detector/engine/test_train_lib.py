@@ -148,6 +148,26 @@ def test_checkpoint_from_another_config_is_one_clear_error(
     assert (straight / "config.json").read_text() == saved
 
 
+def test_a_finished_workdir_is_reported_complete_not_evaluated_again(
+    resumed_and_straight, shapes_config, monkeypatch
+):
+    _, straight = resumed_and_straight
+    (straight / "eval_val.json").write_text('{"split": "val", "bbox": {}}')
+
+    def never(*args, **kwargs):
+        raise AssertionError("evaluated again")
+
+    monkeypatch.setattr(eval_lib, "compile_predict", never)
+    monkeypatch.setattr(eval_lib, "evaluate", never)
+    results = train_lib.train_and_evaluate(shapes_config, straight)
+    assert results == {
+        train_lib.COMPLETE: 4,
+        "split": "val",
+        "bbox": {},
+    }
+    (straight / "eval_val.json").unlink()
+
+
 def test_eval_of_checkpoint_audits_both_nms_sites(
     resumed_and_straight, shapes_config, caplog
 ):
