@@ -175,9 +175,10 @@ def _python(code: str) -> str:
 
 @requires.modules("pycocotools")  # shapes.py encodes masks with it
 def test_shapes_writer_imports_no_tensorflow():
-    """`python -m detector.data.shapes` runs without TensorFlow."""
+    """`python -m detector.data.shapes_writer` runs without TensorFlow."""
     assert _python(
-        "import sys, detector.data.shapes; print('tensorflow' in sys.modules)"
+        "import sys, detector.data.shapes_writer; "
+        "print('tensorflow' in sys.modules)"
     ).split() == ["False"]
 
 
