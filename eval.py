@@ -16,6 +16,7 @@ import pathlib
 from absl import app, flags
 
 from detector import config as config_lib
+from detector.distributed import peers
 from detector.launch import cli, logs, run_config
 
 _WORKDIR = flags.DEFINE_string(
@@ -55,6 +56,7 @@ def main(argv: list[str]) -> None:
         eval_lib.evaluate_checkpoint(
             config, workdir, split=_SPLIT.value, max_images=_MAX_IMAGES.value
         )
+    peers.finished()
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ from absl import app, flags
 from ml_collections import config_flags
 
 from detector import config as config_lib
-from detector.distributed import preemption
+from detector.distributed import peers, preemption
 from detector.launch import cli, logs, next_steps, run_config
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -96,8 +96,10 @@ def main(argv: list[str]) -> None:
                 evaluate_finished=_EVALUATE_FINISHED.value,
             )
     except preemption.Preempted as e:
+        peers.finished()  # an agreed stop: no process is lost
         print(e, file=sys.stderr, flush=True)
         sys.exit(preemption.exit_code(e.signum))
+    peers.finished()
     if jax.process_index() == 0:
         print(
             next_steps.final_line(workdir, results, config.train.num_steps),

@@ -7,11 +7,16 @@ it ends.
 """
 
 import json
+import os
 import pathlib
+import re
+import signal
+import time
 
 import numpy as np
 import pytest
 
+from detector.distributed import peers
 from tests.helpers import processes, requires
 from tests.helpers.processes import SMOKE
 
@@ -210,3 +215,107 @@ def test_process_0_whose_peer_never_joins_fails_in_one_line(tmp_path):
     ]
     assert "Fatal Python error" not in results[0][1]
     assert not (tmp_path / "run").exists()
+
+
+def _wait_for_line(log: pathlib.Path, pattern: str, run, timeout: float):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if re.search(pattern, log.read_text(), re.MULTILINE):
+            return
+        assert run.poll() is None, log.read_text()[-3000:]
+        time.sleep(0.5)
+    pytest.fail(f"no {pattern!r} in {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.mark.slow
+@requires.modules(*requires.TRAIN_LOOP)
+def test_a_killed_peer_ends_the_survivor_in_one_line_and_resumes(tmp_path):
+    """SIGKILL of process 1 after step 4's checkpoint: process 0 ends in one
+    line naming it within the watch's bound; both restart from the last
+    complete checkpoint and finish."""
+    run = tmp_path / "run"
+    leg = [
+        *SMOKE,
+        f"--workdir={run}",
+        f"--config.data.root={tmp_path}/shapes",
+        "--config.train.log_every=1",
+    ]
+    logs = tmp_path / "logs_killed"
+    commands = processes.two_processes(
+        "train.py", [*leg, "--config.train.num_steps=200"], tmp_path
+    )
+    with processes.started(commands, logs) as (survivor, victim):
+        _wait_for_line(logs / "0.log", r"^.*step 5/200", survivor, 300)
+        os.killpg(victim.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        code = survivor.wait(timeout=120)
+        seconds = time.monotonic() - killed
+    output = (logs / "0.log").read_text()
+    assert code == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if "error: " in line]
+    assert len(errors) == 1, errors
+    assert re.fullmatch(
+        r"error: process 1 of 2 stopped answering for 1[5-9] s \(killed, "
+        r"crashed or its host lost\); stopping this process too: start "
+        r"every process again to resume from the last complete checkpoint",
+        errors[0],
+    ), errors
+    assert seconds < peers.LOST_AFTER_S + 10, seconds
+    steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir())
+    assert steps and steps[-1] >= 4, steps
+    last = steps[-1]
+    outputs = _succeeded(
+        processes.run(
+            processes.two_processes(
+                "train.py",
+                [*leg, f"--config.train.num_steps={last + 2}"],
+                tmp_path,
+            ),
+            tmp_path / "logs_resumed",
+        )
+    )
+    for output in outputs:
+        assert f"Resumed from {run}/checkpoints/{last}" in output
+
+
+def test_the_watch_names_a_silent_peer_and_ignores_an_exited_one():
+    """The peer check alone, on a stand-in key-value store."""
+
+    class Store:
+        def __init__(self):
+            self.values = {}
+
+        def key_value_set(self, key, value, overwrite):
+            self.values[key] = value
+
+        def key_value_try_get(self, key):
+            if key not in self.values:
+                raise KeyError(key)
+            return self.values[key]
+
+    store = Store()
+    watch = peers.Watch(store, 0, 3, on_lost=None, lost_after_s=10)
+    store.values["detector/peers/beat/1"] = "1"
+    store.values["detector/peers/beat/2"] = "1"
+    assert watch.check_once(100.0) is None
+    store.values["detector/peers/exited/2"] = "1"
+    assert watch.check_once(105.0) is None
+    store.values["detector/peers/beat/1"] = "2"
+    assert watch.check_once(108.0) is None  # moved: fresh again
+    assert watch.check_once(117.0) is None
+    assert watch.check_once(119.0) == peers.lost_message(1, 3, 11.0)
+    assert "process 1 of 3 stopped answering for 11 s" in watch.check_once(
+        119.0
+    )
+
+
+def test_a_lost_coordinator_is_named():
+    class Gone:
+        def key_value_set(self, *args):
+            raise RuntimeError("UNAVAILABLE")
+
+    watch = peers.Watch(Gone(), 1, 2, on_lost=None)
+    assert watch.check_once(0.0).startswith(
+        "process 0 of 2 (it hosts the coordinator) stopped answering"
+    )

@@ -22,7 +22,7 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
-from detector.distributed import determinism, multihost
+from detector.distributed import determinism, multihost, peers
 
 MULTIHOST_MODES = ("auto", "on", "off")
 MULTIHOST_HELP = (
@@ -212,6 +212,7 @@ def start_multihost(
             f"--multihost={mode}: jax.distributed.initialize() failed: "
             f"{_one_line(e)}"
         )
+    peers.watch(on_lost=fail_now)  # a lost process ends this one in a line
     return True
 
 
