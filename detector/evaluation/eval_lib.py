@@ -351,6 +351,7 @@ def evaluate_checkpoint(
     check_request(split, max_images)
     config_lib.validate(config)
     multihost.check_same_config(config)
+    state_lib.check_restorable(config, workdir)
     split = config.data.eval_split if split is None else split
     data = pipeline.eval_split(
         config, split, max_images or config.eval.max_images

@@ -167,6 +167,31 @@ def restore_or_init(
     return graphdef, state
 
 
+def _check_restorable(
+    config: ml_collections.ConfigDict,
+    ckpt: checkpoint.Checkpointer,
+    ckpt_dir: pathlib.Path,
+) -> None:
+    if ckpt.latest_step() is None and not config.model.init_checkpoint:
+        raise FileNotFoundError(
+            f"{ckpt_dir}: no checkpoint to evaluate "
+            "(train first, or check --workdir)"
+        )
+
+
+def check_restorable(
+    config: ml_collections.ConfigDict, workdir: pathlib.Path
+) -> None:
+    """Raises restore_latest's FileNotFoundError, without reading any
+    checkpoint: a quick check before slower ones."""
+    ckpt_dir = pathlib.Path(workdir) / "checkpoints"
+    ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
+    try:
+        _check_restorable(config, ckpt, ckpt_dir)
+    finally:
+        ckpt.close()
+
+
 def restore_latest(
     config: ml_collections.ConfigDict, workdir: pathlib.Path, mesh: Mesh
 ) -> tuple[nnx.GraphDef, TrainState]:
@@ -184,11 +209,7 @@ def restore_latest(
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
     try:
-        if ckpt.latest_step() is None and not config.model.init_checkpoint:
-            raise FileNotFoundError(
-                f"{ckpt_dir}: no checkpoint to evaluate "
-                "(train first, or check --workdir)"
-            )
+        _check_restorable(config, ckpt, ckpt_dir)
         if ckpt.latest_step() is None:
             logging.info(
                 "%s: no checkpoint; using the model started from "
