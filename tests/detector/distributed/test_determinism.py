@@ -1,4 +1,5 @@
-"""detector/distributed/determinism.py: the XLA flag, appended once, before a backend."""
+"""detector/distributed/determinism.py: the XLA flag, appended once, before
+a backend starts."""
 
 import jax
 import pytest
