@@ -287,13 +287,12 @@ def test_audit_finds_the_host_callbacks_of_the_cpu_nms_backend():
     images = jax.ShapeDtypeStruct(
         (BATCH, *model.config.data.image_size, 3), jnp.float32
     )
-    module = (
-        jax.jit(lambda p, r, x: nnx.merge(graphdef, p, r).predict(x))
-        .trace(model.params, model.rest, images)
-        .lower(lowering_platforms=("cpu",))
-        .as_text()
-    )
-    found = audit(module, "tpu")
+    predict = jax.jit(lambda p, r, x: nnx.merge(graphdef, p, r).predict(x))
+    with jax.default_device(jax.devices("cpu")[0]):  # on any host
+        lowered = predict.trace(model.params, model.rest, images).lower(
+            lowering_platforms=("cpu",)
+        )
+    found = audit(lowered.as_text(), "tpu")
     assert found.callbacks == ("xla_ffi_python_cpu_callback",) * 2
     assert found.kernels == ()
     assert found != expected("predict", "tpu")
@@ -303,12 +302,11 @@ def test_audit_finds_cpu_only_custom_calls_and_host_transfers():
     """LAPACK's eigensolver lowered for the CPU; a host send and recv as a
     host callback lowers on TPU (which needs a TPU attached to lower)."""
     x = jax.ShapeDtypeStruct((3, 3), jnp.float32)
-    module = (
-        jax.jit(jnp.linalg.eigh)
-        .trace(x)
-        .lower(lowering_platforms=("cpu",))
-        .as_text()
-    )
+    with jax.default_device(jax.devices("cpu")[0]):
+        lowered = (
+            jax.jit(jnp.linalg.eigh).trace(x).lower(lowering_platforms=("cpu",))
+        )
+    module = lowered.as_text()
     module += (
         '\n%1 = "stablehlo.send"(%0, %t) <{channel_handle = '
         "#stablehlo.channel_handle<handle = 1, type = 2>, "
