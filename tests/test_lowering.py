@@ -99,7 +99,7 @@ class Audit:
     kernels: tuple[str, ...] = ()  # the platform's NMS kernels, by name
     callbacks: tuple[str, ...] = ()  # host-callback custom-call targets
     host_transfers: tuple[str, ...] = ()  # send, recv, infeed, outfeed ops
-    other_calls: tuple[str, ...] = ()  # custom calls of other platforms
+    other_calls: tuple[str, ...] = ()  # any other, e.g. a CPU-only one
 
 
 def audit(module: str, platform: str) -> Audit:
@@ -108,17 +108,15 @@ def audit(module: str, platform: str) -> Audit:
     kernels, callbacks, transfers, others = [], [], [], []
     for line in module.splitlines():
         transfers += _HOST_TRANSFER.findall(line)
-        match = _CUSTOM_CALL.search(line)
-        if not match:
-            continue
-        call = match.group(1) or match.group(2)
-        if call == target:
-            name = kernel_name.search(line)
-            kernels.append(name.group(1) if name else "<unnamed>")
-        elif "callback" in call:
-            callbacks.append(call)
-        elif call not in NEUTRAL_CALLS:
-            others.append(call)
+        for match in _CUSTOM_CALL.finditer(line):
+            call = match.group(1) or match.group(2)
+            if call == target:
+                name = kernel_name.search(line)
+                kernels.append(name.group(1) if name else "<unnamed>")
+            elif "callback" in call:
+                callbacks.append(call)
+            elif call not in NEUTRAL_CALLS:
+                others.append(call)
     return Audit(*map(tuple, (kernels, callbacks, transfers, others)))
 
 
