@@ -1,15 +1,17 @@
 """The whole train step and predict lower for TPU and for CUDA.
 
-Lowered on this machine, without a TPU or GPU, and never compiled: the
-data-parallel train step (detector/engine/train_step.py) over an abstract
-two-device mesh, as train_lib builds it, and the served predict function
-(detector/export/serving.py) exported as the exporter exports it (symbolic
-batch, an abstract TPU device for Mosaic), with the weights as arguments
-rather than constants. Each program must hold the
-platform's Pallas NMS kernel at every NMS site (Mosaic `tpu_custom_call` on
-TPU, Triton `__gpu$xla.gpu.triton` on CUDA), no host callback, no host
-send, recv, infeed or outfeed, and no custom call but the kernel and
-jax.export's platform-neutral ones.
+Lowered on any machine, without a TPU or GPU, and never compiled:
+- the data-parallel train step (detector/engine/train_step.py) with the
+  config's optimizer, its state replicated and its batch sharded over an
+  abstract two-device 'data' mesh, as train_lib places them;
+- the served predict function (detector/export/serving.py) exported as
+  exporter.export_fn exports it (symbolic batch, an abstract TPU device for
+  Mosaic), with the weights as arguments rather than constants.
+Each program must hold the platform's Pallas NMS kernel at every NMS site
+(Mosaic `tpu_custom_call` on TPU, Triton `__gpu$xla.gpu.triton` on CUDA),
+no host callback, no host send, recv, infeed or outfeed, and no custom call
+but the kernel and the platform-neutral ones of jax.export and the
+partitioner.
 
 The configs keep their layers, heads and NMS sites; only sizes are made
 small: a global batch of 2 (one image per device), and
@@ -17,7 +19,9 @@ configs/coco_r50_fpn.py at 256 x 256 instead of 1024 x 1024 (its largest
 level still has more anchors than the RPN's per-level top-k, so every NMS
 call gets the shapes it gets at 1024). The 'auto' settings that the model
 resolves from the default device (the activation dtype, the ROIAlign
-implementation) are resolved for the target platform instead.
+implementation) are resolved for the target platform instead. The R50
+cases run with `-m slow`; the last two tests plant what the audit must
+find.
 """
 
 import dataclasses
