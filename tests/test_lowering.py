@@ -41,9 +41,9 @@ from benchmarks import batch_file
 from configs import coco_r50_fpn
 from configs import shapes as shapes_config
 from detector import config as config_lib
+from detector.config import factory
 from detector.engine import train_step as step_lib
 from detector.export import exporter, serving
-from detector.modeling import model as model_lib
 from detector.runtime import artifact as artifact_lib
 from detector.state import optimizer
 from detector.state import train_state as state_lib
@@ -134,7 +134,7 @@ def _build_model(config: ml_collections.ConfigDict) -> nnx.Module:
     """`config`'s model in train mode, as shapes (nothing initialised)."""
 
     def build():
-        model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(config.seed))
+        model = factory.build_model(config, rngs=nnx.Rngs(config.seed))
         model.train()
         return model
 
