@@ -34,7 +34,9 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from detector.modeling import model as model_lib  # noqa: E402
+from detector import config as config_lib  # noqa: E402
+from detector.config import factory  # noqa: E402
+from detector.launch import cli  # noqa: E402
 from detector.state import checkpoint, optimizer  # noqa: E402
 from detector.state import train_state as state_lib  # noqa: E402
 
@@ -54,7 +56,7 @@ def state_tree(config) -> dict:
     tx, _ = optimizer.make_optimizer(config)
 
     def build():
-        model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(0))
+        model = factory.build_model(config, rngs=nnx.Rngs(0))
         _, params, rest = nnx.split(model, nnx.Param, ...)
         return state_lib.to_tree(state_lib.init_state(params, rest, tx))
 
@@ -87,7 +89,10 @@ def median_ms(fn, reps: int, before=lambda: None) -> float:
 
 def main(argv: list[str]) -> None:
     del argv
-    tree = state_tree(_CONFIG.value)
+    config = cli.config_value(_CONFIG)
+    with cli.one_line_errors():
+        config_lib.validate(config)
+    tree = state_tree(config)
     reps = _REPS.value
     work = pathlib.Path(tempfile.mkdtemp())
     ckpt = checkpoint.Checkpointer(work / "ours", max_to_keep=2)

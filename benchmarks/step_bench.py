@@ -249,6 +249,8 @@ def save(config, path: str) -> None:
 def main(argv) -> None:
     del argv
     config = cli.config_value(_CONFIG)
+    with cli.one_line_errors():
+        config_lib.validate(config)
     determinism.apply(config.train.deterministic)  # before any backend
     if _FLOPS_ONLY.value:
         for name, gflop in step_parts.count_parts(

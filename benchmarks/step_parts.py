@@ -90,7 +90,6 @@ class _Stages:
         proposals, valid = m._proposals(logits, deltas, training=True)
         targets = m._sample_rois(proposals, valid, batch, roi_key)
         pyramid = m._roi_pyramid(features)
-        roi = m.cfg.roi
         mask_rois = targets.rois[:, : m.num_mask_rois()]
         return {
             "features": features,
@@ -102,8 +101,8 @@ class _Stages:
             "rpn_key": rpn_key,
             "roi_key": roi_key,
             "pyramid_features": pyramid.features,
-            "box_pooled": m._pool(pyramid, targets.rois, roi.pool_size),
-            "mask_pooled": m._pool(pyramid, mask_rois, roi.mask_pool_size),
+            "box_pooled": m._pool(pyramid, targets.rois, m.box_pool_size),
+            "mask_pooled": m._pool(pyramid, mask_rois, m.mask_pool_size),
         }
 
     def backbone_fpn(self, params, inputs, batch):
@@ -139,14 +138,14 @@ class _Stages:
     def roi_align(self, params, inputs, batch):
         del batch
         m = self.model(params)
-        targets, roi = inputs["targets"], m.cfg.roi
+        targets = inputs["targets"]
         pyramid = m._roi_pyramid(inputs["features"])
 
         def loss(flat):
             p = pyramid._replace(features=flat)
-            return _sum(m._pool(p, targets.rois, roi.pool_size)) + _sum(
+            return _sum(m._pool(p, targets.rois, m.box_pool_size)) + _sum(
                 m._pool(
-                    p, targets.rois[:, : m.num_mask_rois()], roi.mask_pool_size
+                    p, targets.rois[:, : m.num_mask_rois()], m.mask_pool_size
                 )
             )
 

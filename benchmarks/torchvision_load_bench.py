@@ -34,7 +34,7 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import coco_r50_fpn  # noqa: E402
-from detector.modeling import model as model_lib  # noqa: E402
+from detector.config import factory  # noqa: E402
 from detector.state import (  # noqa: E402
     torchvision_maskrcnn,
     warm_start,
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> None:
     config = coco_r50_fpn.get_config("torchvision")
     config.model.dtype = "float32"
     abstract = nnx.eval_shape(
-        lambda: model_lib.MaskRCNN(config, rngs=nnx.Rngs(0))
+        lambda: factory.build_model(config, rngs=nnx.Rngs(0))
     )
     _, params, rest = nnx.split(abstract, nnx.Param, ...)
     params, rest = jax.tree.map(

@@ -1,17 +1,21 @@
 """The import graph of detector/ and ops/, and what importing costs.
 
-The graph runs one way (entry points -> export -> engine -> evaluation ->
-modeling -> ops) and the folders are its layers: detector/modeling/ (Mask
-R-CNN itself) never imports the engine or evaluation, detector/data/ never
-imports the model, ops/ knows nothing of detector/, and detector/runtime/
-(what runs an exported artifact) imports nothing else of either. Every
-import statement counts, function-level ones included.
+The graph runs one way, and the folders are its layers (docs/architecture.md
+draws them): the entry points' plumbing (detector/launch/) and the training
+loop (detector/engine/) sit on top; export and evaluation import no training
+code; model state and weights (detector/state/) sit on the model
+(detector/modeling/), which reads no config; ops/ knows nothing of
+detector/, and detector/runtime/ (what runs an exported artifact) imports
+nothing else of either. Every import statement counts, function-level ones
+included.
 """
 
 import ast
 import pathlib
 import subprocess
 import sys
+
+import pytest
 
 from tests.helpers import requires
 
@@ -97,20 +101,67 @@ def _imports_into(
     return {module: targets for module, targets in found.items() if targets}
 
 
+# The training loop and the entry points' plumbing: nothing below them
+# imports these.
+_TOP = ("detector.engine", "detector.launch")
+# Packages that know nothing of the model, its config or its state.
+_SERVICES_NEVER = (
+    *_TOP,
+    "detector.config",
+    "detector.data",
+    "detector.evaluation",
+    "detector.export",
+    "detector.modeling",
+    "detector.state",
+)
+
 # layer -> the packages it must never import.
 LAYER_RULES = {
     "ops": ("detector",),
-    "detector.modeling": ("detector.engine", "detector.evaluation"),
-    "detector.data": ("detector.modeling",),
-    # What predict.py --exported runs: numpy, PIL and jax only.
-    "detector.runtime": (
-        "detector.cli",
+    # The network itself: built from parts, it reads no config.
+    "detector.modeling": (
+        *_TOP,
         "detector.config",
+        "detector.data",
+        "detector.distributed",
+        "detector.evaluation",
+        "detector.export",
+        "detector.state",
+        "detector.utils",
+    ),
+    # Evaluation and export run a trained model: no training code.
+    "detector.evaluation": (*_TOP, "detector.export"),
+    "detector.export": _TOP,
+    # How a run starts: flags, the run's config and its history, logs.
+    "detector.launch": (
         "detector.data",
         "detector.engine",
         "detector.evaluation",
         "detector.export",
         "detector.modeling",
+        "detector.state",
+    ),
+    "detector.state": (*_TOP, "detector.evaluation", "detector.export"),
+    "detector.config": (
+        *_TOP,
+        "detector.evaluation",
+        "detector.export",
+        "detector.state",
+    ),
+    "detector.data": (
+        *_TOP,
+        "detector.evaluation",
+        "detector.export",
+        "detector.modeling",
+        "detector.state",
+    ),
+    "detector.distributed": _SERVICES_NEVER,
+    "detector.utils": (*_SERVICES_NEVER, "detector.runtime"),
+    # What predict.py --exported runs: numpy, PIL and jax only.
+    "detector.runtime": (
+        *_SERVICES_NEVER,
+        "detector.distributed",
+        "detector.utils",
         "ops",
     ),
 }
@@ -123,6 +174,10 @@ LAYER_EXCEPTIONS = {
         "detector.data",
         "detector.data.image_file",
         "detector.data.orientation",
+        # Files written whole (the standard library only): predict.py's
+        # outputs replace their names in one rename.
+        "detector.utils",
+        "detector.utils.files",
     ),
 }
 
@@ -160,6 +215,72 @@ def test_layer_rules_catch_a_planted_import():
     assert not _imports_into(graph, "detector.data", ("detector.modeling",))
 
 
+@pytest.mark.parametrize(
+    "module, planted",
+    [
+        ("detector.evaluation.eval_lib", "detector.engine.train_lib"),
+        ("detector.export.exporter", "detector.engine.train_step"),
+        ("detector.export.exporter", "detector.launch.cli"),
+        ("detector.evaluation.eval_lib", "detector.launch.config_history"),
+        ("detector.modeling.model", "detector.config"),
+        ("detector.modeling.model", "detector.state.checkpoint"),
+        ("detector.state.train_state", "detector.evaluation.eval_lib"),
+        ("detector.distributed.multihost", "detector.state.checkpoint"),
+        ("detector.utils.files", "detector.config"),
+        ("detector.config.model", "detector.state.optimizer"),
+        ("detector.launch.run_config", "detector.engine.train_lib"),
+    ],
+)
+def test_the_real_graph_with_a_planted_import_breaks_a_rule(module, planted):
+    """Each new rule fires on the real graph plus one upward import."""
+    graph = import_graph()
+    graph[module] = graph[module] | {planted}
+    assert any(
+        _imports_into(graph, layer, forbidden)
+        for layer, forbidden in LAYER_RULES.items()
+    )
+
+
+def test_no_package_pair_imports_both_ways():
+    """The folder graph has no two-way arrow: package A imports B and B
+    imports A (detector's sub-packages and ops)."""
+    packages: dict[tuple[str, str], int] = {}
+    for module, targets in import_graph().items():
+        for target in targets:
+            edge = (_package(module), _package(target))
+            if edge[0] != edge[1]:
+                packages[edge] = 1
+    both = sorted((a, b) for a, b in packages if (b, a) in packages and a < b)
+    assert not both, both
+
+
+def _package(module: str) -> str:
+    """'detector.state.checkpoint' -> 'detector.state'; 'ops.nms.x' -> 'ops'."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "detector" else parts[0]
+
+
+def _third_party_imports(path: pathlib.Path) -> set[str]:
+    """Top-level names of every module `path` imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_the_model_reads_no_config():
+    """modeling/ takes constructor arguments: no ml_collections import."""
+    wrong = {
+        str(path.relative_to(ROOT)): "ml_collections"
+        for path in (ROOT / "detector" / "modeling").rglob("*.py")
+        if "ml_collections" in _third_party_imports(path)
+    }
+    assert not wrong, wrong
+
+
 def _python(code: str) -> str:
     """Runs `code` in a fresh interpreter; returns its stdout."""
     result = subprocess.run(
@@ -177,7 +298,7 @@ def _python(code: str) -> str:
 def test_shapes_writer_imports_no_tensorflow():
     """`python -m detector.data.shapes_writer` runs without TensorFlow."""
     assert _python(
-        "import sys, detector.data.shapes_writer; "
+        "import sys, detector.data.shapes_writer\n"
         "print('tensorflow' in sys.modules)"
     ).split() == ["False"]
 

@@ -13,8 +13,32 @@ Shapes: L levels, A anchors per cell (len(aspect_ratios)), N_l = H_l W_l A.
 """
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
+
+
+class AnchorSpec(NamedTuple):
+    """The anchors of a pyramid (module docstring)."""
+
+    min_level: int
+    max_level: int
+    scale: float  # anchor side at level l: scale * 2**l
+    aspect_ratios: tuple[float, ...]
+    offset: float = 0.5
+    round_sizes: bool = False
+
+    def pyramid(self, image_size: tuple[int, int]) -> list[np.ndarray]:
+        """Per-level anchors [f32[N_l, 4]] of an image of `image_size`."""
+        return pyramid_anchors(
+            image_size,
+            self.min_level,
+            self.max_level,
+            self.scale,
+            self.aspect_ratios,
+            offset=self.offset,
+            round_sizes=self.round_sizes,
+        )
 
 
 @functools.cache

@@ -1,10 +1,13 @@
 """The backbone registry, and ResNets (18, 50, 101 and a CPU-sized 'tiny').
 
-    module, channels = backbone.build(config.model, dtype=dtype, rngs=rngs)
+    module, channels = backbone.build(
+        options, max_level=5, dtype=dtype, rngs=rngs
+    )
 
-`BACKBONES` maps `model.backbone` to an entry that builds the module and
-says which levels it provides and which of its parts `model.freeze_at`
-freezes; adding a ResNet depth is one line in `RESNETS`.
+`BACKBONES` maps a backbone name (config model.backbone) to an entry that
+builds the module from `BackboneOptions` and says which levels it provides
+and which of its parts `freeze_at` freezes; adding a ResNet depth is one
+line in `RESNETS`.
 
 Freezing (detectron2's FREEZE_AT): freeze_at=1 freezes the stem, 2 the stem
 and stage 1 (C2), and so on. Gradients stop at the output of the last
@@ -32,7 +35,6 @@ from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 from flax import nnx
 
 NORMS = ("group", "batch", "frozen_batch")
@@ -296,9 +298,20 @@ class ResNet(nnx.Module):
         return features
 
 
+class BackboneOptions(NamedTuple):
+    """What a backbone is built from (config model.backbone, ...)."""
+
+    name: str  # a key of BACKBONES
+    width: int  # channels of the stem
+    norm: str  # one of NORMS
+    groups: int  # GroupNorm groups
+    freeze_at: int  # 0 none, 1 the stem, 2 the stem and C2, ...
+    frozen_epsilon: float  # epsilon of the frozen BatchNorm layers
+
+
 def _build_resnet(
     name: str,
-    model: ml_collections.ConfigDict,
+    options: BackboneOptions,
     *,
     top_level: int,
     dtype: jnp.dtype,
@@ -306,14 +319,14 @@ def _build_resnet(
 ) -> ResNet:
     return ResNet(
         name,
-        width=model.backbone_width,
-        norm=model.norm,
-        groups=model.group_norm_groups,
+        width=options.width,
+        norm=options.norm,
+        groups=options.groups,
         dtype=dtype,
         rngs=rngs,
         top_level=top_level,
-        freeze_at=model.freeze_at,
-        frozen_epsilon=model.frozen_bn_epsilon,
+        freeze_at=options.freeze_at,
+        frozen_epsilon=options.frozen_epsilon,
     )
 
 
@@ -326,7 +339,7 @@ def _resnet_frozen_parts(freeze_at: int) -> tuple[str, ...]:
 class BackboneEntry(NamedTuple):
     """How to build one backbone and what it provides."""
 
-    # (model config, *, top_level, dtype, rngs) -> module with out_channels
+    # (BackboneOptions, *, top_level, dtype, rngs) -> module with out_channels
     build: Callable[..., nnx.Module]
     min_level: int  # the finest feature level (stride 2**min_level)
     max_level: int  # the coarsest
@@ -354,26 +367,30 @@ def entry(name: str) -> BackboneEntry:
 
 
 def build(
-    model: ml_collections.ConfigDict, *, dtype: jnp.dtype, rngs: nnx.Rngs
+    options: BackboneOptions,
+    *,
+    max_level: int,
+    dtype: jnp.dtype,
+    rngs: nnx.Rngs,
 ) -> tuple[nnx.Module, dict[int, int]]:
-    """(module, channels per level) of `model.backbone`.
+    """(module, channels per level) of the backbone `options.name`.
 
     The module maps images [B, H, W, 3] to {level: [B, H / 2**level,
     W / 2**level, channels[level]]} for its levels up to
-    min(model.max_level, the backbone's coarsest level).
+    min(max_level, the backbone's coarsest level).
     """
-    spec = entry(model.backbone)
+    spec = entry(options.name)
     module = spec.build(
-        model,
-        top_level=min(model.max_level, spec.max_level),
+        options,
+        top_level=min(max_level, spec.max_level),
         dtype=dtype,
         rngs=rngs,
     )
     return module, dict(module.out_channels)
 
 
-def frozen_prefixes(model: ml_collections.ConfigDict) -> tuple[str, ...]:
-    """Param path prefixes ('backbone/stem', ...) that model.freeze_at
-    freezes; the optimizer leaves them untouched."""
-    parts = entry(model.backbone).frozen_parts(model.freeze_at)
+def frozen_prefixes(name: str, freeze_at: int) -> tuple[str, ...]:
+    """Param path prefixes ('backbone/stem', ...) that `freeze_at` freezes
+    in the backbone `name`; the optimizer leaves them untouched."""
+    parts = entry(name).frozen_parts(freeze_at)
     return tuple(f"backbone/{part}" for part in parts)

@@ -1,17 +1,16 @@
 """Mask R-CNN in Flax NNX: backbone -> FPN -> RPN -> ROI heads.
 
-    model = MaskRCNN(config, rngs=nnx.Rngs(config.seed))
+    model = MaskRCNN(backbone=..., fpn=..., rpn_head=..., ...)  # its parts
     terms = model.losses(batch, key)  # rpn_cls, rpn_box, cls, box, mask, total
     model.eval(); outputs = model.predict(images)
 
-Both methods are pure functions of the module state and their inputs with
-static shapes, so each jits into one program (the NMS backends are static
-config fields: switching one recompiles and changes nothing else). No host
-callback is added here; with the 'while_loop' or 'pallas' NMS backend the
-whole train step and predict stay on the device.
-
-`model.dtype` may be 'auto': float32 on CPU, bfloat16 on GPU and TPU
-(detector.config.resolve_dtype).
+The model is built from its parts and their settings (constructor
+arguments only; `detector.config.factory.build_model` maps a config onto
+them). Both methods are pure functions of the module state and their
+inputs with static shapes, so each jits into one program (the NMS backends
+are static settings: switching one recompiles and changes nothing else). No
+host callback is added here; with the 'while_loop' or 'pallas' NMS backend
+the whole train step and predict stay on the device.
 
 Shapes (the letters of docs/architecture.md where they exist): B batch,
 H, W image size, G max GT instances (data.max_instances), S GT mask crop
@@ -22,77 +21,84 @@ K kept detections (detection.max_detections).
 
 import jax
 import jax.numpy as jnp
-import ml_collections
 import numpy as np
 from flax import nnx
 
-from detector import config as config_lib
 from detector.modeling import anchors as anchors_lib
-from detector.modeling import backbone, fpn, losses, roi_heads, rpn
+from detector.modeling import fpn as fpn_lib
+from detector.modeling import losses, roi_heads, rpn
 from ops import roi_align
 
-# Params whose shapes follow data.num_classes (path prefixes).
+# Params whose shapes follow the number of classes (path prefixes).
 CLASS_DEPENDENT = ("box_head/classes", "box_head/deltas", "mask_head/logits")
 
 
 class MaskRCNN(nnx.Module):
     """Mask R-CNN with a backbone-FPN; see the module docstring."""
 
-    def __init__(self, config: ml_collections.ConfigDict, *, rngs: nnx.Rngs):
-        config_lib.validate(config)
-        model = config.model
-        self.cfg = ml_collections.FrozenConfigDict(model)
-        self.image_size = tuple(int(s) for s in config.data.image_size)
-        self.num_classes = int(config.data.num_classes)
-        dtype = config_lib.resolve_dtype(model.dtype)
-        norm_kwargs = dict(
-            norm=model.norm,
-            groups=model.group_norm_groups,
-            dtype=dtype,
-            rngs=rngs,
-        )
-        self.backbone, channels = backbone.build(model, dtype=dtype, rngs=rngs)
-        self.fpn = fpn.FPN(
-            channels,
-            channels=model.fpn_channels,
-            min_level=model.min_level,
-            max_level=model.max_level,
-            **norm_kwargs,
-        )
-        self.rpn_head = rpn.RPNHead(
-            model.fpn_channels, len(model.aspect_ratios), dtype=dtype, rngs=rngs
-        )
-        roi = model.roi
-        self.box_head = roi_heads.BoxHead(
-            roi.pool_size**2 * model.fpn_channels,
-            roi.box_head_dim,
-            self.num_classes,
-            dtype=dtype,
-            rngs=rngs,
-        )
-        self.mask_head = roi_heads.MaskHead(
-            model.fpn_channels,
-            roi.mask_head_dim,
-            roi.mask_head_convs,
-            self.num_classes,
-            norm=fpn.head_norm(model.norm),
-            groups=model.group_norm_groups,
-            dtype=dtype,
-            rngs=rngs,
-        )
+    def __init__(
+        self,
+        *,
+        backbone: nnx.Module,
+        fpn: fpn_lib.FPN,
+        rpn_head: rpn.RPNHead,
+        box_head: roi_heads.BoxHead,
+        mask_head: roi_heads.MaskHead,
+        image_size: tuple[int, int],
+        num_classes: int,
+        anchors: anchors_lib.AnchorSpec,
+        train_proposals: rpn.ProposalOptions,
+        test_proposals: rpn.ProposalOptions,
+        anchor_sampling: rpn.AnchorSampling,
+        roi_sampling: roi_heads.RoiSampling,
+        pooling: roi_heads.PoolOptions,
+        box_pool_size: int,
+        mask_pool_size: int,
+        mask_size: int,
+        max_mask_rois: int,
+        detection: roi_heads.DetectionOptions,
+        loss: losses.LossOptions,
+    ):
+        """Args:
+        backbone: images [B, H, W, 3] -> {level: features}.
+        fpn: backbone levels -> P_min..P_max.
+        rpn_head, box_head, mask_head: the heads.
+        image_size: (H, W) of the input images.
+        num_classes: C, foreground classes.
+        anchors: the anchor pyramid.
+        train_proposals, test_proposals: proposal settings per mode.
+        anchor_sampling: RPN anchor matching and sampling.
+        roi_sampling: ROI matching and sampling.
+        pooling: multilevel ROIAlign settings.
+        box_pool_size, mask_pool_size: ROIAlign output sides of the heads.
+        mask_size: M, side of the mask targets.
+        max_mask_rois: foreground rois per image the mask loss sees at most.
+        detection: scoring and class-aware NMS of detections.
+        loss: box loss deltas and term weights.
+        """
+        self.backbone = backbone
+        self.fpn = fpn
+        self.rpn_head = rpn_head
+        self.box_head = box_head
+        self.mask_head = mask_head
+        self.image_size = tuple(int(s) for s in image_size)
+        self.num_classes = int(num_classes)
+        self.anchors = anchors
+        self.train_proposals = train_proposals
+        self.test_proposals = test_proposals
+        self.anchor_sampling = anchor_sampling
+        self.roi_sampling = roi_sampling
+        self.pooling = pooling
+        self.box_pool_size = box_pool_size
+        self.mask_pool_size = mask_pool_size
+        self.mask_size = mask_size
+        self.max_mask_rois = max_mask_rois
+        self.detection = detection
+        self.loss = loss
 
     # ----------------------------------------------------------- pieces
     def _anchors(self) -> list[np.ndarray]:
-        cfg = self.cfg
-        return anchors_lib.pyramid_anchors(
-            self.image_size,
-            cfg.min_level,
-            cfg.max_level,
-            cfg.anchor_scale,
-            tuple(cfg.aspect_ratios),
-            offset=cfg.anchor_offset,
-            round_sizes=cfg.anchor_round,
-        )
+        return self.anchors.pyramid(self.image_size)
 
     def _features(self, images: jax.Array) -> list[jax.Array]:
         with jax.named_scope("backbone"):
@@ -103,70 +109,44 @@ class MaskRCNN(nnx.Module):
     def _roi_pyramid(self, features: list[jax.Array]) -> roi_align.FlatPyramid:
         """The levels rois pool from: min_level..the backbone's top level."""
         return roi_align.flatten_pyramid(
-            features[: self.fpn.top_level - self.cfg.min_level + 1],
-            self.cfg.min_level,
+            features[: self.fpn.top_level - self.fpn.min_level + 1],
+            self.fpn.min_level,
         )
 
     def _pool(
         self, pyramid: roi_align.FlatPyramid, boxes: jax.Array, output_size: int
     ) -> jax.Array:
-        roi = self.cfg.roi
         return roi_heads.pool_rois(
-            pyramid,
-            boxes,
-            output_size=output_size,
-            sampling_ratio=roi.sampling_ratio,
-            canonical_size=roi.canonical_size,
-            canonical_level=roi.canonical_level,
-            implementation=roi.align_implementation,
-            aligned=roi.aligned,
-            level_eps=roi.level_eps,
+            pyramid, boxes, output_size=output_size, **self.pooling._asdict()
         )
 
     def _proposals(self, logits, deltas, *, training: bool):
-        rpn_cfg = self.cfg.rpn
+        options = self.train_proposals if training else self.test_proposals
         with jax.named_scope("rpn"):
             return rpn.generate_proposals(
                 logits,
                 deltas,
                 self._anchors(),
-                pre_nms_top_k=(
-                    rpn_cfg.pre_nms_top_k_train
-                    if training
-                    else rpn_cfg.pre_nms_top_k_test
-                ),
-                post_nms_top_k=(
-                    rpn_cfg.post_nms_top_k_train
-                    if training
-                    else rpn_cfg.post_nms_top_k_test
-                ),
-                nms_iou=rpn_cfg.nms_iou,
-                min_size=rpn_cfg.min_box_size,
                 image_size=self.image_size,
-                weights=rpn_cfg.box_weights,
-                backend=rpn_cfg.nms_backend,
-                approx_recall=rpn_cfg.approx_top_k_recall or None,
+                **options._asdict(),
             )
 
     def num_mask_rois(self) -> int:
         """Rm: the first sampled rois (foreground first) the mask head sees."""
-        roi = self.cfg.roi
-        return min(roi.max_mask_rois, int(roi.num_rois * roi.fg_fraction))
+        sampling = self.roi_sampling
+        return min(
+            self.max_mask_rois, int(sampling.num_rois * sampling.fg_fraction)
+        )
 
     # ----------------------------------------------------------- train
     def _rpn_losses(self, logits, deltas, batch, key):
-        rpn_cfg = self.cfg.rpn
         with jax.named_scope("rpn_targets"):
             samples = rpn.rpn_targets(
                 np.concatenate(self._anchors()),
                 batch["boxes"],
                 batch["valid"].astype(bool),
                 key,
-                fg_iou=rpn_cfg.fg_iou,
-                bg_iou=rpn_cfg.bg_iou,
-                num_samples=rpn_cfg.num_samples,
-                positive_fraction=rpn_cfg.positive_fraction,
-                weights=rpn_cfg.box_weights,
+                **self.anchor_sampling._asdict(),
             )
         sampled_logits, sampled_deltas = rpn.gather_samples(
             logits, deltas, samples.indices
@@ -177,11 +157,10 @@ class MaskRCNN(nnx.Module):
             samples.is_positive,
             samples.is_valid,
             samples.box_targets,
-            beta=self.cfg.loss.rpn_box_beta,
+            beta=self.loss.rpn_box_beta,
         )
 
     def _sample_rois(self, proposals, proposal_valid, batch, key):
-        roi = self.cfg.roi
         with jax.named_scope("roi_sampler"):
             return roi_heads.sample_rois(
                 proposals,
@@ -190,12 +169,7 @@ class MaskRCNN(nnx.Module):
                 batch["classes"].astype(jnp.int32),
                 batch["valid"].astype(bool),
                 key,
-                num_rois=roi.num_rois,
-                fg_fraction=roi.fg_fraction,
-                fg_iou=roi.fg_iou,
-                bg_iou_low=roi.bg_iou_low,
-                bg_iou_high=roi.bg_iou_high,
-                weights=roi.box_weights,
+                **self.roi_sampling._asdict(),
             )
 
     def _box_losses_of_pooled(
@@ -209,13 +183,13 @@ class MaskRCNN(nnx.Module):
             targets.classes,
             targets.box_targets,
             targets.is_valid,
-            beta=self.cfg.loss.box_beta,
+            beta=self.loss.box_beta,
         )
 
     def _mask_loss(self, pyramid, targets: roi_heads.RoiTargets, batch):
         rois = targets.rois[:, : self.num_mask_rois()]
         return self._mask_loss_of_pooled(
-            self._pool(pyramid, rois, self.cfg.roi.mask_pool_size),
+            self._pool(pyramid, rois, self.mask_pool_size),
             targets,
             batch,
         )
@@ -238,8 +212,8 @@ class MaskRCNN(nnx.Module):
             matched,
             batch["boxes"],
             batch["masks"],
-            mask_size=self.cfg.roi.mask_size,
-            sampling_ratio=self.cfg.roi.sampling_ratio,
+            mask_size=self.mask_size,
+            sampling_ratio=self.pooling.sampling_ratio,
         )
         return losses.mask_loss(
             roi_heads.class_mask_logits(mask_logits, classes),
@@ -261,7 +235,6 @@ class MaskRCNN(nnx.Module):
         Returns:
           {rpn_cls, rpn_box, cls, box, mask, total}.
         """
-        cfg = self.cfg
         batch = dict(batch, boxes=batch["boxes"].astype(jnp.float32))
         rpn_key, roi_key = jax.random.split(key)
         features = self._features(batch["image"])
@@ -274,14 +247,11 @@ class MaskRCNN(nnx.Module):
         pyramid = self._roi_pyramid(features)
         terms.update(
             self._box_losses_of_pooled(
-                self._pool(pyramid, targets.rois, cfg.roi.pool_size), targets
+                self._pool(pyramid, targets.rois, self.box_pool_size), targets
             )
         )
         terms["mask"] = self._mask_loss(pyramid, targets, batch)
-        weights = {
-            name: cfg.loss[f"{name}_weight"] for name in losses.TERM_NAMES
-        }
-        return losses.total_loss(terms, weights)
+        return losses.total_loss(terms, dict(self.loss.weights))
 
     # --------------------------------------------------------- predict
     def proposals(
@@ -297,11 +267,9 @@ class MaskRCNN(nnx.Module):
         return self._proposals(*self.rpn_head(features), training=training)
 
     def _detect(self, pyramid, proposals, proposal_valid):
-        cfg = self.cfg
         class_logits, box_deltas = self.box_head(
-            self._pool(pyramid, proposals, cfg.roi.pool_size)
+            self._pool(pyramid, proposals, self.box_pool_size)
         )
-        det_cfg = cfg.detection
         with jax.named_scope("detection"):
             return roi_heads.detect(
                 class_logits,
@@ -309,13 +277,7 @@ class MaskRCNN(nnx.Module):
                 proposals,
                 proposal_valid,
                 image_size=self.image_size,
-                weights=cfg.roi.box_weights,
-                score_threshold=det_cfg.score_threshold,
-                pre_nms_top_k=det_cfg.pre_nms_top_k,
-                max_detections=det_cfg.max_detections,
-                nms_iou=det_cfg.nms_iou,
-                backend=det_cfg.nms_backend,
-                min_size=det_cfg.min_box_size,
+                **self.detection._asdict(),
             )
 
     def predict(self, images: jax.Array) -> dict[str, jax.Array]:
@@ -333,7 +295,7 @@ class MaskRCNN(nnx.Module):
         pyramid = self._roi_pyramid(features)
         detections = self._detect(pyramid, proposals, proposal_valid)
         mask_logits = self.mask_head(
-            self._pool(pyramid, detections.boxes, self.cfg.roi.mask_pool_size)
+            self._pool(pyramid, detections.boxes, self.mask_pool_size)
         )
         masks = jax.nn.sigmoid(
             roi_heads.class_mask_logits(mask_logits, detections.classes).astype(

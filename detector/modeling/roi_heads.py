@@ -192,6 +192,40 @@ class MaskHead(nnx.Module):
         return x.reshape((batch, rois) + x.shape[1:])
 
 
+class PoolOptions(NamedTuple):
+    """`pool_rois`' multilevel ROIAlign settings (ops/roi_align.py)."""
+
+    sampling_ratio: int
+    canonical_size: float
+    canonical_level: int
+    implementation: str = "auto"
+    aligned: bool = True
+    level_eps: float = 0.0
+
+
+class RoiSampling(NamedTuple):
+    """`sample_rois`' matching and sampling settings."""
+
+    num_rois: int  # R per image
+    fg_fraction: float
+    fg_iou: float
+    bg_iou_low: float
+    bg_iou_high: float
+    weights: tuple[float, ...]  # box coder weights
+
+
+class DetectionOptions(NamedTuple):
+    """`detect`'s scoring and class-aware NMS settings."""
+
+    weights: tuple[float, ...]  # box coder weights
+    score_threshold: float
+    pre_nms_top_k: int
+    max_detections: int  # K
+    nms_iou: float
+    backend: str  # ops.nms backend
+    min_size: float = 0.0
+
+
 class RoiTargets(NamedTuple):
     """Sampled rois of every image and what they should predict."""
 

@@ -26,6 +26,28 @@ from ops import box_ops
 from ops.nms import nms
 
 
+class ProposalOptions(NamedTuple):
+    """`generate_proposals`' settings of one mode (train or test)."""
+
+    pre_nms_top_k: int  # N_pre, per level
+    post_nms_top_k: int  # P, per image after merging the levels
+    nms_iou: float
+    min_size: float  # boxes not wider and taller than this are dropped
+    weights: tuple[float, ...]  # box coder weights
+    backend: str  # ops.nms backend
+    approx_recall: float | None = None  # None: exact per-level top-k
+
+
+class AnchorSampling(NamedTuple):
+    """`rpn_targets`' matching and sampling settings."""
+
+    fg_iou: float
+    bg_iou: float
+    num_samples: int
+    positive_fraction: float
+    weights: tuple[float, ...]  # box coder weights
+
+
 class RPNHead(nnx.Module):
     """Objectness and deltas for every anchor of every level."""
 

@@ -124,12 +124,14 @@ def make_optimizer(
 ) -> tuple[optax.GradientTransformation, optax.Schedule]:
     """The optax transformation of `config` and its learning-rate schedule.
 
-    Params under backbone.frozen_prefixes(config.model) are frozen: no state,
-    no updates. Gradient clipping sees the trainable params only.
+    Params under backbone.frozen_prefixes (model.freeze_at) are frozen: no
+    state, no updates. Gradient clipping sees the trainable params only.
     """
     schedule = learning_rate_schedule(config.train)
     rule = _update_rule(config.train, schedule)
-    prefixes = backbone.frozen_prefixes(config.model)
+    prefixes = backbone.frozen_prefixes(
+        config.model.backbone, config.model.freeze_at
+    )
     if not prefixes:
         return rule, schedule
     tx = optax.multi_transform(

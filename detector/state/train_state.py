@@ -19,6 +19,7 @@ from flax import nnx, serialization
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from detector.config import factory
 from detector.distributed import sharding
 from detector.modeling import model as model_lib
 from detector.state import checkpoint, optimizer, warm_start
@@ -36,7 +37,7 @@ def build_model(
     config: ml_collections.ConfigDict, seed: int
 ) -> model_lib.MaskRCNN:
     """The model of `config` in train mode, initialised from `seed`."""
-    model = model_lib.MaskRCNN(config, rngs=nnx.Rngs(seed))
+    model = factory.build_model(config, rngs=nnx.Rngs(seed))
     model.train()
     return model
 

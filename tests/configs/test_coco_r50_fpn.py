@@ -17,7 +17,7 @@ def test_default_is_the_pretrained_1x_recipe():
         2,
     )
     assert model.backbone_init.endswith(".safetensors")
-    assert backbone.frozen_prefixes(model) == (
+    assert backbone.frozen_prefixes(model.backbone, model.freeze_at) == (
         "backbone/stem",
         "backbone/stages/0",
     )

@@ -29,7 +29,7 @@ import numpy as np
 from flax import nnx
 
 from configs import coco_r50_fpn
-from detector.modeling import model as model_lib
+from detector.config import factory
 from detector.runtime import masks as mask_paste
 from detector.state import warm_start
 
@@ -65,7 +65,7 @@ def our_model(weights: pathlib.Path, *, size: int, width: str):
     """Our model started from torchvision's state dict, in eval mode."""
     config = config_for(weights, size=size, width=width)
     abstract = nnx.eval_shape(
-        lambda: model_lib.MaskRCNN(config, rngs=nnx.Rngs(0))
+        lambda: factory.build_model(config, rngs=nnx.Rngs(0))
     )
     graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
     zeros = jax.tree.map(lambda x: np.zeros(x.shape, x.dtype), (params, rest))

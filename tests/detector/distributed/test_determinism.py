@@ -1,5 +1,5 @@
-"""detector/distributed/determinism.py: the XLA flag, appended once,
-before a backend."""
+"""detector/distributed/determinism.py: the XLA flag, appended once, before a
+backend."""
 
 import jax
 import pytest

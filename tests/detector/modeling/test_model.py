@@ -15,7 +15,8 @@ import optax
 import pytest
 from flax import nnx
 
-from detector.config import resolve_dtype
+from detector.config import resolve_dtype, validate
+from detector.config.factory import build_model
 from detector.distributed import determinism
 from detector.modeling import losses as losses_lib
 from detector.modeling.model import MaskRCNN
@@ -38,7 +39,7 @@ def config_fixture():
 @pytest.fixture(name="initial", scope="module")
 def initial_fixture(config):
     """(graphdef, params, rest) of a freshly initialised tiny model."""
-    model = MaskRCNN(config, rngs=helpers.fast_init_rngs())
+    model = build_model(config, rngs=helpers.fast_init_rngs())
     model.train()
     return nnx.split(model, nnx.Param, ...)
 
@@ -48,7 +49,9 @@ def _backend_graphdef(config, backend: str, *, training: bool):
     backend_config = copy.deepcopy(config)
     backend_config.model.rpn.nms_backend = backend
     backend_config.model.detection.nms_backend = backend
-    model = nnx.eval_shape(lambda: MaskRCNN(backend_config, rngs=nnx.Rngs(0)))
+    model = nnx.eval_shape(
+        lambda: build_model(backend_config, rngs=nnx.Rngs(0))
+    )
     if training:
         model.train()
     else:
@@ -420,7 +423,7 @@ def _activation_dtypes(model: MaskRCNN) -> dict:
         # pylint: disable=protected-access
         features = model._features(images)
         pooled = model._pool(
-            model._roi_pyramid(features), boxes, model.cfg.roi.pool_size
+            model._roi_pyramid(features), boxes, model.box_pool_size
         )
         logits, _ = model.rpn_head(features)
         return features, pooled, logits
@@ -441,7 +444,7 @@ def _activation_dtypes(model: MaskRCNN) -> dict:
 def test_bfloat16_activations_give_float32_losses(config):
     bf16 = copy.deepcopy(config)
     bf16.model.dtype = "bfloat16"
-    model = MaskRCNN(bf16, rngs=helpers.fast_init_rngs())
+    model = build_model(bf16, rngs=helpers.fast_init_rngs())
     assert _activation_dtypes(model) == {
         "fpn": {"bfloat16"},
         "pooled": "bfloat16",
@@ -468,7 +471,7 @@ def test_auto_dtype_is_float32_on_cpu_and_bfloat16_on_accelerators(
     for platform, dtype in (("cpu", "float32"), ("gpu", "bfloat16")):
         with monkeypatch.context() as patch:
             patch.setattr(jax, "default_backend", lambda p=platform: p)
-            model = nnx.eval_shape(lambda: MaskRCNN(auto, rngs=nnx.Rngs(0)))
+            model = nnx.eval_shape(lambda: build_model(auto, rngs=nnx.Rngs(0)))
         assert _activation_dtypes(model)["fpn"] == {dtype}, platform
 
 
@@ -485,7 +488,7 @@ def test_every_backbone_and_norm_traces(config, backbone, norm):
     variant = copy.deepcopy(config)
     variant.model.backbone, variant.model.norm = backbone, norm
     variant.model.backbone_width = 8
-    model = nnx.eval_shape(lambda: MaskRCNN(variant, rngs=nnx.Rngs(0)))
+    model = nnx.eval_shape(lambda: build_model(variant, rngs=nnx.Rngs(0)))
     graphdef, state = nnx.split(model)
     example = {
         "image": jax.ShapeDtypeStruct((1, 64, 64, 3), jnp.float32),
@@ -522,9 +525,7 @@ def test_every_backbone_and_norm_traces(config, backbone, norm):
         ),
     ],
 )
-def test_bad_config_fails_at_construction_with_one_line(
-    config, key, value, words
-):
+def test_bad_config_fails_validation_with_one_line(config, key, value, words):
     bad = copy.deepcopy(config)
     node = bad
     *parents, leaf = key.split(".")
@@ -533,6 +534,6 @@ def test_bad_config_fails_at_construction_with_one_line(
     node[leaf] = value
     bad.model.backbone_init = "r50.safetensors"  # alone: no error
     with pytest.raises(ValueError) as error:
-        MaskRCNN(bad, rngs=nnx.Rngs(0))
+        validate(bad)  # where a run starts, before the model is built
     message = str(error.value)
     assert words in message and "\n" not in message

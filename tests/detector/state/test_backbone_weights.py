@@ -16,6 +16,7 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from detector import config as config_lib
+from detector.config import factory
 from detector.modeling import backbone
 from detector.state import warm_start
 
@@ -94,7 +95,7 @@ class _Holder(nnx.Module):
     """The backbone under the attribute the full model uses."""
 
     def __init__(self, model, rngs):
-        self.backbone, _ = backbone.build(model, dtype=jnp.float32, rngs=rngs)
+        self.backbone, _ = factory.build_backbone(model, rngs=rngs)
 
 
 def _loaded(
@@ -399,9 +400,7 @@ def test_freeze_at_stops_gradients_at_the_frozen_stages():
     config.model.backbone_width = 8
 
     def build():
-        module = backbone.build(
-            config.model, dtype=jnp.float32, rngs=nnx.Rngs(0)
-        )[0]
+        module = factory.build_backbone(config.model, rngs=nnx.Rngs(0))[0]
         module.eval()  # running statistics: nothing to update
         return module
 
@@ -423,7 +422,9 @@ def test_freeze_at_stops_gradients_at_the_frozen_stages():
         return sum(jnp.sum(f**2) for f in features.values())
 
     grads = jax.jit(jax.grad(loss))(params, jnp.ones((1, 32, 32, 3)))
-    frozen = backbone.frozen_prefixes(config.model)
+    frozen = backbone.frozen_prefixes(
+        config.model.backbone, config.model.freeze_at
+    )
     assert frozen == ("backbone/stem", "backbone/stages/0")
     for name, grad in warm_start.flat(grads).items():
         is_frozen = name.startswith(("stem/", "stages/0/"))

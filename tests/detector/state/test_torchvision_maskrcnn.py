@@ -148,10 +148,10 @@ def _config(num_classes: int, norm: str = "frozen_batch"):
 def _shapes(num_classes: int = 90) -> dict[str, tuple[int, ...]]:
     from flax import nnx
 
-    from detector.modeling import model as model_lib
+    from detector.config import factory
 
     abstract = nnx.eval_shape(
-        lambda: model_lib.MaskRCNN(_config(num_classes), rngs=nnx.Rngs(0))
+        lambda: factory.build_model(_config(num_classes), rngs=nnx.Rngs(0))
     )
     _, params, rest = nnx.split(abstract, nnx.Param, ...)
     return {
