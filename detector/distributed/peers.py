@@ -34,8 +34,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import jax
-
 HEARTBEAT_S = 1.0
 LOST_AFTER_S = 15.0
 _PREFIX = "detector/peers"
@@ -157,13 +155,12 @@ def finished() -> None:
 def watch(on_lost: Callable[[str], None]) -> Watch | None:
     """Starts the watch of this process when the job has several (after
     jax.distributed.initialize); None for a single process."""
-    if jax.process_count() == 1:
-        return None
+    # jax.distributed's own record: no backend is started here.
     from jax._src import distributed
 
+    state = distributed.global_state
+    if state.client is None or (state.num_processes or 1) == 1:
+        return None
     return Watch(
-        distributed.global_state.client,
-        jax.process_index(),
-        jax.process_count(),
-        on_lost,
+        state.client, state.process_id, state.num_processes, on_lost
     ).start()
