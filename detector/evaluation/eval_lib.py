@@ -45,7 +45,7 @@ from detector.engine import (
     sharding,
 )
 from detector.engine import train_state as state_lib
-from detector.evaluation import coco_backends, visualize
+from detector.evaluation import coco_backends, overlap, visualize
 from detector.modeling import postprocess
 from ops import host_audit
 
@@ -213,9 +213,13 @@ def check_request(split: str | None, max_images: int) -> None:
 
 
 def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
-    """Predicts every batch; returns COCO results, latencies, drawings."""
-    results, latencies, drawn = [], [], []
-    with host_audit.device_only_transfers():
+    """Predicts every batch; returns COCO results, latencies, drawings.
+
+    Batch k becomes COCO results on a host thread while the device predicts
+    batch k + 1 (`overlap.InOrder`); the results keep the batches' order.
+    """
+    latencies, drawn = [], []
+    with host_audit.device_only_transfers(), overlap.InOrder() as host:
         for batch in progress.bar(
             data.batches(),
             total=data.num_batches,
@@ -232,7 +236,8 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
                 (time.perf_counter() - started) * 1e3 / len(batch["image"])
             )
             outputs = sharding.local_rows(outputs, mesh)
-            results += postprocess.coco_results(
+            host.submit(
+                postprocess.coco_results,
                 outputs,
                 batch,
                 data.category_ids,
@@ -241,6 +246,7 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
             )
             if len(drawn) < config.eval.num_visualized:
                 drawn.append((batch, outputs))
+        results = [r for part in host.results() for r in part]
     return results, latencies, drawn
 
 

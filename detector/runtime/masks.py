@@ -148,9 +148,6 @@ class _Axis:
     frac: np.ndarray  # f64[n]
     weights: np.ndarray  # f32[n, S]
 
-    def box(self, d: int) -> slice:
-        return slice(self.offsets[d], self.offsets[d + 1])
-
 
 def _axis(coord: np.ndarray, size: int, offsets: np.ndarray) -> _Axis:
     """The `_Axis` of coordinates f64[n] (>= 0) in a mask of `size` cells,
@@ -237,29 +234,31 @@ def _paste(
     exact_crops = {}
     for d in np.flatnonzero(exact):  # their spans may differ
         spans[d], exact_crops[d] = exact_crop(d)
-    _, size = _starts(spans)
+    starts, size = _starts(spans)
     pasted = BoxMasks(height, width, spans, np.zeros(size, bool))
-    for d in range(len(masks)):
-        columns = pasted.columns(d)
+    bands = (_BAND * scale).tolist()
+    row_at, col_at = rows.offsets.tolist(), cols.offsets.tolist()
+    for d, (top, bottom, left, right), start in zip(
+        range(len(masks)), spans.tolist(), starts.tolist(), strict=True
+    ):
+        height_d, width_d = bottom - top, right - left
+        if not height_d * width_d:
+            continue
+        columns = pasted.pixels[start : start + width_d * (height_d + 1)]
+        columns = columns.reshape(width_d, height_d + 1)[:, :-1]
         if d in exact_crops:
             columns[...] = exact_crops[d].T
             continue
-        if not columns.size:
-            continue
-        values = (cols.weights[cols.box(d)] @ masks[d].T) @ rows.weights[
-            rows.box(d)
-        ].T
-        band = _BAND * scale[d]
-        np.greater(values, threshold + band, out=columns)
-        near = columns != (values >= threshold - band)
+        values = (
+            cols.weights[col_at[d] : col_at[d + 1]] @ masks[d].T
+        ) @ rows.weights[row_at[d] : row_at[d + 1]].T
+        np.greater(values, threshold + bands[d], out=columns)
+        near = values >= threshold - bands[d]
+        np.not_equal(near, columns, out=near)
         if near.any():
-            col, row = np.divmod(np.flatnonzero(near), near.shape[1])
+            col, row = np.divmod(np.flatnonzero(near), height_d)
             refined = _float64_values(
-                mask64(d),
-                rows,
-                cols,
-                row + rows.offsets[d],
-                col + cols.offsets[d],
+                mask64(d), rows, cols, row + row_at[d], col + col_at[d]
             )
             if (np.abs(refined - threshold) <= _BAND_64 * scale[d]).any():
                 columns[...] = exact_crop(d)[1].T

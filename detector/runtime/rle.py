@@ -69,7 +69,9 @@ def counts(pasted: masks.BoxMasks) -> list[np.ndarray]:
     previous = np.empty_like(ends)
     previous[1:] = ends[:-1]
     previous[groups[:-1]] = 0
-    return np.split(ends - previous, groups[1:-1])
+    runs = ends - previous
+    groups = groups.tolist()
+    return [runs[a:b] for a, b in zip(groups[:-1], groups[1:], strict=True)]
 
 
 def encode(pasted: masks.BoxMasks) -> list[dict]:
