@@ -84,13 +84,14 @@ def _faster_stats(
     if ground_truth is None:
         ground_truth = faster_coco_eval.COCO(coco_gt.dataset)
         _FASTER_GT[coco_gt] = ground_truth
-    results = ground_truth.loadRes(detections)
-    evaluator = faster_coco_eval.COCOeval_faster(
-        ground_truth, results, iou_type, print_function=print
-    )
-    evaluator.params.imgIds = image_ids
-    evaluator.evaluate()
-    evaluator.accumulate()
+    with contextlib.redirect_stdout(io.StringIO()):  # progress chatter
+        results = ground_truth.loadRes(detections)
+        evaluator = faster_coco_eval.COCOeval_faster(
+            ground_truth, results, iou_type, print_function=print
+        )
+        evaluator.params.imgIds = image_ids
+        evaluator.evaluate()
+        evaluator.accumulate()
     evaluator.summarize()
     return np.asarray(evaluator.stats[:12], np.float64)
 
