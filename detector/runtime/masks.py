@@ -49,6 +49,8 @@ _BAND = 2.0**-18
 # the threshold (relative, as _BAND) sends its box through the float64
 # matrix products that define the rule (the two differ by under 2**-50).
 _BAND_64 = 2.0**-40
+# OpenBLAS multiplies on one thread below m * n * k = 2**18 (per product).
+_ONE_THREAD_PRODUCT = 2**18
 # Grown torchvision boxes at or beyond this many pixels take the float64
 # path (their integer conversion is as numpy makes it there).
 _HUGE = 2.0**62
@@ -198,6 +200,29 @@ def _float64_values(
     )
 
 
+def _interpolate(
+    cols: np.ndarray, mask: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
+    """f32[w, h]: `(cols @ mask.T) @ rows.T`, the box's values column by
+    column, from cols f32[w, S], mask f32[S, S] and rows f32[h, S].
+
+    In slabs of columns, each product below OpenBLAS's threading threshold:
+    its threads spin while they wait, and in an eval loop whose device
+    work runs beside them (or on a shared machine) a threaded product of
+    this size cost 50 times the work.
+    """
+    size = mask.shape[0]
+    values = np.empty((len(cols), len(rows)), np.float32)
+    step = max(1, _ONE_THREAD_PRODUCT // (size * max(size, len(rows))))
+    for first in range(0, len(cols), step):
+        np.matmul(
+            cols[first : first + step] @ mask.T,
+            rows.T,
+            out=values[first : first + step],
+        )
+    return values
+
+
 def _paste(
     masks: np.ndarray,
     spans: np.ndarray,
@@ -249,9 +274,11 @@ def _paste(
         if d in exact_crops:
             columns[...] = exact_crops[d].T
             continue
-        values = (
-            cols.weights[col_at[d] : col_at[d + 1]] @ masks[d].T
-        ) @ rows.weights[row_at[d] : row_at[d + 1]].T
+        values = _interpolate(
+            cols.weights[col_at[d] : col_at[d + 1]],
+            masks[d],
+            rows.weights[row_at[d] : row_at[d + 1]],
+        )
         np.greater(values, threshold + bands[d], out=columns)
         near = values >= threshold - bands[d]
         np.not_equal(near, columns, out=near)
