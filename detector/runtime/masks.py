@@ -47,7 +47,7 @@ except ImportError:  # a serving image without it: uncompressed RLE
 _BAND = 2.0**-18
 # A pixel whose float64 value (from its four cells) is within _BAND_64 of
 # the threshold (relative, as _BAND) sends its box through the float64
-# matrix products that define the rule (the two differ by under 2**-50).
+# matrix products that define the rule (the two differ by under 2**-48).
 _BAND_64 = 2.0**-40
 # OpenBLAS multiplies on one thread below m * n * k = 2**18 (per product).
 _ONE_THREAD_PRODUCT = 2**18
@@ -185,7 +185,7 @@ def _float64_values(
     mask: np.ndarray, rows: _Axis, cols: _Axis, i: np.ndarray, j: np.ndarray
 ) -> np.ndarray:
     """f64[k]: the interpolated mask f64[S, S] at pixels (rows i, cols j)
-    of the flat axes, from four cells each (within 2**-50 of float64's
+    of the flat axes, from four cells each (within 2**-48 of float64's
     matrix products)."""
 
     def along_rows(cell: np.ndarray) -> np.ndarray:
