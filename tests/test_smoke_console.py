@@ -36,9 +36,10 @@ NOISE = (
     "Running per image evaluation",
     "Accumulating evaluation results",
 )
-# Start-up and data lines, 2 step lines, the evaluation: 12 log lines and
-# COCOeval's two 13-line summaries.
-MAX_LINES = 12 + 2 * 13
+# Start-up and data lines, 2 step lines, the evaluation: 12 log lines;
+# COCOeval's two summaries (a title and 14 numbers with faster-coco-eval,
+# 12 with pycocotools); train.py's last line.
+MAX_LINES = 12 + 2 * 15 + 1
 STEP_LINE = re.compile(
     r"step (\d+)/4 \(\d+%\)  eta \S+  total [\d.]+  rpn_cls [\d.]+  "
     r"rpn_box [\d.]+  cls [\d.]+  box [\d.]+  mask [\d.]+ \| [\d.]+ ms/step  "
