@@ -17,6 +17,14 @@ Targets, on CPU (float32): >= 99% of torchvision's detections matched per
 path over all photos, scores within 1e-4, mask IoU >= 0.95; every box of
 ours has positive area and lies inside its image. With torch installed,
 the fixture is also regenerated and checked equal to the committed one.
+
+Measured on the 2-core CPU VM (float32; torchvision 0.29.1, torch 2.14.1),
+alike on all three paths (to the printed digits): 100 of
+torchvision's 100 detections matched on landscape, portrait, wide, small
+and grayscale, scores within 4e-6, mask IoU 1.000; on exif_rotated 95 of
+100, scores within 8.0e-3, mask IoU >= 0.951. 595 of 600 (99.2%) in all:
+the matched target holds, the score target fails on exif_rotated (see the
+:torchvision variant's docstring for what is left).
 """
 
 import json
