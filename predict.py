@@ -4,7 +4,8 @@
   python predict.py --exported=workdirs/shapes/export photos/
 
 Reads JPEG/PNG files of any size and mode (grayscale, RGBA, 16-bit,
-EXIF-rotated), letterboxes them as eval does, predicts --batch_size at a
+EXIF-rotated), resizes them in float as eval does (the config's
+data.resize rule, no rounding to uint8), predicts --batch_size at a
 time and writes <out>/predictions.json (COCO results keyed by file name:
 bbox [x, y, w, h] in original pixels, score, category_id, segmentation RLE)
 and one overlay PNG per image. A file that cannot be read is skipped with

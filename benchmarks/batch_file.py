@@ -29,6 +29,10 @@ FORMAT = 1
 _PIXELS = "image_u8"
 
 
+# Model inputs a batch file may lack (made up on loading).
+_OPTIONAL = ("image", "image_size")
+
+
 def save(
     path: str | pathlib.Path,
     batches: Sequence[dict[str, np.ndarray]],
@@ -65,7 +69,7 @@ def load(path: str | pathlib.Path) -> list[dict[str, np.ndarray]]:
         missing = [
             k
             for k in ("format", "pixel_mean", "pixel_std", _PIXELS)
-            + tuple(k for k in sharding.MODEL_INPUTS if k != "image")
+            + tuple(k for k in sharding.MODEL_INPUTS if k not in _OPTIONAL)
             if k not in npz.files
         ]
         if missing:
@@ -81,8 +85,19 @@ def load(path: str | pathlib.Path) -> list[dict[str, np.ndarray]]:
         images = (npz[_PIXELS].astype(np.float32) - npz["pixel_mean"]) / npz[
             "pixel_std"
         ]
-        arrays = {k: npz[k] for k in sharding.MODEL_INPUTS if k != "image"}
+        arrays = {
+            k: npz[k]
+            for k in sharding.MODEL_INPUTS
+            if k != "image" and k in npz.files
+        }
     arrays["image"] = images
+    # Files saved before images carried their sizes: the whole canvas.
+    arrays.setdefault(
+        "image_size",
+        np.broadcast_to(
+            np.asarray(images.shape[2:4], np.int32), (*images.shape[:2], 2)
+        ),
+    )
     return [
         {k: arrays[k][i] for k in sharding.MODEL_INPUTS}
         for i in range(len(images))
@@ -97,6 +112,7 @@ def expected_shapes(
     b, m, s = config.train.batch_size, data.max_instances, data.gt_mask_size
     return {
         "image": (b, *data.image_size, 3),
+        "image_size": (b, 2),
         "boxes": (b, m, 4),
         "classes": (b, m),
         "valid": (b, m),

@@ -22,7 +22,7 @@
   `--eval_images` of input_bench.py's 640 x 480 JPEG folder: the device's
   predict time against the whole predict loop and the COCOeval, JSON and
   drawing after it; then `predict_files` (predict.py --workdir) on the same
-  JPEGs, images/s (the whole command: read, letterbox, predict, paste, RLE,
+  JPEGs, images/s (the whole command: read, resize, predict, paste, RLE,
   overlays; and the predict calls alone). This part uses no newer API, so
   it runs on an older checkout as well, which gives the previous figures.
 

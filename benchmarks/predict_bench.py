@@ -12,7 +12,7 @@ draw, the most post-processing a shapes image can cost):
 - per form: the start-up (restore + jit, or export + load), then
   `predict_files` over `--images` PNGs of assorted sizes, median of
   `--reps` runs after one warm-up, the two forms taking turns: images/s
-  of the whole command (read, letterbox, predict, paste, RLE, overlay
+  of the whole command (read, resize, predict, paste, RLE, overlay
   PNGs) and of the predict calls alone;
 - artifact sizes: shapes for cpu and for cpu,cuda,tpu; with --r50 also
   configs/coco_r50_fpn.py (R50-FPN, 1024 x 1024, 80 classes).

@@ -87,7 +87,13 @@ class _Stages:
         rpn_key, roi_key = jax.random.split(key)
         features = m._features(batch["image"])
         logits, deltas = m.rpn_head(features)
-        proposals, valid = m._proposals(logits, deltas, training=True)
+        proposals, valid = m._proposals(
+            logits,
+            deltas,
+            batch["image"].shape[1:3],
+            batch.get("image_size"),
+            training=True,
+        )
         targets = m._sample_rois(proposals, valid, batch, roi_key)
         pyramid = m._roi_pyramid(features)
         mask_rois = targets.rois[:, : m.num_mask_rois()]
@@ -122,9 +128,12 @@ class _Stages:
         return jax.grad(loss, argnums=(0, 1))(params, inputs["features"])
 
     def proposals(self, params, inputs, batch):
-        del batch
         return self.model(params)._proposals(
-            inputs["logits"], inputs["deltas"], training=True
+            inputs["logits"],
+            inputs["deltas"],
+            batch["image"].shape[1:3],
+            batch.get("image_size"),
+            training=True,
         )
 
     def roi_sampling(self, params, inputs, batch):
@@ -324,6 +333,7 @@ def run_parts(
 
 _BATCH_DTYPES = {
     "image": jnp.float32,
+    "image_size": jnp.int32,
     "boxes": jnp.float32,
     "classes": jnp.int32,
     "valid": jnp.bool_,

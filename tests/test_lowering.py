@@ -56,6 +56,7 @@ R50_IMAGE_SIZE = (256, 256)
 # The pipeline's dtypes of the model inputs (detector/data/pipeline.py).
 BATCH_DTYPES = {
     "image": jnp.float32,
+    "image_size": jnp.int32,
     "boxes": jnp.float32,
     "classes": jnp.int32,
     "valid": jnp.bool_,
@@ -227,16 +228,17 @@ def export_predict(model: Model, platform: str) -> str:
     graphdef = state_lib.eval_graphdef(model.graphdef, model.params, model.rest)
     category_ids = list(range(1, config.data.num_classes + 1))
 
-    def predict(params, rest, images, orig_sizes):
+    def predict(params, rest, images, image_sizes, orig_sizes):
         return serving.serving_fn(config, graphdef, params, rest, category_ids)(
-            images, orig_sizes
+            images, image_sizes, orig_sizes
         )
 
     (b,) = jax.export.symbolic_shape(artifact_lib.SYMBOLIC_BATCH)
     args = (
         model.params,
         model.rest,
-        jax.ShapeDtypeStruct((b, *config.data.image_size, 3), jnp.uint8),
+        jax.ShapeDtypeStruct((b, *config.data.image_size, 3), jnp.float32),
+        jax.ShapeDtypeStruct((b, 2), jnp.int32),
         jax.ShapeDtypeStruct((b, 2), jnp.int32),
     )
     export = jax.export.export(

@@ -3,8 +3,9 @@
 import ml_collections
 
 from detector.config import ranges
-from detector.config.checks import check_image_size
+from detector.config.checks import check, check_image_size
 from detector.data import shapes_writer
+from detector.runtime import images
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
@@ -12,6 +13,10 @@ RANGES: ranges.Table = {
     "data.image_size": ranges.each(
         ranges.at_least(1), length=2, shape="(height, width)"
     ),
+    "data.min_size": ranges.each(
+        ranges.at_least(1), min_length=1, shape="short sides"
+    ),
+    "data.max_size": ranges.at_least(1, "the long side at most"),
     "data.max_instances": ranges.at_least(1, "instances per image"),
     "data.gt_mask_size": ranges.at_least(1, "GT mask side in pixels"),
     "data.scale_jitter": ranges.each(
@@ -46,9 +51,18 @@ def defaults() -> ml_collections.ConfigDict:
     data.train_split = "train2017"
     data.eval_split = "val2017"
     data.num_classes = 80
-    # Fixed model input (height, width): the long side is resized to fit and
-    # the rest padded. Must be divisible by 2**model.max_level.
+    # Fixed model input (height, width), the canvas of training and eval:
+    # each image is resized by data.resize and padded. Must be divisible by
+    # 2**model.max_level.
     data.image_size = (1024, 1024)
+    # The resize rule (detector/runtime/images.py RESIZE_RULES):
+    # 'letterbox' fits the long side to data.image_size (scale_jitter and
+    # a random crop in training); 'shortest_edge' is torchvision's and
+    # detectron2's: short side min_size (one drawn per training image, the
+    # last at eval), long side at most max_size, the size floored.
+    data.resize = "letterbox"
+    data.min_size = (800,)
+    data.max_size = 1333
     data.max_instances = 100
     # GT masks are cropped to their box and resized to this square size.
     data.gt_mask_size = 112
@@ -76,3 +90,32 @@ def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad data section."""
     ranges.check(config, "data", RANGES, defaults())
     check_image_size(config.data.image_size)
+    _check_resize(config.data)
+
+
+def _positive_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _check_resize(data: ml_collections.ConfigDict) -> None:
+    """data.resize names a rule; its sizes are positive integers."""
+    check(
+        data.resize in images.RESIZE_RULES,
+        "data.resize",
+        data.resize,
+        f"must be one of {', '.join(images.RESIZE_RULES)}",
+    )
+    check(
+        isinstance(data.min_size, tuple | list)
+        and len(data.min_size) > 0
+        and all(_positive_int(s) for s in data.min_size),
+        "data.min_size",
+        data.min_size,
+        "must be a non-empty tuple of positive integers (short sides)",
+    )
+    check(
+        _positive_int(data.max_size),
+        "data.max_size",
+        data.max_size,
+        "must be a positive integer (the long side at most)",
+    )

@@ -4,14 +4,18 @@ Shapes: h, w original image; H, W model input (`data.image_size`); N
 instances of the example; M `data.max_instances`; S `data.gt_mask_size`.
 
 Geometry (the contract the model relies on): the image is optionally flipped
-left-right, resized by `scale = min(H / h, W / w) * jitter` (jitter = 1 at
-eval), cropped at a random offset when it exceeds H x W, placed at the top
-left and padded bottom/right. Boxes follow the same map, are clipped to the
-visible image and dropped when empty. Each kept instance's mask is resampled
-from the full-resolution original mask over exactly its final box, S x S.
-The resized size is max(round([h, w] * scale), 1) per axis (float32, half to
-even), so boxes scale by resized / [h, w] per axis; evaluation maps them back
-with that same factor (`detector.evaluation.postprocess.resize_factors`).
+left-right, resized by the rule `data.resize` names (`GEOMETRIES`), cropped
+at a random offset when it exceeds H x W (letterbox's jitter), placed at
+the top left and padded bottom/right. 'letterbox' resizes by
+`scale = min(H / h, W / w) * jitter` (jitter = 1 at eval) to
+max(round([h, w] * scale), 1) per axis (float32, half to even);
+'shortest_edge' is torchvision's rule (`_shortest_edge_geometry`). Boxes
+follow the same map, are clipped to the visible image and dropped when
+empty. Each kept instance's mask is resampled from the full-resolution
+original mask over exactly its final box, S x S. Boxes scale by
+resized / [h, w] per axis; evaluation maps them back with that same factor
+from the example's `image_size` (its visible height and width on the
+canvas, i32[2]) and `orig_size`.
 """
 
 import ml_collections
@@ -138,18 +142,16 @@ def _pad_rows(tensor: tf.Tensor, rows: int) -> tf.Tensor:
     return tf.pad(tensor, paddings)
 
 
-def sample_geometry(
+def _letterbox_geometry(
     hw: tf.Tensor,
     key: tf.Tensor | None,
     data: ml_collections.ConfigDict,
     training: bool,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """(flip, scale, resized [h', w'], crop offset [y, x]) of an example.
+    """'letterbox': the long side fitted to H x W, jittered and cropped.
 
-    flip bool[], scale f32[], resized f32[2] = max(round(hw * scale), 1)
-    (half to even), offset i32[2]. Training draws them from the stateless
-    `key`; eval uses no flip, no jitter and no crop. Boxes map with the
-    per-axis factor resized / hw, not with `scale`.
+    Training scales by `data.scale_jitter` and crops at a random offset;
+    the size is max(round(hw * scale), 1) in float32 (half to even).
     """
     height, width = data.image_size
     base = tf.minimum(height / hw[0], width / hw[1])
@@ -159,10 +161,7 @@ def sample_geometry(
     flip_key, jitter_key, crop_key = tf.unstack(
         tf.random.experimental.stateless_split(key, 3)
     )
-    flip = tf.logical_and(
-        tf.constant(bool(data.hflip)),
-        tf.random.stateless_uniform([], flip_key) < 0.5,
-    )
+    flip = _flip(flip_key, data)
     low, high = data.scale_jitter
     scale = base * tf.random.stateless_uniform([], jitter_key, low, high)
     resized = tf.maximum(tf.round(hw * scale), 1.0)
@@ -172,6 +171,77 @@ def sample_geometry(
         tf.int32,
     )
     return flip, scale, resized, offset
+
+
+def _flip(key: tf.Tensor, data: ml_collections.ConfigDict) -> tf.Tensor:
+    """bool[]: flip left-right (half the time when data.hflip)."""
+    return tf.logical_and(
+        tf.constant(bool(data.hflip)),
+        tf.random.stateless_uniform([], key) < 0.5,
+    )
+
+
+def _shortest_edge_geometry(
+    hw: tf.Tensor,
+    key: tf.Tensor | None,
+    data: ml_collections.ConfigDict,
+    training: bool,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """'shortest_edge': torchvision's and detectron2's resize.
+
+    scale = min(s / short, data.max_size / long) with s one of
+    `data.min_size` drawn per image in training (the last one at eval),
+    size floor(hw * scale) in float64 (`images.shortest_edge_size`). An
+    image larger than H x W is letterboxed onto it. No jitter, no crop.
+    """
+    sides = tf.constant(data.min_size, tf.float64)
+    if training:
+        flip_key, size_key = tf.unstack(
+            tf.random.experimental.stateless_split(key, 2)
+        )
+        flip = _flip(flip_key, data)
+        pick = tf.random.stateless_uniform(
+            [], size_key, 0, len(data.min_size), tf.int32
+        )
+        side = sides[pick]
+    else:
+        flip, side = tf.constant(False), sides[-1]
+    hw64 = tf.cast(hw, tf.float64)
+    scale = tf.minimum(
+        side / tf.reduce_min(hw64),
+        float(data.max_size) / tf.reduce_max(hw64),
+    )
+    resized = tf.cast(tf.maximum(tf.floor(hw64 * scale), 1.0), tf.float32)
+    canvas = tf.constant(data.image_size, tf.float32)
+    fit = tf.reduce_min(canvas / hw)
+    over = tf.reduce_any(resized > canvas)
+    resized = tf.where(over, tf.maximum(tf.round(hw * fit), 1.0), resized)
+    scale = tf.where(over, fit, tf.cast(scale, tf.float32))
+    return flip, scale, resized, tf.zeros([2], tf.int32)
+
+
+# data.resize -> (hw, key, data, training) -> (flip, scale, resized,
+# offset); runtime/images.py's RESIZE_RULES computes the same sizes.
+GEOMETRIES = {
+    "letterbox": _letterbox_geometry,
+    "shortest_edge": _shortest_edge_geometry,
+}
+
+
+def sample_geometry(
+    hw: tf.Tensor,
+    key: tf.Tensor | None,
+    data: ml_collections.ConfigDict,
+    training: bool,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(flip, scale, resized [h', w'], crop offset [y, x]) of an example.
+
+    flip bool[], scale f32[], resized f32[2] (by the rule `data.resize`
+    of `GEOMETRIES`), offset i32[2]. Training draws them from the
+    stateless `key`; eval uses no flip, no jitter and no crop. Boxes map
+    with the per-axis factor resized / hw, not with `scale`.
+    """
+    return GEOMETRIES[data.resize](hw, key, data, training)
 
 
 def transform(
@@ -196,6 +266,7 @@ def transform(
         "image_id": tf.cast(example["image_id"], tf.int64),
         "orig_size": tf.cast(hw, tf.int32),
         "scale": tf.cast(scale, tf.float32),
+        "image_size": _visible_size(resized, offset, data),
         "image_valid": tf.constant(True),
     }
     if training:
@@ -205,6 +276,16 @@ def transform(
             )
         )
     return out
+
+
+def _visible_size(
+    resized: tf.Tensor, offset: tf.Tensor, data: ml_collections.ConfigDict
+) -> tf.Tensor:
+    """i32[2]: the image's (height, width) on the canvas, past the crop."""
+    return tf.minimum(
+        tf.cast(resized, tf.int32) - offset,
+        tf.constant(data.image_size, tf.int32),
+    )
 
 
 def _transform_targets(
@@ -274,5 +355,6 @@ def padding_example(data: ml_collections.ConfigDict) -> dict:
         "image_id": tf.constant(-1, tf.int64),
         "orig_size": tf.zeros([2], tf.int32),
         "scale": tf.constant(1.0, tf.float32),
+        "image_size": tf.constant(data.image_size, tf.int32),
         "image_valid": tf.constant(False),
     }

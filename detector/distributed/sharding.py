@@ -21,7 +21,15 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 # Batch entries the model reads; the rest (ids, sizes) stay on the host.
-MODEL_INPUTS = ("image", "boxes", "classes", "valid", "masks", "mask_valid")
+MODEL_INPUTS = (
+    "image",
+    "image_size",
+    "boxes",
+    "classes",
+    "valid",
+    "masks",
+    "mask_valid",
+)
 
 
 def make_mesh() -> Mesh:

@@ -60,16 +60,17 @@ METRIC_NAMES = (
 
 
 def make_predict(graphdef: nnx.GraphDef, mesh: Mesh) -> jax.stages.Wrapped:
-    """jit(shard_map(predict)): (params, rest, images) -> detections."""
+    """jit(shard_map(predict)): (params, rest, images, image_sizes) ->
+    detections."""
 
-    def local_predict(params, rest, images):
-        return nnx.merge(graphdef, params, rest).predict(images)
+    def local_predict(params, rest, images, image_sizes):
+        return nnx.merge(graphdef, params, rest).predict(images, image_sizes)
 
     return jax.jit(
         jax.shard_map(
             local_predict,
             mesh=mesh,
-            in_specs=(P(), P(), P("data")),
+            in_specs=(P(), P(), P("data"), P("data")),
             out_specs=P("data"),
             check_vma=False,
         )
@@ -80,7 +81,8 @@ def make_predict(graphdef: nnx.GraphDef, mesh: Mesh) -> jax.stages.Wrapped:
 class CompiledPredict:
     """The predict program compiled for the eval batch, and its audit."""
 
-    run: jax.stages.Compiled  # (params, rest, images) -> detections
+    # (params, rest, images, image_sizes) -> detections
+    run: jax.stages.Compiled
     findings: list[host_audit.HostRoundTrip]
 
 
@@ -93,21 +95,27 @@ def compile_predict(
     *,
     strict: bool = False,
 ) -> CompiledPredict:
-    """Compiles predict for f32[eval.batch_size, H, W, 3] images, audited.
+    """Compiles predict for f32[eval.batch_size, H, W, 3] images and their
+    i32[eval.batch_size, 2] sizes, audited.
 
     `graphdef` is the eval-mode graphdef. Raises HostRoundTripError when
     `strict` and the program goes through the host.
     """
+    rows = NamedSharding(mesh, P("data"))
     images = jax.ShapeDtypeStruct(
         (config.eval.batch_size, *config.data.image_size, 3),
         jnp.float32,
-        sharding=NamedSharding(mesh, P("data")),
+        sharding=rows,
+    )
+    sizes = jax.ShapeDtypeStruct(
+        (config.eval.batch_size, 2), jnp.int32, sharding=rows
     )
     compiled, findings = host_audit.compile_audited(
         make_predict(graphdef, mesh),
         params,
         rest,
         images,
+        sizes,
         program="predict",
         strict=strict,
         advice=config_lib.host_nms_advice,
@@ -221,10 +229,12 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
             unit="batch",
             delay_s=progress.SLOW_LOOP_S,
         ):
-            images = sharding.put_batch(batch, mesh, keys=("image",))
+            inputs = sharding.put_batch(
+                batch, mesh, keys=("image", "image_size")
+            )
             started = time.perf_counter()
             outputs = jax.block_until_ready(
-                predict.run(params, rest, images["image"])
+                predict.run(params, rest, inputs["image"], inputs["image_size"])
             )
             latencies.append(
                 (time.perf_counter() - started) * 1e3 / len(batch["image"])

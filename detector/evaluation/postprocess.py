@@ -3,9 +3,10 @@
 Runs on numpy arrays fetched from the device after predict (masks are
 pasted by detector/runtime/masks.py, the rule eval.mask_paste names, and
 encoded from their box crops by detector/runtime/rle.py). The data
-pipeline resizes each h x w image to max(round([h, w] * scale), 1) pixels per
-axis and pads it right and down, so original pixels are input pixels divided
-by the per-axis factor resized / [h, w] (see `resize_factors`).
+pipeline resizes each h x w image to h' x w' pixels (the batch's
+`image_size`, by the rule data.resize names) and pads it right and down, so
+original pixels are input pixels divided by the per-axis factor
+[h', w'] / [h, w] (see `resize_factors`).
 
 Shapes: D detections, T mask size (28), H, W image size in pixels,
 B batch.
@@ -13,21 +14,22 @@ B batch.
 
 import numpy as np
 
-from detector.runtime import images, rle
 from detector.runtime import masks as masks_lib
+from detector.runtime import rle
 
 
-def resize_factors(orig_size: np.ndarray, scale: float) -> np.ndarray:
+def resize_factors(orig_size: np.ndarray, image_size: np.ndarray) -> np.ndarray:
     """Per-axis (y, x) factors input / original pixels of one eval image.
 
-    Boxes map back with the factor the image was resized by
-    (`detector.runtime.images.resized_size`), not the unrounded scale.
+    Boxes map back with the factor the image was resized by (its resized
+    size `image_size` over `orig_size`), not the unrounded scale.
 
     Returns:
       f64[2]: resized (height, width) / original (height, width).
     """
-    resized = images.resized_size(orig_size, scale).astype(np.float64)
-    return resized / np.asarray(orig_size, np.float64)
+    return np.asarray(image_size, np.float64) / np.asarray(
+        orig_size, np.float64
+    )
 
 
 def _image_results(
@@ -35,7 +37,7 @@ def _image_results(
     i: int,
     image_id: int,
     orig_size: np.ndarray,
-    scale: float,
+    image_size: np.ndarray,
     category_ids: list[int],
     with_masks: bool,
     mask_paste: str,
@@ -45,7 +47,7 @@ def _image_results(
     count = int(predictions["num_detections"][i])
     classes = np.asarray(predictions["classes"][i][:count])
     keep = np.nonzero(classes > 0)[0]
-    factor_y, factor_x = resize_factors(orig_size, scale)
+    factor_y, factor_x = resize_factors(orig_size, image_size)
     boxes = np.asarray(predictions["boxes"][i][keep], np.float64) / [
         factor_x,
         factor_y,
@@ -100,9 +102,9 @@ def coco_results(
       predictions: boxes [B, D, 4] (input pixels), scores [B, D], classes
         [B, D] (1..C, 0 empty), masks [B, D, T, T], num_detections [B].
       batch: the eval batch: image_id [B], orig_size [B, 2] (height, width
-        of the original image), scale [B] (the resize scale; boxes map back
-        with `resize_factors`), image_valid [B] (False: a padding row,
-        skipped).
+        of the original image), image_size [B, 2] (its resized height and
+        width; boxes map back with `resize_factors`), image_valid [B]
+        (False: a padding row, skipped).
       category_ids: COCO category id of each class 1..C (index class - 1).
       with_masks: add 'segmentation' (RLE, counts as str).
       mask_paste: a key of masks_lib.MASK_PASTERS (config eval.mask_paste).
@@ -122,7 +124,7 @@ def coco_results(
             i,
             int(batch["image_id"][i]),
             batch["orig_size"][i],
-            float(batch["scale"][i]),
+            batch["image_size"][i],
             category_ids,
             with_masks,
             mask_paste,

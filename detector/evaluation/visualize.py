@@ -6,7 +6,6 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from detector.runtime import images
 from detector.runtime import masks as mask_paste
 
 matplotlib.use("Agg")
@@ -22,9 +21,7 @@ def _input_image(
     image = batch["image"][i] * np.asarray(config.data.pixel_std) + np.asarray(
         config.data.pixel_mean
     )
-    height, width = images.resized_size(
-        batch["orig_size"][i], batch["scale"][i]
-    ).astype(int)
+    height, width = (int(v) for v in batch["image_size"][i])
     return np.clip(image[:height, :width] / 255.0, 0.0, 1.0)
 
 

@@ -149,10 +149,12 @@ def _tpu_mesh() -> jax.sharding.AbstractMesh:
 def export_fn(
     fn, image_size: tuple[int, int], platforms: tuple[str, ...]
 ) -> jax.export.Exported:
-    """jax.export of fn(u8[b, H, W, 3], i32[b, 2]), b symbolic."""
+    """jax.export of fn(f32[b, H, W, 3], i32[b, 2], i32[b, 2]), b
+    symbolic."""
     (batch,) = jax.export.symbolic_shape(artifact_lib.SYMBOLIC_BATCH)
     args = (
-        jax.ShapeDtypeStruct((batch, *image_size, 3), jnp.uint8),
+        jax.ShapeDtypeStruct((batch, *image_size, 3), jnp.float32),
+        jax.ShapeDtypeStruct((batch, 2), jnp.int32),
         jax.ShapeDtypeStruct((batch, 2), jnp.int32),
     )
     export = jax.export.export(
@@ -200,6 +202,8 @@ def export_workdir(
     data = bytes(exported.serialize())
     meta = {
         "image_size": list(image_size),
+        "resize": serving.resize_of(config)._asdict(),
+        "canvases": [list(image_size)],
         "batch_sizes": artifact_lib.SYMBOLIC_BATCH,
         "pixel_mean": list(config.data.pixel_mean),
         "pixel_std": list(config.data.pixel_std),

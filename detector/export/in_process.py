@@ -11,7 +11,7 @@ import jax
 import ml_collections
 
 from detector import config as config_lib
-from detector.export import exporter
+from detector.export import exporter, serving
 from detector.runtime import predict
 
 
@@ -28,8 +28,10 @@ def predictor(
     model = exporter.served(config, workdir)
     fn = jax.jit(model.fn)
     return predict.Predictor(
-        tuple(config.data.image_size),
+        serving.resize_of(config),
         model.categories,
-        lambda images, sizes: jax.device_get(fn(images, sizes)),
+        lambda images, resized, sizes: jax.device_get(
+            fn(images, resized, sizes)
+        ),
         config.eval.mask_paste,
     )

@@ -1,17 +1,20 @@
 """The predict function served to users, in-process or exported.
 
     fn = serving_fn(config, graphdef, params, rest, category_ids)
-    outputs = jax.jit(fn)(images, orig_sizes)
+    outputs = jax.jit(fn)(images, image_sizes, orig_sizes)
 
-images u8[b, H, W, 3] letterboxed as eval letterboxes
-(`detector.runtime.images.letterbox`), orig_sizes i32[b, 2] (height,
-width of each original image). Inside: normalise with data.pixel_mean/std,
-zero the padding (as the eval pipeline pads after normalising), run the
-model's predict, map boxes back to original pixels with eval's per-axis
-factor resized / original (`detector.evaluation.postprocess`), classes to
-category ids. Outputs are `detector.runtime.artifact.OUTPUTS`. The weights
-are closed over, so they are constants of the program (and inside an
-exported artifact).
+images f32[b, H, W, 3]: each image resized in float by the config's rule
+(`detector.runtime.images.fitted_size` and `place`, the eval pipeline's
+resize, unrounded) at the top left of the canvas; image_sizes i32[b, 2] its
+resized (height, width); orig_sizes i32[b, 2] the original's. Inside:
+normalise with data.pixel_mean/std, zero the padding (as the eval pipeline
+pads after normalising), run the model's predict with each image's size
+(boxes clip to it), map boxes back to original pixels with eval's per-axis
+factor resized / original (`detector.evaluation.postprocess`), drop any box
+left empty there and move the rest to the front, map classes to category
+ids. Outputs are `detector.runtime.artifact.OUTPUTS`. The weights are closed
+over, so they are constants of the program (and inside an exported
+artifact).
 
 Shapes: b batch, H, W model input, K detection slots, T mask size.
 """
@@ -24,33 +27,35 @@ import ml_collections
 from flax import nnx
 
 from detector.runtime import artifact as artifact_lib
+from detector.runtime import images as images_lib
 
 
-def resized_sizes(
-    orig_sizes: jax.Array, image_size: tuple[int, int]
-) -> jax.Array:
-    """f32[b, 2] resized (height, width), as the eval pipeline computes them
-    (float32, half to even; `detector.runtime.images.letterbox_size`)."""
-    hw = orig_sizes.astype(jnp.float32)
-    height, width = image_size
-    scale = jnp.minimum(height / hw[:, 0], width / hw[:, 1])
-    return jnp.maximum(jnp.round(hw * scale[:, None]), 1.0)
+def resize_of(config: ml_collections.ConfigDict) -> images_lib.Resize:
+    """The resize rule of `config.data` as predict applies it (eval's: the
+    last of data.min_size)."""
+    data = config.data
+    return images_lib.Resize(
+        rule=data.resize,
+        image_size=tuple(int(v) for v in data.image_size),
+        min_size=int(data.min_size[-1]),
+        max_size=int(data.max_size),
+    )
 
 
 def normalise(
     images: jax.Array,
-    resized: jax.Array,
+    image_sizes: jax.Array,
     pixel_mean: tuple[float, ...],
     pixel_std: tuple[float, ...],
 ) -> jax.Array:
-    """u8[b, H, W, 3] -> f32 normalised, zero outside each resized image."""
+    """f32[b, H, W, 3] pixels -> normalised, zero outside each image."""
     mean = jnp.asarray(pixel_mean, jnp.float32)
     std = jnp.asarray(pixel_std, jnp.float32)
     x = (images.astype(jnp.float32) - mean) / std
-    rows = jnp.arange(images.shape[1], dtype=jnp.float32)
-    cols = jnp.arange(images.shape[2], dtype=jnp.float32)
-    inside = (rows[None, :, None] < resized[:, 0, None, None]) & (
-        cols[None, None, :] < resized[:, 1, None, None]
+    rows = jnp.arange(images.shape[1], dtype=jnp.int32)
+    cols = jnp.arange(images.shape[2], dtype=jnp.int32)
+    inside = (rows[None, :, None] < image_sizes[:, 0, None, None]) & (
+        cols[None, None, :] < image_sizes[:, 1, None, None]
     )
     return jnp.where(inside[..., None], x, 0.0)
 
@@ -63,7 +68,7 @@ def to_original(
     # Multiplied by original / resized (eval divides by resized / original
     # in float64): the same to float32 rounding, and a product XLA compiles
     # alike for a static and a symbolic batch.
-    back = hw / resized  # (y, x) per image
+    back = hw / resized.astype(jnp.float32)  # (y, x) per image
     sy, sx = back[:, 0, None], back[:, 1, None]
     h, w = hw[:, 0, None], hw[:, 1, None]
     x1, y1, x2, y2 = (boxes[..., i] for i in range(4))
@@ -78,8 +83,35 @@ def to_original(
     )
 
 
-# (images u8[b, H, W, 3], orig_sizes i32[b, 2]) -> OUTPUTS.
-ServingFn = Callable[[jax.Array, jax.Array], dict[str, jax.Array]]
+def drop_empty(outputs: dict[str, jax.Array]) -> dict[str, jax.Array]:
+    """Detections with a box of zero width or height (in original pixels)
+    leave: the rest move to the front in order, num_valid counts them."""
+    boxes = outputs["boxes"]
+    slots = jnp.arange(boxes.shape[1])
+    keep = (
+        (slots[None] < outputs["num_valid"][:, None])
+        & (boxes[..., 2] > boxes[..., 0])
+        & (boxes[..., 3] > boxes[..., 1])
+    )
+    # Kept slots first, each group in slot order (a stable sort).
+    order = jnp.argsort(~keep, axis=1, stable=True)
+    count = keep.sum(axis=1).astype(jnp.int32)
+    filled = slots[None] < count[:, None]
+    out = {}
+    for name, value in outputs.items():
+        if name == "num_valid":
+            continue
+        index = order.reshape(order.shape + (1,) * (value.ndim - 2))
+        moved = jnp.take_along_axis(value, index, axis=1)
+        mask = filled.reshape(filled.shape + (1,) * (value.ndim - 2))
+        out[name] = jnp.where(mask, moved, jnp.zeros((), value.dtype))
+    out["num_valid"] = count
+    return {name: out[name] for name in outputs}
+
+
+# (images f32[b, H, W, 3], image_sizes i32[b, 2], orig_sizes i32[b, 2])
+# -> OUTPUTS.
+ServingFn = Callable[[jax.Array, jax.Array, jax.Array], dict[str, jax.Array]]
 
 
 def serving_fn(
@@ -89,24 +121,27 @@ def serving_fn(
     rest: nnx.State,
     category_ids: list[int],
 ) -> ServingFn:
-    """(images u8[b, H, W, 3], orig_sizes i32[b, 2]) -> OUTPUTS (module
-    docstring), with `graphdef` (eval mode) and the weights closed over."""
-    image_size = tuple(config.data.image_size)
+    """(images f32[b, H, W, 3], image_sizes i32[b, 2], orig_sizes
+    i32[b, 2]) -> OUTPUTS (module docstring), with `graphdef` (eval mode)
+    and the weights closed over."""
     mean, std = tuple(config.data.pixel_mean), tuple(config.data.pixel_std)
     id_of_class = jnp.asarray([0, *category_ids], jnp.int32)
 
-    def serve(images: jax.Array, orig_sizes: jax.Array) -> dict[str, jax.Array]:
-        resized = resized_sizes(orig_sizes, image_size)
+    def serve(
+        images: jax.Array, image_sizes: jax.Array, orig_sizes: jax.Array
+    ) -> dict[str, jax.Array]:
         model = nnx.merge(graphdef, params, rest)
-        out = model.predict(normalise(images, resized, mean, std))
+        out = model.predict(
+            normalise(images, image_sizes, mean, std), image_sizes
+        )
         outputs = {
-            "boxes": to_original(out["boxes"], resized, orig_sizes),
+            "boxes": to_original(out["boxes"], image_sizes, orig_sizes),
             "scores": out["scores"],
             "category_ids": id_of_class[out["classes"]],
             "masks": out["masks"],
             "num_valid": out["num_detections"],
         }
         assert tuple(outputs) == artifact_lib.OUTPUTS
-        return outputs
+        return drop_empty(outputs)
 
     return serve

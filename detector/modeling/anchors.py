@@ -40,6 +40,15 @@ class AnchorSpec(NamedTuple):
             round_sizes=self.round_sizes,
         )
 
+    def cell_origins(self, image_size: tuple[int, int]) -> list[np.ndarray]:
+        """Per-level i32[N_l, 2] cell origins (`level_cell_origins`)."""
+        return [
+            level_cell_origins(
+                tuple(image_size), level, len(self.aspect_ratios)
+            )
+            for level in range(self.min_level, self.max_level + 1)
+        ]
+
 
 @functools.cache
 def level_anchors(
@@ -69,6 +78,27 @@ def level_anchors(
     anchors = anchors.reshape(-1, 4).astype(np.float32)
     anchors.flags.writeable = False
     return anchors
+
+
+@functools.cache
+def level_cell_origins(
+    image_size: tuple[int, int], level: int, num_anchors: int
+) -> np.ndarray:
+    """i32[N_l, 2]: the (y, x) pixel of each anchor's cell's top left.
+
+    An anchor's cell exists in an image h x w padded to a multiple d of
+    the stride exactly when its origin is inside [0, h') x [0, w') with
+    h', w' the image's size rounded up to d.
+    """
+    stride = 2**level
+    rows = np.arange(image_size[0] // stride) * stride
+    cols = np.arange(image_size[1] // stride) * stride
+    y, x = np.meshgrid(rows, cols, indexing="ij")
+    origins = np.stack([y, x], axis=-1)[:, :, None, :]
+    origins = np.broadcast_to(origins, (*y.shape, num_anchors, 2))
+    origins = origins.reshape(-1, 2).astype(np.int32)
+    origins.flags.writeable = False
+    return origins
 
 
 def pyramid_anchors(

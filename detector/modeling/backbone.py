@@ -37,6 +37,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from detector.modeling import extents
+
 NORMS = ("group", "batch", "frozen_batch")
 
 # name -> (blocks per stage, bottleneck?)
@@ -157,7 +159,7 @@ class ConvNorm(nnx.Module):
         self.relu = relu
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        x = self.norm(self.conv(x))
+        x = self.norm(self.conv(extents.masked(x)))
         return jax.nn.relu(x) if self.relu else x
 
 
@@ -289,7 +291,9 @@ class ResNet(nnx.Module):
 
     def __call__(self, images: jax.Array) -> dict[int, jax.Array]:
         x = self._frozen(self.stem(images.astype(self.dtype)), 1)
-        x = nnx.max_pool(x, (3, 3), strides=(2, 2), padding=((1, 1), (1, 1)))
+        x = nnx.max_pool(
+            extents.masked(x), (3, 3), strides=(2, 2), padding=((1, 1), (1, 1))
+        )
         features = {}
         for level, stage in enumerate(self.stages, start=2):
             for block in stage:

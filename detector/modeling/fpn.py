@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import backbone
+from detector.modeling import backbone, extents
 
 
 def head_norm(norm: str) -> str | None:
@@ -106,7 +106,10 @@ class FPN(nnx.Module):
         merged = [laterals[-1]]
         for lateral in reversed(laterals[:-1]):
             merged.insert(0, lateral + _upsample2x(merged[0]))
-        outputs = [conv(x) for conv, x in zip(self.output, merged, strict=True)]
+        outputs = [
+            conv(extents.masked(x))
+            for conv, x in zip(self.output, merged, strict=True)
+        ]
         for _ in range(self.top_level + 1, self.max_level + 1):
             outputs.append(outputs[-1][:, ::2, ::2, :])
         return outputs

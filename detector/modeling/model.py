@@ -2,7 +2,7 @@
 
     model = MaskRCNN(backbone=..., fpn=..., rpn_head=..., ...)  # its parts
     terms = model.losses(batch, key)  # rpn_cls, rpn_box, cls, box, mask, total
-    model.eval(); outputs = model.predict(images)
+    model.eval(); outputs = model.predict(images, image_sizes)
 
 The model is built from its parts and their settings (constructor
 arguments only; `detector.config.factory.build_model` maps a config onto
@@ -11,6 +11,14 @@ inputs with static shapes, so each jits into one program (the NMS backends
 are static settings: switching one recompiles and changes nothing else). No
 host callback is added here; with the 'while_loop' or 'pallas' NMS backend
 the whole train step and predict stay on the device.
+
+The input is a canvas: each image sits at its top left, `image_sizes`
+(int32[B, 2], the batch's 'image_size') its own (height, width). Anchors
+follow the canvas's shape; proposals and detections clip to each image's
+size, and anchors past it rounded up to the backbone's stride take no part
+in the proposals (`rpn.generate_proposals`), and every convolution sees
+zeros past that extent (`extents`), as if each image had been run alone on
+a tensor padded to a multiple of 32, as torchvision pads it.
 
 Shapes (the letters of docs/architecture.md where they exist): B batch,
 H, W image size, G max GT instances (data.max_instances), S GT mask crop
@@ -25,6 +33,7 @@ import numpy as np
 from flax import nnx
 
 from detector.modeling import anchors as anchors_lib
+from detector.modeling import extents as extents_lib
 from detector.modeling import fpn as fpn_lib
 from detector.modeling import losses, roi_heads, rpn
 from ops import roi_align
@@ -97,14 +106,24 @@ class MaskRCNN(nnx.Module):
         self.loss = loss
 
     # ----------------------------------------------------------- pieces
-    def _anchors(self) -> list[np.ndarray]:
-        return self.anchors.pyramid(self.image_size)
+    def _anchors(self, canvas: tuple[int, int]) -> list[np.ndarray]:
+        return self.anchors.pyramid(canvas)
 
     def _features(self, images: jax.Array) -> list[jax.Array]:
         with jax.named_scope("backbone"):
             features = self.backbone(images)
         with jax.named_scope("fpn"):
             return self.fpn(features)
+
+    def _zero_outside(self, images: jax.Array, image_sizes):
+        """The block in which convolutions see zeros past each image's
+        extent (`detector.modeling.extents`); no-op without sizes."""
+        padded = (
+            None
+            if image_sizes is None
+            else rpn.padded_extents(image_sizes, 2**self.fpn.top_level)
+        )
+        return extents_lib.zero_outside(padded, _canvas(images))
 
     def _roi_pyramid(self, features: list[jax.Array]) -> roi_align.FlatPyramid:
         """The levels rois pool from: min_level..the backbone's top level."""
@@ -120,14 +139,17 @@ class MaskRCNN(nnx.Module):
             pyramid, boxes, output_size=output_size, **self.pooling._asdict()
         )
 
-    def _proposals(self, logits, deltas, *, training: bool):
+    def _proposals(self, logits, deltas, canvas, image_sizes, *, training):
         options = self.train_proposals if training else self.test_proposals
         with jax.named_scope("rpn"):
             return rpn.generate_proposals(
                 logits,
                 deltas,
-                self._anchors(),
-                image_size=self.image_size,
+                self._anchors(canvas),
+                image_size=canvas,
+                image_sizes=image_sizes,
+                cell_origins=self.anchors.cell_origins(canvas),
+                size_divisor=2**self.fpn.top_level,
                 **options._asdict(),
             )
 
@@ -142,7 +164,7 @@ class MaskRCNN(nnx.Module):
     def _rpn_losses(self, logits, deltas, batch, key):
         with jax.named_scope("rpn_targets"):
             samples = rpn.rpn_targets(
-                np.concatenate(self._anchors()),
+                np.concatenate(self._anchors(_canvas(batch["image"]))),
                 batch["boxes"],
                 batch["valid"].astype(bool),
                 key,
@@ -229,7 +251,9 @@ class MaskRCNN(nnx.Module):
         Args:
           batch: image f32[B, H, W, 3], boxes f32[B, G, 4], classes
             int32[B, G], valid bool[B, G], masks uint8[B, G, S, S],
-            mask_valid bool[B, G] (other keys are ignored).
+            mask_valid bool[B, G], optionally image_size int32[B, 2]
+            (each image's size; default the canvas); other keys are
+            ignored.
           key: PRNG key of the samplers, split per image inside.
 
         Returns:
@@ -237,11 +261,16 @@ class MaskRCNN(nnx.Module):
         """
         batch = dict(batch, boxes=batch["boxes"].astype(jnp.float32))
         rpn_key, roi_key = jax.random.split(key)
-        features = self._features(batch["image"])
-        logits, deltas = self.rpn_head(features)
+        with self._zero_outside(batch["image"], batch.get("image_size")):
+            features = self._features(batch["image"])
+            logits, deltas = self.rpn_head(features)
         terms = self._rpn_losses(logits, deltas, batch, rpn_key)
         proposals, proposal_valid = self._proposals(
-            logits, deltas, training=True
+            logits,
+            deltas,
+            _canvas(batch["image"]),
+            batch.get("image_size"),
+            training=True,
         )
         targets = self._sample_rois(proposals, proposal_valid, batch, roi_key)
         pyramid = self._roi_pyramid(features)
@@ -255,7 +284,11 @@ class MaskRCNN(nnx.Module):
 
     # --------------------------------------------------------- predict
     def proposals(
-        self, images: jax.Array, *, training: bool = False
+        self,
+        images: jax.Array,
+        image_sizes: jax.Array | None = None,
+        *,
+        training: bool = False,
     ) -> tuple[jax.Array, jax.Array]:
         """RPN proposals: boxes f32[B, P, 4], valid bool[B, P].
 
@@ -263,10 +296,17 @@ class MaskRCNN(nnx.Module):
         proposals (pre_nms_top_k_train, post_nms_top_k_train) the roi
         sampler sees.
         """
-        features = self._features(images)
-        return self._proposals(*self.rpn_head(features), training=training)
+        with self._zero_outside(images, image_sizes):
+            features = self._features(images)
+            head = self.rpn_head(features)
+        return self._proposals(
+            *head,
+            _canvas(images),
+            image_sizes,
+            training=training,
+        )
 
-    def _detect(self, pyramid, proposals, proposal_valid):
+    def _detect(self, pyramid, proposals, proposal_valid, canvas, image_sizes):
         class_logits, box_deltas = self.box_head(
             self._pool(pyramid, proposals, self.box_pool_size)
         )
@@ -276,24 +316,39 @@ class MaskRCNN(nnx.Module):
                 box_deltas,
                 proposals,
                 proposal_valid,
-                image_size=self.image_size,
+                image_size=canvas,
+                image_sizes=image_sizes,
                 **self.detection._asdict(),
             )
 
-    def predict(self, images: jax.Array) -> dict[str, jax.Array]:
+    def predict(
+        self, images: jax.Array, image_sizes: jax.Array | None = None
+    ) -> dict[str, jax.Array]:
         """Detections of images f32[B, H, W, 3] (module docstring).
+
+        Args:
+          images: the normalised canvases, zero past each image.
+          image_sizes: int32[B, 2] each image's (height, width); default
+            the whole canvas.
 
         Returns:
           boxes f32[B, K, 4] (input pixels), scores f32[B, K], classes
           int32[B, K] (0: empty slot), masks f32[B, K, M, M] (probabilities
           of the detected class), num_detections int32[B].
         """
-        features = self._features(images)
+        with self._zero_outside(images, image_sizes):
+            features = self._features(images)
+            head = self.rpn_head(features)
         proposals, proposal_valid = self._proposals(
-            *self.rpn_head(features), training=False
+            *head,
+            _canvas(images),
+            image_sizes,
+            training=False,
         )
         pyramid = self._roi_pyramid(features)
-        detections = self._detect(pyramid, proposals, proposal_valid)
+        detections = self._detect(
+            pyramid, proposals, proposal_valid, _canvas(images), image_sizes
+        )
         mask_logits = self.mask_head(
             self._pool(pyramid, detections.boxes, self.mask_pool_size)
         )
@@ -310,3 +365,8 @@ class MaskRCNN(nnx.Module):
             "masks": masks,
             "num_detections": detections.num_detections,
         }
+
+
+def _canvas(images: jax.Array) -> tuple[int, int]:
+    """(H, W) of images [B, H, W, 3] (static)."""
+    return int(images.shape[1]), int(images.shape[2])

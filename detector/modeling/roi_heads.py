@@ -366,23 +366,32 @@ def detect(
     nms_iou: float,
     backend: str,
     min_size: float = 0.0,
+    image_sizes: jax.Array | None = None,
 ) -> Detections:
     """Class-aware detections from the box head outputs on the proposals.
+
+    Boxes clip to each image's own size; a box left no wider or taller
+    than min_size (so every empty one) is never a detection.
 
     Args:
       class_logits: f32[B, P, C + 1]; deltas: f32[B, P, C, 4].
       proposals: f32[B, P, 4]; proposal_valid: bool[B, P].
-      image_size: (height, width) to clip to.
+      image_size: (height, width) of the input (the canvas).
       weights: ROI box coder weights.
       score_threshold, pre_nms_top_k, max_detections, nms_iou, backend: see
         config.model.detection.
       min_size: boxes not wider and taller than this (after clipping) are
         dropped (detection.min_box_size).
+      image_sizes: [B, 2] each image's (height, width) on the canvas, the
+        boxes clip to (None: the whole canvas).
     """
     batch, num_proposals, num_classes = deltas.shape[:3]
     scores = jax.nn.softmax(class_logits, axis=-1)[..., 1:]  # [B, P, C]
     boxes = box_coder.decode(deltas, proposals[:, :, None, :], weights)
-    boxes = box_ops.clip_boxes(boxes, *image_size)  # [B, P, C, 4]
+    if image_sizes is None:
+        image_sizes = jnp.broadcast_to(jnp.asarray(image_size), (batch, 2))
+    limits = image_sizes.astype(jnp.float32)[:, None, None, :]  # [B,1,1,2]
+    boxes = box_ops.clip_boxes(boxes, limits[..., 0], limits[..., 1])
     usable = proposal_valid[..., None] & box_ops.is_larger_than(boxes, min_size)
     scores = jnp.where(usable, scores, -1.0).reshape(batch, -1)
     top_k = min(pre_nms_top_k, num_proposals * num_classes)

@@ -6,7 +6,10 @@ with static shapes: IoU matching (>= fg_iou positive, < bg_iou negative,
 each GT's best anchors positive) and balanced sampling with each image's own
 PRNG key. Proposals decode the top-k anchors of every level, clip them,
 mask out tiny boxes, run `ops.nms` over [B, L] at once, merge the levels and
-keep the best post_nms_top_k; gradients never flow through them.
+keep the best post_nms_top_k; gradients never flow through them. With each
+image's own size (`image_sizes`), proposals clip to it and the anchors whose
+cell lies past it rounded up to `size_divisor` (torchvision's padded tensor,
+size_divisible 32) take no part, as if the image had been run alone.
 
 Shapes (the letters of docs/architecture.md where they exist): B batch,
 L levels, A anchors per cell, N_l = H_l W_l A anchors of level l,
@@ -21,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from detector.modeling import box_coder, matcher, sampler
+from detector.modeling import box_coder, extents, matcher, sampler
 from ops import box_ops
 from ops.nms import nms
 
@@ -79,7 +82,7 @@ class RPNHead(nnx.Module):
         logits, deltas = [], []
         for x in features:
             batch = x.shape[0]
-            x = jax.nn.relu(self.conv(x))
+            x = jax.nn.relu(self.conv(extents.masked(x)))
             logits.append(
                 self.objectness(x).astype(jnp.float32).reshape(batch, -1)
             )
@@ -157,14 +160,42 @@ def _top_k(logits: jax.Array, k: int, recall: float | None):
     return jax.lax.approx_max_k(logits, k, recall_target=recall)
 
 
+def padded_extents(image_sizes: jax.Array, size_divisor: int) -> jax.Array:
+    """i32[B, 2]: each image's (height, width) rounded up to size_divisor."""
+    sizes = image_sizes.astype(jnp.int32)
+    return -(-sizes // size_divisor) * size_divisor
+
+
 def _level_candidates(
-    logits, deltas, anchors, *, top_k, image_size, min_size, weights, recall
+    logits,
+    deltas,
+    anchors,
+    origins,
+    *,
+    top_k,
+    image_sizes,
+    extents,
+    min_size,
+    weights,
+    recall,
 ):
-    """Top boxes of one level: [B, N_pre, 4], scores [B, N_pre] (NaN: none)."""
+    """Top boxes of one level: [B, N_pre, 4], scores [B, N_pre] (NaN: none).
+
+    Anchors whose cell origin (origins i32[N_l, 2]) lies outside an image's
+    extent (extents i32[B, 2]) score -inf; boxes clip to image_sizes
+    f32[B, 2].
+    """
+    origins = jnp.asarray(origins)
+    inside = (origins[None, :, 0] < extents[:, None, 0]) & (
+        origins[None, :, 1] < extents[:, None, 1]
+    )
+    logits = jnp.where(inside, logits, -jnp.inf)
     scores, indices = _top_k(logits, min(top_k, logits.shape[1]), recall)
     deltas = jnp.take_along_axis(deltas, indices[..., None], axis=1)
     boxes = box_coder.decode(deltas, jnp.asarray(anchors)[indices], weights)
-    boxes = box_ops.clip_boxes(boxes, *image_size)
+    boxes = box_ops.clip_boxes(
+        boxes, image_sizes[:, 0, None], image_sizes[:, 1, None]
+    )
     valid = box_ops.is_larger_than(boxes, min_size) & jnp.isfinite(scores)
     scores = jnp.where(valid, scores, jnp.nan)
     pad = top_k - scores.shape[1]
@@ -187,6 +218,9 @@ def generate_proposals(
     weights: Sequence[float],
     backend: str,
     approx_recall: float | None = None,
+    image_sizes: jax.Array | None = None,
+    cell_origins: Sequence[np.ndarray] | None = None,
+    size_divisor: int = 32,
 ) -> tuple[jax.Array, jax.Array]:
     """Proposals from the RPN outputs (gradients stopped).
 
@@ -198,30 +232,47 @@ def generate_proposals(
         merging the levels.
       nms_iou: NMS IoU threshold.
       min_size: boxes not wider and taller than this are dropped.
-      image_size: (height, width) to clip to.
+      image_size: (height, width) of the input (the canvas).
       weights: RPN box coder weights.
       backend: the ops.nms backend.
       approx_recall: None for the exact per-level top-k; else the recall
         target of `lax.approx_max_k` (faster on TPU, may miss a few of the
         true top N_pre).
+      image_sizes: [B, 2] each image's (height, width) on the canvas, the
+        boxes clip to (None: the whole canvas).
+      cell_origins: per level i32[N_l, 2] anchor cell origins
+        (`AnchorSpec.cell_origins`); with image_sizes, anchors past an
+        image's size rounded up to size_divisor take no part.
+      size_divisor: see cell_origins.
 
     Returns:
       boxes f32[B, P, 4] by descending score, valid bool[B, P].
     """
     top_k = min(pre_nms_top_k, max(x.shape[1] for x in logits))
+    batch = logits[0].shape[0]
+    if image_sizes is None:
+        image_sizes = jnp.broadcast_to(
+            jnp.asarray(image_size, jnp.int32), (batch, 2)
+        )
+    if cell_origins is None:
+        cell_origins = [np.zeros((len(a), 2), np.int32) for a in anchors]
+    extents = padded_extents(image_sizes, size_divisor)
+    image_sizes = image_sizes.astype(jnp.float32)
     per_level = [
         _level_candidates(
             jax.lax.stop_gradient(level_logits),
             jax.lax.stop_gradient(level_deltas),
             level_anchors,
+            level_origins,
             top_k=top_k,
-            image_size=image_size,
+            image_sizes=image_sizes,
+            extents=extents,
             min_size=min_size,
             weights=weights,
             recall=approx_recall,
         )
-        for level_logits, level_deltas, level_anchors in zip(
-            logits, deltas, anchors, strict=True
+        for level_logits, level_deltas, level_anchors, level_origins in zip(
+            logits, deltas, anchors, cell_origins, strict=True
         )
     ]
     boxes = jnp.stack([b for b, _ in per_level], axis=1)  # [B, L, N_pre, 4]
@@ -237,7 +288,6 @@ def generate_proposals(
     kept_scores = jnp.take_along_axis(scores, safe, axis=-1)
     kept_scores = jnp.where(kept >= 0, kept_scores, -jnp.inf)
     kept_boxes = jnp.take_along_axis(boxes, safe[..., None], axis=-2)
-    batch = boxes.shape[0]
     merged_scores, order = jax.lax.top_k(
         kept_scores.reshape(batch, -1), post_nms_top_k
     )

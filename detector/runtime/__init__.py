@@ -5,7 +5,7 @@ and the standard library (pycocotools where installed), never the model,
 the config schema, the training engine, TensorFlow, Flax or orbax, so a
 serving process needs none of them. This package imports nothing itself.
 
-  images.py    read any JPEG/PNG as RGB uint8, letterbox as eval does
+  images.py    read any JPEG/PNG as RGB uint8, resize as eval does
   masks.py     paste box-relative masks into their boxes' pixels (crops)
   rle.py       COCO RLE of pasted masks from their crops
   artifact.py  load and check an exported artifact, call it

@@ -3,17 +3,21 @@
 A folder written by export.py holds two files:
 
   predict.jax   `jax.export` serialization of the predict function, weights
-                inside; called as f(images u8[b, H, W, 3], orig_sizes
-                i32[b, 2] (height, width)) -> OUTPUTS
+                inside; called as f(images f32[b, H, W, 3] (resized,
+                unrounded, at the top left), image_sizes i32[b, 2] (each
+                image's resized height and width), orig_sizes i32[b, 2]
+                (the original's)) -> OUTPUTS
   predict.json  what a caller needs beside it (`REQUIRED_KEYS`): the
-                input size and the batch dimension's name, pixel mean and
+                input size (the canvas), the resize rule and its sizes
+                (`images.Resize`), the batch dimension's name, pixel mean and
                 std, categories, the NMS backend per platform, the JAX
                 version and calling convention the artifact was serialized
                 with, the platforms, the checkpoint step, the mask pasting
                 rule, and the artifact's sha256
 
 Outputs, per image b (K detection slots, T mask size):
-  boxes f32[b, K, 4] (x1, y1, x2, y2) in original-image pixels, clipped;
+  boxes f32[b, K, 4] (x1, y1, x2, y2) in original-image pixels, clipped,
+  each of positive width and height;
   scores f32[b, K]; category_ids i32[b, K] (0: empty slot); masks
   f32[b, K, T, T] probabilities over each box; num_valid i32[b] (the
   first num_valid slots are detections).
@@ -33,6 +37,7 @@ import jax
 import numpy as np
 
 from detector.runtime import artifact_meta, masks
+from detector.runtime import images as images_lib
 
 ARTIFACT_FILE = "predict.jax"
 META_FILE = "predict.json"
@@ -83,6 +88,12 @@ class Artifact:
     def image_size(self) -> tuple[int, int]:
         return tuple(self.meta["image_size"])
 
+    @property
+    def resize(self) -> images_lib.Resize:
+        resize = dict(self.meta["resize"])
+        resize["image_size"] = tuple(resize["image_size"])
+        return images_lib.Resize(**resize)
+
 
 def _read_meta(path: pathlib.Path) -> dict:
     try:
@@ -98,6 +109,15 @@ def _read_meta(path: pathlib.Path) -> dict:
         artifact_meta.check(meta, str(path), tuple(masks.MASK_PASTERS))
     except artifact_meta.MetaError as e:
         raise ArtifactError(str(e)) from None
+    resize = meta["resize"]
+    if (
+        set(resize) != set(images_lib.Resize._fields)
+        or resize["rule"] not in images_lib.RESIZE_RULES
+    ):
+        raise ArtifactError(
+            f"{path}: resize={resize!r}: must be a rule of "
+            f"{', '.join(images_lib.RESIZE_RULES)} with its sizes"
+        )
     return meta
 
 
@@ -168,43 +188,54 @@ def _check_input_size(
 
 
 def _check_inputs(
-    artifact: Artifact, images: np.ndarray, orig_sizes: np.ndarray
+    artifact: Artifact,
+    images: np.ndarray,
+    image_sizes: np.ndarray,
+    orig_sizes: np.ndarray,
 ) -> None:
     height, width = artifact.image_size
     if (
-        images.dtype != np.uint8
+        images.dtype != np.float32
         or images.ndim != 4
-        or images.shape[1:]
-        != (
-            height,
-            width,
-            3,
-        )
+        or images.shape[1:] != (height, width, 3)
     ):
         raise ArtifactError(
-            f"images: expected uint8[b, {height}, {width}, 3] (the "
+            f"images: expected float32[b, {height}, {width}, 3] (the "
             f"artifact's input size), got {images.dtype}{list(images.shape)}"
         )
-    if orig_sizes.shape != (images.shape[0], 2) or not np.issubdtype(
-        orig_sizes.dtype, np.integer
+    for name, sizes in (
+        ("image_sizes", image_sizes),
+        ("orig_sizes", orig_sizes),
     ):
-        raise ArtifactError(
-            f"orig_sizes: expected int[{images.shape[0]}, 2] (height, "
-            f"width per image), got {orig_sizes.dtype}{list(orig_sizes.shape)}"
-        )
-    if images.shape[0] < 1 or (orig_sizes < 1).any():
+        if sizes.shape != (images.shape[0], 2) or not np.issubdtype(
+            sizes.dtype, np.integer
+        ):
+            raise ArtifactError(
+                f"{name}: expected int[{images.shape[0]}, 2] (height, "
+                f"width per image), got {sizes.dtype}{list(sizes.shape)}"
+            )
+    if images.shape[0] < 1 or (orig_sizes < 1).any() or (image_sizes < 1).any():
         raise ArtifactError(
             "images: need at least one image, each at least 1 x 1 pixels"
+        )
+    if (image_sizes > np.asarray([height, width])).any():
+        raise ArtifactError(
+            f"image_sizes: each must fit the {height} x {width} input"
         )
 
 
 def run(
-    artifact: Artifact, images: np.ndarray, orig_sizes: np.ndarray
+    artifact: Artifact,
+    images: np.ndarray,
+    image_sizes: np.ndarray,
+    orig_sizes: np.ndarray,
 ) -> dict[str, np.ndarray]:
     """Calls the artifact on one batch; returns OUTPUTS as numpy arrays.
 
     Args:
-      images: u8[b, H, W, 3] letterboxed images (`images.letterbox`).
+      images: f32[b, H, W, 3] images resized and placed by
+        `images.fitted_size` and `images.place` with `artifact.resize`.
+      image_sizes: int[b, 2] each image's resized (height, width).
       orig_sizes: int[b, 2] each image's original (height, width).
 
     Raises:
@@ -212,8 +243,9 @@ def run(
         artifact was not lowered for.
     """
     images = np.asarray(images)
+    image_sizes = np.asarray(image_sizes)
     orig_sizes = np.asarray(orig_sizes)
-    _check_inputs(artifact, images, orig_sizes)
+    _check_inputs(artifact, images, image_sizes, orig_sizes)
     platform = jax.default_backend()
     platform = "cuda" if platform == "gpu" else platform
     if platform not in artifact.exported.platforms:
@@ -222,5 +254,7 @@ def run(
             f"{', '.join(artifact.exported.platforms)}, not for this "
             f"{platform}; export it again with --platforms={platform}"
         )
-    outputs = artifact.exported.call(images, orig_sizes.astype(np.int32))
+    outputs = artifact.exported.call(
+        images, image_sizes.astype(np.int32), orig_sizes.astype(np.int32)
+    )
     return {k: np.asarray(v) for k, v in outputs.items()}

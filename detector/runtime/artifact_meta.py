@@ -93,6 +93,11 @@ def _image_size(value: object) -> bool:
 # (key, test, what the value must be), in predict.json's order.
 SCHEMA: tuple[tuple[str, Callable[[object], bool], str], ...] = (
     ("image_size", _image_size, "[height, width], two positive integers"),
+    (
+        "resize",
+        lambda v: isinstance(v, dict) and isinstance(v.get("rule"), str),
+        'an object {"rule": name, ...its sizes}',
+    ),
     ("batch_sizes", _text, "the batch dimension's name, a string"),
     ("pixel_mean", _numbers(3), "three numbers"),
     ("pixel_std", _numbers(3, positive=True), "three positive numbers"),

@@ -1,16 +1,25 @@
-"""Image files -> RGB uint8 arrays -> letterboxed model inputs (numpy).
+"""Image files -> RGB uint8 arrays -> resized model inputs (numpy).
 
-The letterbox is the eval pipeline's geometry (detector/data/transforms.py)
-written in numpy: scale = min(H / h, W / w), resized size
-max(round([h, w] * scale), 1) per axis (float32, half to even), TensorFlow's
-bilinear resize with half-pixel centres and no antialiasing, placed at the
-top left and zero-padded right and down. tests/detector/runtime/ checks it
-against the pipeline's own output.
+The resize rules are the eval pipeline's (detector/data/transforms.py)
+written in numpy, one per `data.resize` (`RESIZE_RULES`):
+- 'letterbox': scale = min(H / h, W / w), resized size
+  max(round([h, w] * scale), 1) per axis (float32, half to even);
+- 'shortest_edge': torchvision's GeneralizedRCNNTransform, scale =
+  min(min_size / short side, max_size / long side) and size
+  floor([h, w] * scale) per axis, in float64 (Python floats).
+An image a rule makes larger than its canvas is letterboxed onto it.
+Both resize with TensorFlow's (and torch's `interpolate`) bilinear kernel:
+half-pixel centres, no antialiasing, in float32 from the decoded uint8
+pixels. The image is placed at the top left and zero-padded right and
+down. tests/detector/runtime/ checks this against the pipeline's output.
 
-Shapes: h, w original image; H, W model input.
+Shapes: h, w original image; H, W model input (a canvas).
 """
 
+import math
 import pathlib
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -65,6 +74,60 @@ def letterbox_size(
     return int(resized[0]), int(resized[1])
 
 
+class Resize(NamedTuple):
+    """A resize rule and its settings (`data.resize`, predict.json)."""
+
+    rule: str  # a key of RESIZE_RULES
+    image_size: tuple[int, int]  # letterbox: the (H, W) fitted
+    min_size: int = 800  # shortest_edge: the short side (eval's)
+    max_size: int = 1333  # shortest_edge: the long side at most
+
+
+def shortest_edge_size(
+    orig_size: tuple[int, int], min_size: float, max_size: float
+) -> tuple[int, int]:
+    """(h', w') as torchvision's GeneralizedRCNNTransform resizes h x w.
+
+    scale = min(min_size / short, max_size / long) and floor(side * scale)
+    per axis, in Python floats (float64) as torch's `interpolate` computes
+    an output size from a scale factor; at least 1 pixel.
+    """
+    h, w = (int(v) for v in orig_size)
+    scale = min(min_size / min(h, w), max_size / max(h, w))
+    return max(math.floor(h * scale), 1), max(math.floor(w * scale), 1)
+
+
+# data.resize -> (original (h, w), settings) -> resized (h', w').
+RESIZE_RULES: dict[
+    str, Callable[[tuple[int, int], Resize], tuple[int, int]]
+] = {
+    "letterbox": lambda hw, r: letterbox_size(hw, r.image_size),
+    "shortest_edge": lambda hw, r: shortest_edge_size(
+        hw, r.min_size, r.max_size
+    ),
+}
+
+
+def fitted_size(
+    orig_size: tuple[int, int], resize: Resize, canvas: tuple[int, int]
+) -> tuple[int, int]:
+    """(h', w') by `resize.rule`; letterboxed onto `canvas` if larger."""
+    size = RESIZE_RULES[resize.rule](tuple(orig_size), resize)
+    if size[0] > canvas[0] or size[1] > canvas[1]:
+        return letterbox_size(orig_size, canvas)
+    return size
+
+
+def place(
+    image: np.ndarray, size: tuple[int, int], canvas: tuple[int, int]
+) -> np.ndarray:
+    """u8[h, w, 3] -> f32[H, W, 3]: resized to `size` in float, unrounded,
+    at the top left of a zero `canvas`."""
+    out = np.zeros((*canvas, 3), np.float32)
+    out[: size[0], : size[1]] = resize_bilinear(image, size)
+    return out
+
+
 def _axis_weights(
     in_size: int, out_size: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -93,21 +156,3 @@ def resize_bilinear(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     top = top[:, x_low] + (top[:, x_high] - top[:, x_low]) * x_lerp
     bottom = bottom[:, x_low] + (bottom[:, x_high] - bottom[:, x_low]) * x_lerp
     return top + (bottom - top) * y_lerp[:, None, None]
-
-
-def letterbox(image: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
-    """u8[h, w, 3] -> u8[H, W, 3]: resized as eval resizes, zero-padded.
-
-    The resized pixels are rounded to uint8 (the exported model's input
-    type); the model zeroes the padding after normalising, from the
-    original size it is given with the image.
-    """
-    height, width = image_size
-    resized = resize_bilinear(
-        image, letterbox_size(image.shape[:2], image_size)
-    )
-    resized = np.clip(np.round(resized), 0, 255).astype(np.uint8)
-    out = np.zeros((height, width, 3), np.uint8)
-    part = resized[:height, :width]
-    out[: part.shape[0], : part.shape[1]] = part
-    return out

@@ -1,12 +1,13 @@
 """Image files -> batches -> predictions.json and one overlay PNG each.
 
-    predictor = Predictor(image_size, categories, run, mask_paste)
+    predictor = Predictor(resize, categories, run, mask_paste)
     summary = predict_files(predictor, ["photos/"], pathlib.Path("out"))
 
 Both forms of predict.py end here: `run` is the exported artifact
 (`artifact.run`) or the in-process jitted model (detector/export/). Files
 are read with `images.read_image` (any size and mode, EXIF orientation
-applied), letterboxed as eval letterboxes, and run `batch_size` at a time.
+applied), resized in float by the rule eval resizes by (`images.fitted_size`,
+`images.place`: no rounding to uint8), and run `batch_size` at a time.
 A file that cannot be read is one line on stderr and is skipped; the rest
 are written.
 
@@ -36,17 +37,22 @@ DRAW_SCORE_THRESHOLD = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class Predictor:
-    """What predicts: input size, categories and a batch function.
+    """What predicts: resize rule and canvas, categories, a batch function.
 
-    `run(images u8[b, H, W, 3], orig_sizes i32[b, 2])` returns the outputs
-    of `detector.runtime.artifact.OUTPUTS` as numpy arrays; `mask_paste`
-    names the rule of `masks.MASK_PASTERS` (the config's eval.mask_paste).
+    `run(images f32[b, H, W, 3], image_sizes i32[b, 2], orig_sizes
+    i32[b, 2])` returns the outputs of `detector.runtime.artifact.OUTPUTS`
+    as numpy arrays; `mask_paste` names the rule of `masks.MASK_PASTERS`
+    (the config's eval.mask_paste). The canvas is `resize.image_size`.
     """
 
-    image_size: tuple[int, int]
+    resize: images.Resize
     categories: list[dict]
-    run: Callable[[np.ndarray, np.ndarray], dict[str, np.ndarray]]
+    run: Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
     mask_paste: str = "centres"
+
+    @property
+    def image_size(self) -> tuple[int, int]:
+        return self.resize.image_size
 
 
 def list_images(args: list[str]) -> list[pathlib.Path]:
@@ -158,11 +164,22 @@ def predict_files(
     predictions, used, seconds = {}, set(), 0.0
     for batch in _batches(paths, batch_size):
         sizes = np.asarray([im.shape[:2] for _, im in batch], np.int32)
+        canvas = predictor.image_size
+        resized = np.asarray(
+            [
+                images.fitted_size(im.shape[:2], predictor.resize, canvas)
+                for _, im in batch
+            ],
+            np.int32,
+        )
         inputs = np.stack(
-            [images.letterbox(im, predictor.image_size) for _, im in batch]
+            [
+                images.place(im, tuple(size), canvas)
+                for (_, im), size in zip(batch, resized, strict=True)
+            ]
         )
         started = time.perf_counter()
-        outputs = predictor.run(inputs, sizes)
+        outputs = predictor.run(inputs, resized, sizes)
         seconds += time.perf_counter() - started
         for i, (path, image) in enumerate(batch):
             results, pasted = image_detections(
@@ -190,8 +207,10 @@ def predict_files(
 def artifact_predictor(loaded: artifact.Artifact) -> Predictor:
     """A Predictor that calls an exported artifact (`artifact.load`)."""
     return Predictor(
-        loaded.image_size,
+        loaded.resize,
         loaded.meta["categories"],
-        lambda batch, sizes: artifact.run(loaded, batch, sizes),
+        lambda batch, resized, sizes: artifact.run(
+            loaded, batch, resized, sizes
+        ),
         loaded.meta["mask_paste"],
     )

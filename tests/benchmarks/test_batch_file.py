@@ -29,6 +29,9 @@ def _batches(config, count, seed=0):
         batches.append(
             {
                 "image": (pixels - mean) / std,
+                "image_size": rng.integers(
+                    1, 32, shapes["image_size"], np.int32
+                ),
                 "boxes": rng.uniform(0, 30, shapes["boxes"]).astype(np.float32),
                 "classes": rng.integers(0, 4, shapes["classes"], np.int32),
                 "valid": rng.random(shapes["valid"]) < 0.5,

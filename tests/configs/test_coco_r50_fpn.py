@@ -21,7 +21,14 @@ def test_default_is_the_pretrained_1x_recipe():
         "backbone/stem",
         "backbone/stages/0",
     )
-    assert tuple(config.data.image_size) == (1024, 1024)
+    data = config.data
+    assert (data.resize, data.max_size, data.hflip) == (
+        "shortest_edge",
+        1333,
+        True,
+    )
+    assert data.min_size == (640, 672, 704, 736, 768, 800)
+    assert tuple(data.image_size) == (1344, 1344)
     assert (train.optimizer, train.momentum, train.weight_decay) == (
         "sgd",
         0.9,
@@ -54,6 +61,13 @@ def test_lr_steps_and_warmup_follow_the_batch(
     assert train.learning_rate == pytest.approx(lr)
     assert (train.num_steps, train.warmup_steps) == (steps, warmup)
     assert optimizer.step_boundaries(train) == boundaries
+
+
+def test_letterbox_is_tf_model_gardens_input():
+    data = coco_r50_fpn.get_config("letterbox").data
+    assert (data.resize, tuple(data.image_size)) == ("letterbox", (1024, 1024))
+    assert tuple(data.scale_jitter) == (0.8, 1.25)
+    assert coco_r50_fpn.get_config("shapes").data.resize == "letterbox"
 
 
 def test_gn_scratch_keeps_the_group_norm_setup():

@@ -22,6 +22,7 @@ TRAIN_DTYPES = {
     "image_id": (np.int64, ()),
     "orig_size": (np.int32, (2,)),
     "scale": (np.float32, ()),
+    "image_size": (np.int32, (2,)),
     "image_valid": (np.bool_, ()),
 }
 

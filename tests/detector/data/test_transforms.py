@@ -16,6 +16,7 @@ def _data(
     return ml_collections.ConfigDict(
         {
             "image_size": (64, 80),
+            "resize": "letterbox",
             "max_instances": 4,
             "gt_mask_size": S,
             "hflip": hflip,
@@ -182,9 +183,75 @@ def test_eval_transform_has_no_randomness_and_pads():
         "image_id",
         "orig_size",
         "scale",
+        "image_size",
         "image_valid",
     }
     assert np.isclose(out["scale"], 4 / 3)
+    assert out["image_size"].numpy().tolist() == [53, 80]
     pad = transforms.padding_example(data)
     assert pad["image_id"] == -1 and not pad["image_valid"]
     assert pad["image"].shape == out["image"].shape
+
+
+def _shortest_edge(min_size=(800,), max_size=1333, canvas=(1344, 1344)):
+    data = _data(hflip=True, jitter=(1.0, 1.0))
+    data.image_size = canvas
+    data.resize = "shortest_edge"
+    data.min_size = min_size
+    data.max_size = max_size
+    return data
+
+
+def test_shortest_edge_eval_size_is_torchvisions():
+    """640 x 480 -> 1066 x 800, 427 x 640 -> 800 x 1199 (floor, not round):
+    torchvision's GeneralizedRCNNTransform at (800, 1333)."""
+    data = _shortest_edge()
+    for hw, expected in (
+        ((480, 640), (800, 1066)),
+        ((640, 427), (1199, 800)),
+        ((100, 1000), (133, 1333)),
+        ((13, 17), (800, 1046)),
+    ):
+        image = tf.zeros([*hw, 3], tf.uint8)
+        out = transforms.transform(
+            {"image": image, "image_id": tf.constant(1, tf.int64)},
+            None,
+            data,
+            False,
+            False,
+        )
+        assert tuple(out["image_size"].numpy()) == expected, hw
+        assert out["image"].shape == (1344, 1344, 3)
+
+
+def test_shortest_edge_training_draws_each_min_size():
+    data = _shortest_edge(min_size=(640, 672, 704), canvas=(1344, 1344))
+    example = _example()  # 40 x 60
+    shorts = set()
+    for seed in range(40):
+        out = transforms.transform(
+            example, tf.constant([seed, 1], tf.int64), data, True, True
+        )
+        size = out["image_size"].numpy()
+        assert size[1] == np.floor(60 * size[0] / 40 + 1e-6) or size[
+            1
+        ] == np.floor(60 * (size[0] / 40))
+        shorts.add(int(size[0]))
+        kept = out["boxes"].numpy()[out["valid"].numpy()]
+        assert (kept[:, 2] <= size[1]).all() and (kept[:, 3] <= size[0]).all()
+    assert shorts == {640, 672, 704}
+
+
+def test_shortest_edge_larger_than_the_canvas_is_letterboxed():
+    data = _shortest_edge(canvas=(512, 768))
+    out = transforms.transform(
+        {
+            "image": tf.zeros([480, 640, 3], tf.uint8),
+            "image_id": tf.constant(1, tf.int64),
+        },
+        None,
+        data,
+        False,
+        False,
+    )
+    assert tuple(out["image_size"].numpy()) == (512, 683)

@@ -11,6 +11,7 @@ tf = pytest.importorskip("tensorflow")
 from configs import shapes as shapes_config
 from detector.data import transforms
 from detector.evaluation import postprocess
+from detector.runtime import images
 from detector.runtime import masks as mask_paste
 
 
@@ -56,6 +57,7 @@ def test_coco_results_undo_scale_skip_padding_and_encode_masks():
         "image_id": np.array([7, 0]),
         "orig_size": np.array([[25, 20], [0, 0]]),
         "scale": np.array([2.0, 1.0]),
+        "image_size": np.array([[50, 40], [0, 0]]),
         "image_valid": np.array([True, False]),
     }
     results = postprocess.coco_results(
@@ -101,7 +103,8 @@ def test_boxes_map_back_with_the_pipeline_rounded_resize():
     }
     scale = float(batch["scale"][0])
     np.testing.assert_allclose(
-        postprocess.resize_factors([5, 47], scale), [9 / 5, 80 / 47]
+        postprocess.resize_factors([5, 47], batch["image_size"][0]),
+        [9 / 5, 80 / 47],
     )
     predictions = {
         "boxes": train["boxes"].numpy()[None, :1],
@@ -118,20 +121,14 @@ def test_boxes_map_back_with_the_pipeline_rounded_resize():
     assert abs(train["boxes"].numpy()[0, 3] / scale - 5.0) > 0.2
 
 
-def test_resize_factors_round_half_to_even_in_float32():
+def test_letterbox_sizes_round_half_to_even_in_float32():
     # 3 * 1.5 = 4.5 rounds to 4 and 5 * 1.5 = 7.5 to 8, as in TensorFlow.
-    np.testing.assert_allclose(
-        postprocess.resize_factors([3, 5], 1.5), [4 / 3, 8 / 5]
-    )
+    np.testing.assert_allclose(images.resized_size([3, 5], 1.5), [4, 8])
     hw = tf.constant([3.0, 5.0])
     resized = tf.maximum(tf.round(hw * tf.constant(1.5)), 1.0).numpy()
-    np.testing.assert_allclose(
-        resized / [3, 5], postprocess.resize_factors([3, 5], 1.5)
-    )
+    np.testing.assert_allclose(resized, images.resized_size([3, 5], 1.5))
     # A tiny image never resizes below one pixel.
-    np.testing.assert_allclose(
-        postprocess.resize_factors([1, 400], 0.1), [1.0, 0.1], rtol=1e-6
-    )
+    np.testing.assert_allclose(images.resized_size([1, 400], 0.1), [1, 40])
 
 
 def test_boxes_in_the_padding_never_become_detections():
@@ -156,6 +153,7 @@ def test_boxes_in_the_padding_never_become_detections():
         "image_id": np.array([4]),
         "orig_size": np.array([[40, 60]]),
         "scale": np.array([1.0]),
+        "image_size": np.array([[40, 60]]),
         "image_valid": np.array([True]),
     }
     for with_masks in (False, True):

@@ -114,27 +114,32 @@ def test_other_calling_convention_in_serialized_header(copy):
     "images,sizes,message",
     [
         (
-            np.zeros((1, 64, 64, 3), np.uint8),
+            np.zeros((1, 64, 64, 3), np.float32),
             np.ones((1, 2), np.int32),
-            "images: expected uint8[b, 128, 128, 3] (the artifact's input "
-            "size), got uint8[1, 64, 64, 3]",
-        ),
-        (
-            np.zeros((2, 128, 128, 3), np.float32),
-            np.ones((2, 2), np.int32),
-            "images: expected uint8[b, 128, 128, 3] (the artifact's input "
-            "size), got float32[2, 128, 128, 3]",
+            "images: expected float32[b, 128, 128, 3] (the artifact's input "
+            "size), got float32[1, 64, 64, 3]",
         ),
         (
             np.zeros((2, 128, 128, 3), np.uint8),
+            np.ones((2, 2), np.int32),
+            "images: expected float32[b, 128, 128, 3] (the artifact's input "
+            "size), got uint8[2, 128, 128, 3]",
+        ),
+        (
+            np.zeros((2, 128, 128, 3), np.float32),
             np.ones((2,), np.int32),
-            "orig_sizes: expected int[2, 2] (height, width per image), "
+            "image_sizes: expected int[2, 2] (height, width per image), "
             "got int32[2]",
+        ),
+        (
+            np.zeros((1, 128, 128, 3), np.float32),
+            np.full((1, 2), 129, np.int32),
+            "image_sizes: each must fit the 128 x 128 input",
         ),
     ],
 )
 def test_wrong_input_size_or_dtype(exported_dir, images, sizes, message):
     loaded = artifact.load(exported_dir)
     with pytest.raises(artifact.ArtifactError) as error:
-        artifact.run(loaded, images, sizes)
+        artifact.run(loaded, images, sizes, np.ones_like(sizes))
     assert _one_line(error) == message

@@ -8,6 +8,12 @@ from detector.runtime import artifact, artifact_meta, masks
 
 META = {
     "image_size": [128, 128],
+    "resize": {
+        "rule": "letterbox",
+        "image_size": [128, 128],
+        "min_size": 800,
+        "max_size": 1333,
+    },
     "batch_sizes": "b",
     "pixel_mean": [123.675, 116.28, 103.53],
     "pixel_std": [58.395, 57.12, 57.375],
@@ -39,6 +45,7 @@ def test_the_exporters_meta_passes():
         ("categories", [{"id": 1}]),
         ("categories", [{"id": "1", "name": "a"}]),
         ("image_size", "abc"),
+        ("resize", "letterbox"),
         ("image_size", [128, 0]),
         ("image_size", [128.0, 128]),
         ("pixel_std", [1, 0, 1]),

@@ -1,4 +1,5 @@
-"""Reading image files of any mode, and the letterbox against eval's."""
+"""Reading image files of any mode, and the resize rules against eval's
+and torchvision's."""
 
 import numpy as np
 import pytest
@@ -13,24 +14,34 @@ def _picture(h: int, w: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, 256, (h, w, 3), np.uint8)
 
 
-@pytest.mark.parametrize("hw", [(97, 203), (300, 150), (128, 128), (40, 61)])
-def test_letterbox_is_the_eval_pipelines(hw):
-    """The numpy letterbox, normalised, equals the eval transform's input
-    (detector/data/transforms.py) exactly on CPU; its uint8 form is that
-    resize rounded."""
-    tf = pytest.importorskip("tensorflow")
+def _shapes_data():
     from configs import shapes
+
+    return shapes.get_config().data
+
+
+def _eval_input(picture: np.ndarray, data) -> dict:
+    """The eval transform's example of `picture` (TensorFlow, numpy out)."""
+    tf = pytest.importorskip("tensorflow")
     from detector.data import transforms
 
-    data = shapes.get_config().data
-    picture = _picture(*hw)
-    expected = transforms.transform(
+    out = transforms.transform(
         {"image": tf.constant(picture), "image_id": tf.constant(1, tf.int64)},
         None,
         data,
         training=False,
         has_masks=False,
-    )["image"].numpy()
+    )
+    return {k: v.numpy() for k, v in out.items()}
+
+
+@pytest.mark.parametrize("hw", [(97, 203), (300, 150), (128, 128), (40, 61)])
+def test_letterbox_is_the_eval_pipelines(hw):
+    """The numpy letterbox, normalised, equals the eval transform's input
+    (detector/data/transforms.py) exactly on CPU."""
+    data = _shapes_data()
+    picture = _picture(*hw)
+    expected = _eval_input(picture, data)["image"]
     resized = images.resize_bilinear(picture, images.letterbox_size(hw, SIZE))
     mean, std = np.asarray(data.pixel_mean), np.asarray(data.pixel_std)
     ours = np.zeros_like(expected)
@@ -39,11 +50,9 @@ def test_letterbox_is_the_eval_pipelines(hw):
         np.float32
     )
     np.testing.assert_array_equal(ours, expected)
-    boxed = images.letterbox(picture, SIZE)
-    np.testing.assert_array_equal(
-        boxed[:rows, :cols], np.round(resized).astype(np.uint8)
-    )
-    assert not boxed[rows:].any() and not boxed[:, cols:].any()
+    placed = images.place(picture, (rows, cols), SIZE)
+    np.testing.assert_array_equal(placed[:rows, :cols], resized)
+    assert not placed[rows:].any() and not placed[:, cols:].any()
 
 
 def test_reads_every_mode_as_rgb(tmp_path):
@@ -98,3 +107,74 @@ def test_truncated_jpeg_is_one_line(tmp_path):
         images.ImageReadError, match="cut.jpg: cannot decode image"
     ):
         images.read_image(path)
+
+
+# (h, w) -> torchvision's resized (h', w') at min_size 800, max_size 1333,
+# as torch.nn.functional.interpolate(scale_factor=...,
+# recompute_scale_factor=True) sizes its output (floor).
+TORCHVISION_SIZES = {
+    (480, 640): (800, 1066),
+    (427, 640): (800, 1199),
+    (640, 480): (1066, 800),
+    (500, 375): (1066, 800),
+    (333, 500): (800, 1201),
+    (100, 1000): (133, 1333),
+    (1000, 100): (1333, 133),
+    (24, 31): (800, 1033),
+}
+
+
+@pytest.mark.parametrize("hw", sorted(TORCHVISION_SIZES))
+def test_shortest_edge_size_is_torchvisions(hw):
+    assert images.shortest_edge_size(hw, 800, 1333) == TORCHVISION_SIZES[hw]
+
+
+@pytest.mark.parametrize("hw", sorted(TORCHVISION_SIZES))
+def test_shortest_edge_size_against_torch(hw):
+    """torch's own output size of the resize (where torch is installed)."""
+    torch = pytest.importorskip("torch")
+    scale = min(800 / min(hw), 1333 / max(hw))
+    out = torch.nn.functional.interpolate(
+        torch.zeros(1, 1, *hw),
+        scale_factor=scale,
+        mode="bilinear",
+        recompute_scale_factor=True,
+        align_corners=False,
+    )
+    assert images.shortest_edge_size(hw, 800, 1333) == tuple(out.shape[-2:])
+
+
+def test_resize_bilinear_is_torchs_interpolate():
+    """Float resize of uint8 pixels: torch's bilinear (align_corners=False,
+    no antialias) to 1e-3 of 255 on CPU (float32 summation order)."""
+    torch = pytest.importorskip("torch")
+    picture = _picture(37, 53)
+    size = images.shortest_edge_size((37, 53), 800, 1333)
+    ours = images.resize_bilinear(picture, size)
+    theirs = torch.nn.functional.interpolate(
+        torch.from_numpy(picture).permute(2, 0, 1)[None].float(),
+        size=size,
+        mode="bilinear",
+        align_corners=False,
+    )[0].permute(1, 2, 0)
+    np.testing.assert_allclose(ours, theirs.numpy(), atol=1e-3)
+
+
+@pytest.mark.parametrize("hw", [(97, 203), (300, 150), (40, 61), (13, 17)])
+def test_shortest_edge_place_is_the_eval_pipelines(hw):
+    """The numpy float path (fitted_size, place), normalised, equals the
+    eval transform's input under data.resize='shortest_edge' exactly on
+    CPU."""
+    data = _shapes_data()
+    data.resize, data.min_size, data.max_size = "shortest_edge", (96,), 160
+    picture = _picture(*hw)
+    expected = _eval_input(picture, data)
+    resize = images.Resize("shortest_edge", SIZE, 96, 160)
+    size = images.fitted_size(hw, resize, SIZE)
+    assert size == tuple(expected["image_size"])
+    placed = images.place(picture, size, SIZE)
+    mean, std = np.asarray(data.pixel_mean), np.asarray(data.pixel_std)
+    ours = (placed - mean.astype(np.float32)) / std.astype(np.float32)
+    ours[size[0] :] = 0.0
+    ours[:, size[1] :] = 0.0
+    np.testing.assert_array_equal(ours, expected["image"])

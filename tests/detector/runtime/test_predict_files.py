@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detector.runtime import draw, output_files, predict
+from detector.runtime import draw, images, output_files, predict
 
 IMAGE_SIZE = (64, 64)
 
 
-def _run(batch: np.ndarray, sizes: np.ndarray) -> dict[str, np.ndarray]:
+def _run(batch, image_sizes, orig_sizes) -> dict[str, np.ndarray]:
     """One 20 x 10 detection at the top left of every image."""
     b = len(batch)
     return {
@@ -24,7 +24,9 @@ def _run(batch: np.ndarray, sizes: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
-PREDICTOR = predict.Predictor(IMAGE_SIZE, [{"id": 1, "name": "square"}], _run)
+PREDICTOR = predict.Predictor(
+    images.Resize("letterbox", IMAGE_SIZE), [{"id": 1, "name": "square"}], _run
+)
 
 
 @pytest.fixture

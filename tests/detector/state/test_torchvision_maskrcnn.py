@@ -322,6 +322,12 @@ def test_torchvision_variant_points_at_the_converted_file():
     assert config.data.num_classes == 80
     assert config.eval.mask_paste == "torchvision"
     assert not config.model.roi.aligned
+    data = config.data
+    assert (data.resize, data.min_size, data.max_size) == (
+        "shortest_edge",
+        (800,),
+        1333,
+    )
 
 
 @pytest.mark.slow
