@@ -8,7 +8,7 @@
   python benchmarks/step_bench.py --config=configs/coco_r50_fpn.py:shapes
 
 The default starts from an ImageNet ResNet-50 (a torchvision-named
-.safetensors file; README "Train on COCO" shows how to make one) with
+.safetensors file; docs/coco.md shows how to make one) with
 frozen BatchNorm and the stem plus stage 1 frozen, and trains the 1x
 schedule: SGD, momentum 0.9, base LR 0.02 at batch 16 scaled linearly with
 the batch, linear warmup over 1000 steps (at batch 16) from 0.001 x the LR,
@@ -39,8 +39,8 @@ Variants (applied left to right; they combine: `:gn_scratch,shapes`):
   steps);
 - `runlocal` shrinks everything to a smoke run;
 - `torchvision` starts from torchvision's COCO-trained Mask R-CNN
-  (`maskrcnn_resnet50_fpn` v1, converted to .safetensors; README "Start
-  from torchvision's COCO-trained Mask R-CNN") through
+  (`maskrcnn_resnet50_fpn` v1, converted to .safetensors;
+  docs/torchvision-weights.md) through
   model.init_checkpoint and sets every inference setting torchvision does
   differently (see `_torchvision`);
 - `torchvision_v2` starts from torchvision's `maskrcnn_resnet50_fpn_v2`
@@ -169,7 +169,7 @@ def _shapes(config: ml_collections.ConfigDict) -> None:
     config.eval.batch_size = 8
 
 
-# Where README "Start from torchvision's COCO-trained Mask R-CNN" puts it.
+# Where docs/torchvision-weights.md puts it.
 TORCHVISION_FILE = "data/maskrcnn_resnet50_fpn_coco.safetensors"
 
 

@@ -256,9 +256,9 @@ def _matmul_pool(features, offsets, widths, taps, *, size: int, ratio: int):
 IMPLEMENTATIONS = {"gather": _gather_pool, "matmul": _matmul_pool}
 # 'auto' per jax.default_backend(). On a 2-core x86 CPU 'gather' pooled
 # the rois of configs/shapes.py:runlocal (forward and backward) in 8.7 ms
-# and 'matmul' in 78 ms (`benchmarks/step_bench.py --parts`, README). GPU
-# and TPU keep 'gather' until the same rows are measured there; platforms
-# not listed use 'gather'.
+# and 'matmul' in 78 ms (`benchmarks/step_bench.py --parts`,
+# benchmarks/README.md). GPU and TPU keep 'gather' until the same rows are
+# measured there; platforms not listed use 'gather'.
 AUTO_IMPLEMENTATION = {"cpu": "gather", "gpu": "gather", "tpu": "gather"}
 
 

@@ -132,6 +132,15 @@ LAYER_RULES = {
     # Evaluation and export run a trained model: no training code.
     "detector.evaluation": (*_TOP, "detector.export"),
     "detector.export": _TOP,
+    # How a run starts: flags, the run's config and its history, logs.
+    "detector.launch": (
+        "detector.data",
+        "detector.engine",
+        "detector.evaluation",
+        "detector.export",
+        "detector.modeling",
+        "detector.state",
+    ),
     "detector.state": (*_TOP, "detector.evaluation", "detector.export"),
     "detector.config": (
         *_TOP,
@@ -215,6 +224,7 @@ def test_layer_rules_catch_a_planted_import():
         ("detector.distributed.multihost", "detector.state.checkpoint"),
         ("detector.utils.files", "detector.config"),
         ("detector.config.model", "detector.state.optimizer"),
+        ("detector.launch.run_config", "detector.engine.train_lib"),
     ],
 )
 def test_the_real_graph_with_a_planted_import_breaks_a_rule(module, planted):

@@ -1,8 +1,9 @@
-"""config.eval: batch size, subset and visualisation."""
+"""config.eval: batch size, subset, visualisation, pasting, COCOeval."""
 
 import ml_collections
 
 from detector.config.checks import check, check_minimums
+from detector.evaluation import coco_backends
 from detector.runtime import masks as mask_paste
 
 _MINIMUMS = (
@@ -22,6 +23,10 @@ def defaults() -> ml_collections.ConfigDict:
     # pixel centres inside the box, probability >= 0.5) or 'torchvision'
     # (its paste_masks_in_image: one-cell border, integer box, > 0.5).
     evaluation.mask_paste = "centres"
+    # Which COCOeval computes the metrics: 'faster_coco_eval' (C++, the
+    # same 12 numbers) or 'pycocotools'; pycocotools where the first is
+    # not installed.
+    evaluation.coco_backend = coco_backends.DEFAULT
     return evaluation
 
 
@@ -34,4 +39,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
         "eval.mask_paste",
         paste,
         f"unknown mask pasting; known: {', '.join(mask_paste.MASK_PASTERS)}",
+    )
+    backend = config.eval.coco_backend
+    check(
+        backend in coco_backends.BACKENDS,
+        "eval.coco_backend",
+        backend,
+        f"unknown COCOeval backend; known: {', '.join(coco_backends.BACKENDS)}",
     )

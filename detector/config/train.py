@@ -38,9 +38,10 @@ def defaults() -> ml_collections.ConfigDict:
     train.keep_checkpoints = 3
     train.eval_every = 0  # 0: evaluate only at the end
     # Deterministic GPU reductions (XLA --xla_gpu_deterministic_ops): the
-    # same run twice gives the same losses, at a cost in step time (README,
-    # "GPU results"). Applied by the entry points before JAX starts a
-    # backend (detector/distributed/determinism.py); no effect on CPU and TPU.
+    # same run twice gives the same losses, at a cost in step time
+    # (benchmarks/README.md, "GPU results"). Applied by the entry points
+    # before JAX starts a backend (detector/distributed/determinism.py); no
+    # effect on CPU and TPU.
     train.deterministic = False
     return train
 

@@ -14,13 +14,12 @@ in a file name):
      "predict_latency_ms_per_image": median, "nms_backend": ...,
      "host_roundtrips_per_predict": n, "deterministic": bool}
 and `<workdir>/eval_<slug>.png` with the predictions drawn over the first
-images. pycocotools prints the standard 12-number summaries.
+images. The COCOeval backend (eval.coco_backend, coco_backends.py) prints
+the standard 12-number summaries.
 """
 
-import contextlib
 import dataclasses
 import hashlib
-import io
 import json
 import pathlib
 import re
@@ -35,12 +34,11 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from pycocotools import coco as coco_lib
-from pycocotools.cocoeval import COCOeval
 
 from detector import config as config_lib
-from detector.data import coco_folder, pipeline
+from detector.data import pipeline
 from detector.distributed import determinism, multihost, sharding
-from detector.evaluation import postprocess, visualize
+from detector.evaluation import coco_backends, overlap, postprocess, visualize
 from detector.state import train_state as state_lib
 from detector.utils import files, progress
 from ops import host_audit
@@ -122,36 +120,21 @@ def coco_metrics(
     results: list[dict],
     iou_type: str,
     image_ids: list[int],
+    backend: str = coco_backends.DEFAULT,
 ) -> dict[str, float]:
     """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary.
 
-    Metrics COCO cannot define (no ground truth in an area range, or at
-    all) are -1, as pycocotools reports them, with detections or without.
+    `backend` names the COCOeval (config eval.coco_backend). Metrics COCO
+    cannot define (no ground truth in an area range, or at all) are -1, as
+    pycocotools reports them, with detections or without.
     """
-    if results:
-        with contextlib.redirect_stdout(io.StringIO()):  # loadRes chatter
-            detections = coco_gt.loadRes(results)
-    else:
-        # loadRes refuses an empty list; COCOeval takes an empty result set.
+    if not results:
         logging.warning("No %s detections.", iou_type)
-        detections = coco_folder.build_coco(
-            {
-                "images": list(coco_gt.dataset["images"]),
-                "categories": list(coco_gt.dataset["categories"]),
-                "annotations": [],
-            }
-        )
-    evaluator = COCOeval(coco_gt, detections, iou_type)
-    evaluator.params.imgIds = image_ids
-    with contextlib.redirect_stdout(io.StringIO()):  # progress chatter
-        evaluator.evaluate()
-        evaluator.accumulate()
     print(f"COCO {iou_type}:")
-    evaluator.summarize()
-    return {
-        name: float(v)
-        for name, v in zip(METRIC_NAMES, evaluator.stats, strict=True)
-    }
+    stats = coco_backends.evaluate(
+        backend, coco_gt, results, iou_type, image_ids
+    )
+    return {name: float(v) for name, v in zip(METRIC_NAMES, stats, strict=True)}
 
 
 def split_slug(split: str) -> str:
@@ -224,9 +207,13 @@ def check_request(split: str | None, max_images: int) -> None:
 
 
 def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
-    """Predicts every batch; returns COCO results, latencies, drawings."""
-    results, latencies, drawn = [], [], []
-    with host_audit.device_only_transfers():
+    """Predicts every batch; returns COCO results, latencies, drawings.
+
+    Batch k becomes COCO results on a host thread while the device predicts
+    batch k + 1 (`overlap.InOrder`); the results keep the batches' order.
+    """
+    latencies, drawn = [], []
+    with host_audit.device_only_transfers(), overlap.InOrder() as host:
         for batch in progress.bar(
             data.batches(),
             total=data.num_batches,
@@ -243,7 +230,8 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
                 (time.perf_counter() - started) * 1e3 / len(batch["image"])
             )
             outputs = sharding.local_rows(outputs, mesh)
-            results += postprocess.coco_results(
+            host.submit(
+                postprocess.coco_results,
                 outputs,
                 batch,
                 data.category_ids,
@@ -252,6 +240,7 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
             )
             if len(drawn) < config.eval.num_visualized:
                 drawn.append((batch, outputs))
+        results = [r for part in host.results() for r in part]
     return results, latencies, drawn
 
 
@@ -294,9 +283,14 @@ def evaluate(
     box_results = [
         {k: v for k, v in r.items() if k != "segmentation"} for r in results
     ]
-    summary["bbox"] = coco_metrics(data.coco, box_results, "bbox", image_ids)
+    backend = config.eval.coco_backend
+    summary["bbox"] = coco_metrics(
+        data.coco, box_results, "bbox", image_ids, backend
+    )
     if data.has_masks:
-        summary["segm"] = coco_metrics(data.coco, results, "segm", image_ids)
+        summary["segm"] = coco_metrics(
+            data.coco, results, "segm", image_ids, backend
+        )
     else:
         logging.warning(
             "Split %s has no instance masks: segm not evaluated.", split

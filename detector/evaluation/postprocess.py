@@ -1,7 +1,8 @@
 """Host-side post-processing: paste masks, undo the resize, COCO results.
 
 Runs on numpy arrays fetched from the device after predict (masks are
-pasted by detector/runtime/masks.py, the rule eval.mask_paste names). The data
+pasted by detector/runtime/masks.py, the rule eval.mask_paste names, and
+encoded from their box crops by detector/runtime/rle.py). The data
 pipeline resizes each h x w image to max(round([h, w] * scale), 1) pixels per
 axis and pads it right and down, so original pixels are input pixels divided
 by the per-axis factor resized / [h, w] (see `resize_factors`).
@@ -12,7 +13,7 @@ B batch.
 
 import numpy as np
 
-from detector.runtime import images
+from detector.runtime import images, rle
 from detector.runtime import masks as masks_lib
 
 
@@ -66,8 +67,10 @@ def _image_results(
     )[0]
     keep, boxes, clipped = keep[nonempty], boxes[nonempty], clipped[nonempty]
     if with_masks:
-        masks = masks_lib.MASK_PASTERS[mask_paste](
-            predictions["masks"][i][keep], boxes, height, width
+        segmentations = rle.encode(
+            masks_lib.MASK_PASTERS[mask_paste](
+                predictions["masks"][i][keep], boxes, height, width
+            )
         )
     results = []
     for j, d in enumerate(keep):
@@ -79,7 +82,7 @@ def _image_results(
             "score": float(predictions["scores"][i][d]),
         }
         if with_masks:
-            result["segmentation"] = masks_lib.encode_rle(masks[j])
+            result["segmentation"] = segmentations[j]
         results.append(result)
     return results
 

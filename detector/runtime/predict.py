@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from detector.runtime import artifact, draw, images, masks
+from detector.runtime import artifact, draw, images, masks, rle
 
 PREDICTIONS_FILE = "predictions.json"
 # Detections drawn in the overlays (all are in predictions.json).
@@ -79,14 +79,15 @@ def image_detections(
     height: int,
     width: int,
     mask_paste: str = "centres",
-) -> tuple[list[dict], np.ndarray]:
-    """(COCO results, bool[D, height, width] masks) of row i of a batch,
-    masks pasted by the rule `mask_paste` of `masks.MASK_PASTERS`."""
+) -> tuple[list[dict], masks.BoxMasks]:
+    """(COCO results, pasted masks) of row i of a batch, masks pasted by the
+    rule `mask_paste` of `masks.MASK_PASTERS`."""
     count = int(outputs["num_valid"][i])
     boxes = np.asarray(outputs["boxes"][i][:count], np.float64)
     pasted = masks.MASK_PASTERS[mask_paste](
         outputs["masks"][i][:count], boxes, height, width
     )
+    segmentations = rle.encode(pasted)
     results = []
     for d in range(count):
         x1, y1, x2, y2 = (float(v) for v in boxes[d])
@@ -95,7 +96,7 @@ def image_detections(
                 "bbox": [x1, y1, x2 - x1, y2 - y1],
                 "score": float(outputs["scores"][i][d]),
                 "category_id": int(outputs["category_ids"][i][d]),
-                "segmentation": masks.encode_rle(pasted[d]),
+                "segmentation": segmentations[d],
             }
         )
     return results, pasted
@@ -164,12 +165,14 @@ def predict_files(
                 outputs, i, *image.shape[:2], predictor.mask_paste
             )
             predictions[str(path)] = results
-            shown = [r["score"] >= DRAW_SCORE_THRESHOLD for r in results]
+            shown = np.asarray(
+                [r["score"] >= DRAW_SCORE_THRESHOLD for r in results], bool
+            )
             draw.save_overlay(
                 out / _overlay_name(path, used),
                 image,
                 [r for r, s in zip(results, shown, strict=True) if s],
-                pasted[np.asarray(shown, bool)] if results else pasted,
+                pasted.full(shown),
                 names,
             )
     (out / PREDICTIONS_FILE).write_text(json.dumps(predictions))

@@ -81,7 +81,7 @@ def _read_raw(path: pathlib.Path, field: str) -> dict[str, np.ndarray]:
         raise ValueError(
             f"{here}: reading .pth needs torch, which is not installed; "
             "install the 'torch' extra (pip install -e '.[torch]') or "
-            "convert the file to .safetensors (README: Train on COCO)"
+            "convert the file to .safetensors (docs/coco.md)"
         ) from None
     except Exception as e:  # each reader's own errors, as one line
         raise ValueError(

@@ -26,6 +26,7 @@ def test_the_schema_is_the_seed_and_one_entry_per_section():
         ("train.keep_checkpoints", 0, "must be >= 1 (checkpoints kept)"),
         ("eval.batch_size", 0, "must be >= 1 (images per predict call)"),
         ("eval.mask_paste", "nearest", "unknown mask pasting"),
+        ("eval.coco_backend", "lvis", "unknown COCOeval backend"),
         ("model.anchor_offset", 1.5, "must be in [0, 1)"),
         ("model.detection.min_box_size", -1.0, "must be >= 0"),
         ("model.roi.level_eps", -1e-6, "must be >= 0"),

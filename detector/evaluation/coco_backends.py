@@ -1,0 +1,141 @@
+"""COCOeval backends: the 12 COCO numbers of a set of detections, by name.
+
+    stats = coco_backends.evaluate(name, coco_gt, detections, iou_type,
+                                   image_ids)
+
+config.eval.coco_backend names the backend (`BACKENDS`):
+- 'faster_coco_eval' (the default): faster-coco-eval's C++ COCOeval. It
+  gives pycocotools' 12 numbers (to 1e-9: tests/detector/evaluation/
+  test_coco_backends.py, on the shapes run and on a COCO-format set with
+  crowd regions and empty images) at a fraction of its time
+  (benchmarks/eval_bench.py).
+- 'pycocotools': pycocotools' COCOeval, the reference.
+
+Where the named backend cannot be imported, pycocotools evaluates, with one
+log line. Each prints COCO's standard 12-line summary. Backends import
+their library when called, so this module imports with neither.
+"""
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import weakref
+from collections.abc import Callable
+
+import numpy as np
+from absl import logging
+
+
+@dataclasses.dataclass(frozen=True)
+class Backend:
+    """A COCOeval implementation.
+
+    `module` is what must import; `stats(coco_gt, detections, iou_type,
+    image_ids)` returns f64[12] (AP, AP50, ..., ARl; -1 where COCO has no
+    ground truth to define one) and prints the summary.
+    """
+
+    module: str
+    stats: Callable[[object, list[dict], str, list[int]], np.ndarray]
+
+
+def _empty_detections(dataset: dict) -> dict:
+    """A results dataset with no detections: the images and categories."""
+    return {
+        "images": list(dataset["images"]),
+        "categories": list(dataset["categories"]),
+        "annotations": [],
+    }
+
+
+def _pycocotools_stats(
+    coco_gt, detections: list[dict], iou_type: str, image_ids: list[int]
+) -> np.ndarray:
+    from pycocotools import coco as coco_lib
+    from pycocotools.cocoeval import COCOeval
+
+    with contextlib.redirect_stdout(io.StringIO()):  # loadRes chatter
+        if detections:
+            results = coco_gt.loadRes(detections)
+        else:  # loadRes refuses an empty list
+            results = coco_lib.COCO()
+            results.dataset = _empty_detections(coco_gt.dataset)
+            results.createIndex()
+    evaluator = COCOeval(coco_gt, results, iou_type)
+    evaluator.params.imgIds = image_ids
+    with contextlib.redirect_stdout(io.StringIO()):  # progress chatter
+        evaluator.evaluate()
+        evaluator.accumulate()
+    evaluator.summarize()
+    return np.asarray(evaluator.stats, np.float64)
+
+
+# faster-coco-eval's ground truth, indexed once per pycocotools COCO.
+_FASTER_GT = weakref.WeakKeyDictionary()
+
+
+def _faster_stats(
+    coco_gt, detections: list[dict], iou_type: str, image_ids: list[int]
+) -> np.ndarray:
+    import faster_coco_eval
+
+    ground_truth = _FASTER_GT.get(coco_gt)
+    if ground_truth is None:
+        ground_truth = faster_coco_eval.COCO(coco_gt.dataset)
+        _FASTER_GT[coco_gt] = ground_truth
+    with contextlib.redirect_stdout(io.StringIO()):  # progress chatter
+        results = ground_truth.loadRes(detections)
+        evaluator = faster_coco_eval.COCOeval_faster(
+            ground_truth, results, iou_type, print_function=print
+        )
+        evaluator.params.imgIds = image_ids
+        evaluator.evaluate()
+        evaluator.accumulate()
+    evaluator.summarize()
+    return np.asarray(evaluator.stats[:12], np.float64)
+
+
+# config.eval.coco_backend: name -> Backend.
+BACKENDS = {
+    "faster_coco_eval": Backend("faster_coco_eval", _faster_stats),
+    "pycocotools": Backend("pycocotools", _pycocotools_stats),
+}
+DEFAULT = "faster_coco_eval"
+FALLBACK = "pycocotools"
+_MISSING = set()  # backends already logged as missing
+
+
+def available(name: str) -> str:
+    """`name`, or FALLBACK where its library does not import (logged once
+    per process)."""
+    try:
+        importlib.import_module(BACKENDS[name].module)
+    except ImportError as e:
+        if name not in _MISSING:
+            _MISSING.add(name)
+            logging.warning(
+                "eval.coco_backend=%r: %s does not import (%s); "
+                "evaluating with %s",
+                name,
+                BACKENDS[name].module,
+                e,
+                FALLBACK,
+            )
+        return FALLBACK
+    return name
+
+
+def evaluate(
+    name: str,
+    coco_gt,
+    detections: list[dict],
+    iou_type: str,
+    image_ids: list[int],
+) -> np.ndarray:
+    """f64[12] COCO numbers of `detections` (COCO results format; the
+    dicts gain COCOeval's keys) against `coco_gt` (a pycocotools COCO) on
+    `image_ids`, by the backend `name` (or FALLBACK where it is missing)."""
+    return BACKENDS[available(name)].stats(
+        coco_gt, detections, iou_type, image_ids
+    )

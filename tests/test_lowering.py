@@ -1,0 +1,324 @@
+"""The whole train step and predict lower for TPU and for CUDA.
+
+Lowered on any machine, without a TPU or GPU, and never compiled:
+- the data-parallel train step (detector/engine/train_step.py) with the
+  config's optimizer, its state replicated and its batch sharded over an
+  abstract two-device 'data' mesh, as train_lib places them;
+- the served predict function (detector/export/serving.py) exported as
+  exporter.export_fn exports it (symbolic batch, an abstract TPU device for
+  Mosaic), with the weights as arguments rather than constants.
+Each program must hold the platform's Pallas NMS kernel at every NMS site
+(Mosaic `tpu_custom_call` on TPU, Triton `__gpu$xla.gpu.triton` on CUDA),
+no host callback, no host send, recv, infeed or outfeed, and no custom call
+but the kernel and the platform-neutral ones of jax.export and the
+partitioner.
+
+The configs keep their layers, heads and NMS sites; only sizes are made
+small: a global batch of 2 (one image per device), and
+configs/coco_r50_fpn.py at 256 x 256 instead of 1024 x 1024 (its largest
+level still has more anchors than the RPN's per-level top-k, so every NMS
+call gets the shapes it gets at 1024). The 'auto' settings that the model
+resolves from the default device (the activation dtype, the ROIAlign
+implementation) are resolved for the target platform instead. The R50
+cases run with `-m slow`; the last two tests plant what the audit must
+find.
+"""
+
+import dataclasses
+import functools
+import re
+from contextlib import nullcontext
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import pytest
+from flax import nnx
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from benchmarks import batch_file
+from configs import coco_r50_fpn
+from configs import shapes as shapes_config
+from detector import config as config_lib
+from detector.config import factory
+from detector.engine import train_step as step_lib
+from detector.export import exporter, serving
+from detector.runtime import artifact as artifact_lib
+from detector.state import optimizer
+from detector.state import train_state as state_lib
+from ops import roi_align
+from ops.nms import pallas_gpu
+
+BATCH = 2  # global: one image per device of the mesh
+DEVICES = 2  # the data-parallel mesh
+R50_IMAGE_SIZE = (256, 256)
+# The pipeline's dtypes of the model inputs (detector/data/pipeline.py).
+BATCH_DTYPES = {
+    "image": jnp.float32,
+    "boxes": jnp.float32,
+    "classes": jnp.int32,
+    "valid": jnp.bool_,
+    "masks": jnp.uint8,
+    "mask_valid": jnp.bool_,
+}
+TRITON_CALL = "__gpu$xla.gpu.triton"
+# Each platform's NMS kernel: custom-call target, and how the call names
+# its kernel.
+KERNELS = {
+    "tpu": ("tpu_custom_call", re.compile(r'kernel_name = "([^"]*)"')),
+    "cuda": (TRITON_CALL, re.compile(r'[{ ,]name = "([^"]*)"')),
+}
+# Custom calls allowed on any platform: jax.export's shape checks of the
+# symbolic batch, and the partitioner's annotations.
+NEUTRAL_CALLS = frozenset(
+    (
+        "shape_assertion",
+        "Sharding",
+        "SPMDFullToShardShape",
+        "SPMDShardToFullShape",
+    )
+)
+# The model's NMS sites in each program: the train step runs the RPN's,
+# predict the RPN's and the detections'.
+SITES = {"train_step": 1, "predict": 2}
+_CUSTOM_CALL = re.compile(
+    r'stablehlo\.custom_call @([^\s(]+)|call_target_name = "([^"]*)"'
+)
+_HOST_TRANSFER = re.compile(r"\bstablehlo\.(send|recv|infeed|outfeed)\b")
+_TRITON_MISSING = pytest.mark.skipif(
+    not pallas_gpu.TRITON_AVAILABLE,
+    reason=f"JAX {jax.__version__} has no Pallas Triton backend",
+)
+PLATFORMS = [
+    pytest.param("tpu", id="tpu"),
+    pytest.param("cuda", id="cuda", marks=_TRITON_MISSING),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Audit:
+    """What a lowered program holds that matters off the CPU."""
+
+    kernels: tuple[str, ...] = ()  # the platform's NMS kernels, by name
+    callbacks: tuple[str, ...] = ()  # host-callback custom-call targets
+    host_transfers: tuple[str, ...] = ()  # send, recv, infeed, outfeed ops
+    other_calls: tuple[str, ...] = ()  # any other, e.g. a CPU-only one
+
+
+def audit(module: str, platform: str) -> Audit:
+    """The kernels and host round-trips of StableHLO text `module`."""
+    target, kernel_name = KERNELS[platform]
+    kernels, callbacks, transfers, others = [], [], [], []
+    for line in module.splitlines():
+        transfers += _HOST_TRANSFER.findall(line)
+        for match in _CUSTOM_CALL.finditer(line):
+            call = match.group(1) or match.group(2)
+            if call == target:
+                name = kernel_name.search(line)
+                kernels.append(name.group(1) if name else "<unnamed>")
+            elif "callback" in call:
+                callbacks.append(call)
+            elif call not in NEUTRAL_CALLS:
+                others.append(call)
+    return Audit(*map(tuple, (kernels, callbacks, transfers, others)))
+
+
+def expected(program: str, platform: str) -> Audit:
+    """The audit of a device-only `program` with pallas NMS everywhere."""
+    name = "nms_tiled_tpu" if platform == "tpu" else "nms_tiled"
+    return Audit(kernels=(name,) * SITES[program])
+
+
+def _build_model(config: ml_collections.ConfigDict) -> nnx.Module:
+    """`config`'s model in train mode, as shapes (nothing initialised)."""
+
+    def build():
+        model = factory.build_model(config, rngs=nnx.Rngs(config.seed))
+        model.train()
+        return model
+
+    return nnx.eval_shape(build)
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+    """A reduced config and its train-mode model, split, as shapes."""
+
+    config: ml_collections.ConfigDict
+    graphdef: nnx.GraphDef
+    params: nnx.State
+    rest: nnx.State
+
+
+@functools.cache
+def model_for(name: str, platform: str, nms: str = "pallas") -> Model:
+    """Config `name` ('shapes' or 'r50') reduced (module docstring), with
+    `nms` at both sites and 'auto' resolved for `platform`."""
+    if name == "shapes":
+        config = shapes_config.get_config()
+    else:
+        config = coco_r50_fpn.get_config()
+        config.data.image_size = R50_IMAGE_SIZE
+    config.train.batch_size = BATCH
+    config_lib.set_nms_backend(config, nms)
+    default = "gpu" if platform == "cuda" else platform  # jax's name
+    model = config.model
+    model.dtype = str(config_lib.resolve_dtype(model.dtype, default))
+    if model.roi.align_implementation == "auto":
+        model.roi.align_implementation = roi_align.AUTO_IMPLEMENTATION.get(
+            default, "gather"
+        )
+    config_lib.validate(config)
+    return Model(config, *nnx.split(_build_model(config), nnx.Param, ...))
+
+
+def abstract_mesh(platform: str) -> jax.sharding.AbstractMesh:
+    """DEVICES devices of `platform` on the 'data' axis: for TPU, the kind
+    the exporter lowers Mosaic for; for CUDA, any GPU."""
+    if platform == "tpu":
+        device = exporter._tpu_mesh().abstract_device
+    else:
+        device = jax.sharding.AbstractDevice(
+            device_kind="NVIDIA H100 80GB HBM3",
+            num_cores=None,
+            platform=platform,
+        )
+    return jax.sharding.AbstractMesh(
+        (DEVICES,), ("data",), abstract_device=device
+    )
+
+
+def lower_train_step(
+    model: Model, platform: str, mesh: jax.sharding.AbstractMesh
+) -> str:
+    """StableHLO of the model's train step on `mesh`, lowered for
+    `platform`: the state replicated, the batch sharded on 'data'."""
+    config = model.config
+    tx, schedule = optimizer.make_optimizer(config)
+    state = jax.eval_shape(
+        lambda p, r: state_lib.init_state(p, r, tx), model.params, model.rest
+    )
+    batch = {
+        k: jax.ShapeDtypeStruct(shape, BATCH_DTYPES[k])
+        for k, shape in batch_file.expected_shapes(config).items()
+    }
+    key = jax.eval_shape(lambda: jax.random.key(config.seed))
+
+    def placed(tree, spec):
+        sharding = NamedSharding(mesh, spec)
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
+            tree,
+        )
+
+    step = step_lib.make_train_step(model.graphdef, tx, schedule, mesh)
+    args = placed(state, P()), placed(batch, P("data")), placed(key, P())
+    with jax.sharding.use_abstract_mesh(mesh):
+        lowered = step.trace(*args).lower(lowering_platforms=(platform,))
+    return lowered.as_text()
+
+
+def export_predict(model: Model, platform: str) -> str:
+    """StableHLO of the model's served predict function, exported for
+    `platform` as exporter.export_fn exports it, with the weights as
+    arguments instead of constants."""
+    config = model.config
+    graphdef = state_lib.eval_graphdef(model.graphdef, model.params, model.rest)
+    category_ids = list(range(1, config.data.num_classes + 1))
+
+    def predict(params, rest, images, orig_sizes):
+        return serving.serving_fn(config, graphdef, params, rest, category_ids)(
+            images, orig_sizes
+        )
+
+    (b,) = jax.export.symbolic_shape(artifact_lib.SYMBOLIC_BATCH)
+    args = (
+        model.params,
+        model.rest,
+        jax.ShapeDtypeStruct((b, *config.data.image_size, 3), jnp.uint8),
+        jax.ShapeDtypeStruct((b, 2), jnp.int32),
+    )
+    export = jax.export.export(
+        jax.jit(predict),
+        platforms=(platform,),
+        disabled_checks=[
+            jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)
+        ],
+    )
+    tpu = platform == "tpu"
+    with (
+        jax.sharding.use_abstract_mesh(exporter._tpu_mesh())
+        if tpu
+        else nullcontext()
+    ):
+        return export(*args).mlir_module()
+
+
+CONFIGS = [
+    pytest.param("shapes", id="shapes"),
+    pytest.param("r50", id="r50", marks=pytest.mark.slow),
+]
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_train_step_lowers_with_the_kernel_and_no_host_round_trip(
+    name, platform
+):
+    model = model_for(name, platform)
+    module = lower_train_step(model, platform, abstract_mesh(platform))
+    assert f"mhlo.num_partitions = {DEVICES}" in module
+    assert "stablehlo.all_reduce" in module  # gradients averaged
+    assert audit(module, platform) == expected("train_step", platform)
+
+
+@pytest.mark.parametrize("platform", PLATFORMS)
+@pytest.mark.parametrize("name", CONFIGS)
+def test_predict_exports_with_the_kernel_and_no_host_round_trip(name, platform):
+    module = export_predict(model_for(name, platform), platform)
+    assert audit(module, platform) == expected("predict", platform)
+
+
+def test_audit_finds_the_host_callbacks_of_the_cpu_nms_backend():
+    """The cpu backend's pure_callback at both sites of the model's predict,
+    lowered for the CPU (a host callback lowers only where a device of its
+    platform is attached)."""
+    model = model_for("shapes", "cpu", nms="cpu")
+    graphdef = state_lib.eval_graphdef(model.graphdef, model.params, model.rest)
+    images = jax.ShapeDtypeStruct(
+        (BATCH, *model.config.data.image_size, 3), jnp.float32
+    )
+    predict = jax.jit(lambda p, r, x: nnx.merge(graphdef, p, r).predict(x))
+    with jax.default_device(jax.devices("cpu")[0]):  # on any host
+        lowered = predict.trace(model.params, model.rest, images).lower(
+            lowering_platforms=("cpu",)
+        )
+    found = audit(lowered.as_text(), "tpu")
+    assert found.callbacks == ("xla_ffi_python_cpu_callback",) * 2
+    assert found.kernels == ()
+    assert found != expected("predict", "tpu")
+
+
+def test_audit_finds_cpu_only_custom_calls_and_host_transfers():
+    """LAPACK's eigensolver lowered for the CPU; a host send and recv as a
+    host callback lowers on TPU (which needs a TPU attached to lower)."""
+    x = jax.ShapeDtypeStruct((3, 3), jnp.float32)
+    with jax.default_device(jax.devices("cpu")[0]):
+        lowered = (
+            jax.jit(jnp.linalg.eigh).trace(x).lower(lowering_platforms=("cpu",))
+        )
+    module = lowered.as_text()
+    module += (
+        '\n%1 = "stablehlo.send"(%0, %t) <{channel_handle = '
+        "#stablehlo.channel_handle<handle = 1, type = 2>, "
+        "is_host_transfer = true}> : (tensor<f32>, !stablehlo.token) -> "
+        "!stablehlo.token"
+        '\n%2:2 = "stablehlo.recv"(%1) <{channel_handle = '
+        "#stablehlo.channel_handle<handle = 2, type = 3>, "
+        "is_host_transfer = true}> : (!stablehlo.token) -> (tensor<f32>, "
+        "!stablehlo.token)"
+    )
+    found = audit(module, "tpu")
+    assert [c.split("_")[0] for c in found.other_calls] == ["lapack"]
+    assert found.host_transfers == ("send", "recv")
