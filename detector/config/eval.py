@@ -3,8 +3,8 @@
 import ml_collections
 
 from detector.config.checks import check, check_minimums
-from detector.evaluation import coco_backends
 from detector.runtime import masks as mask_paste
+from detector.utils import coco_backends
 
 _MINIMUMS = (
     ("eval.batch_size", 1, "images per predict call"),
