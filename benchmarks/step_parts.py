@@ -79,7 +79,7 @@ class _Stages:
         self.graphdef, self.rest = graphdef, rest
 
     def model(self, params):
-        return nnx.merge(self.graphdef, params, self.rest)
+        return nnx.merge(self.graphdef, params, self.rest, copy=True)
 
     def forward(self, params, batch: dict, key: jax.Array) -> dict:
         """Every stage's inputs, from one forward pass."""

@@ -26,6 +26,9 @@ RANGES: ranges.Table = {
     "data.pixel_std": ranges.each(ranges.above(0), length=3),
     "data.shuffle_buffer": ranges.at_least(1, "examples shuffled"),
     "data.prefetch": ranges.at_least(1, "batches prepared ahead"),
+    "data.lsj_min": ranges.above(0, "of data.image_size"),
+    "data.lsj_max": ranges.above(0, "of data.image_size"),
+    "data.lsj_min_box_size": ranges.at_least(0, "pixels"),
     "data.shapes.num_train": ranges.at_least(1, "images written"),
     "data.shapes.num_val": ranges.at_least(1, "images written"),
     "data.shapes.image_size": ranges.at_least(
@@ -68,6 +71,14 @@ def defaults() -> ml_collections.ConfigDict:
     data.gt_mask_size = 112
     data.hflip = True
     data.scale_jitter = (0.8, 1.25)  # (1.0, 1.0) turns jitter off
+    # Training augmentation (data/augment.py AUGMENTS): 'jitter' (flip,
+    # data.scale_jitter, crop) or 'lsj' (large-scale jitter: flip, scale in
+    # [lsj_min, lsj_max] of image_size, crop or pad, boxes recomputed from
+    # the cropped masks, boxes under lsj_min_box_size pixels dropped).
+    data.augment = "jitter"
+    data.lsj_min = 0.1
+    data.lsj_max = 2.0
+    data.lsj_min_box_size = 1.0
     data.pixel_mean = (123.675, 116.28, 103.53)
     data.pixel_std = (58.395, 57.12, 57.375)
     data.shuffle_buffer = 1000
@@ -86,9 +97,25 @@ def defaults() -> ml_collections.ConfigDict:
     return data
 
 
+AUGMENTS = ("jitter", "lsj")  # the keys of data/augment.py AUGMENTS
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad data section."""
     ranges.check(config, "data", RANGES, defaults())
+    data = config.data
+    check(
+        data.augment in AUGMENTS,
+        "data.augment",
+        data.augment,
+        f"unknown augmentation; known: {', '.join(AUGMENTS)}",
+    )
+    check(
+        0.0 < data.lsj_min <= data.lsj_max,
+        "data.lsj_min",
+        data.lsj_min,
+        f"must be in (0, data.lsj_max={data.lsj_max}]",
+    )
     check_image_size(config.data.image_size)
     _check_resize(config.data)
 

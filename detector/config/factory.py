@@ -12,8 +12,16 @@ in). The config is validated where a run starts
 import ml_collections
 from flax import nnx
 
-from detector.config.model import resolve_dtype
-from detector.modeling import anchors, backbone, fpn, losses, roi_heads, rpn
+from detector.config.model import fpn_norms, mask_head_norm, resolve_dtype
+from detector.modeling import (
+    anchors,
+    backbone,
+    box_heads,
+    fpn,
+    losses,
+    roi_heads,
+    rpn,
+)
 from detector.modeling.model import MaskRCNN
 
 
@@ -128,24 +136,39 @@ def build_model(
     num_classes = int(config.data.num_classes)
     dtype = resolve_dtype(model.dtype)
     backbone_module, channels = build_backbone(model, rngs=rngs)
-    norm_kwargs = dict(
-        norm=model.norm, groups=model.group_norm_groups, dtype=dtype
-    )
+    groups = model.group_norm_groups
+    lateral_norm, output_norm = fpn_norms(model)
     neck = fpn.FPN(
         channels,
         channels=model.fpn_channels,
         min_level=model.min_level,
         max_level=model.max_level,
+        lateral_norm=lateral_norm,
+        output_norm=output_norm,
+        groups=groups,
+        dtype=dtype,
         rngs=rngs,
-        **norm_kwargs,
     )
     rpn_head = rpn.RPNHead(
-        model.fpn_channels, len(model.aspect_ratios), dtype=dtype, rngs=rngs
+        model.fpn_channels,
+        len(model.aspect_ratios),
+        num_convs=model.rpn.head_convs,
+        norm=model.rpn.head_norm,
+        groups=groups,
+        dtype=dtype,
+        rngs=rngs,
     )
     roi = model.roi
-    box_head = roi_heads.BoxHead(
-        roi.pool_size**2 * model.fpn_channels,
-        roi.box_head_dim,
+    box_head = box_heads.build(
+        box_heads.BoxHeadOptions(
+            name=roi.box_head,
+            in_channels=model.fpn_channels,
+            pool_size=roi.pool_size,
+            fc_dim=roi.box_head_dim,
+            conv_dim=roi.box_head_conv_dim,
+            norm=roi.box_head_norm,
+            groups=groups,
+        ),
         num_classes,
         dtype=dtype,
         rngs=rngs,
@@ -155,8 +178,8 @@ def build_model(
         roi.mask_head_dim,
         roi.mask_head_convs,
         num_classes,
-        norm=fpn.head_norm(model.norm),
-        groups=model.group_norm_groups,
+        norm=mask_head_norm(model),
+        groups=groups,
         dtype=dtype,
         rngs=rngs,
     )

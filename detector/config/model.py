@@ -11,7 +11,7 @@ import ml_collections
 
 from detector.config import ranges
 from detector.config.checks import check, check_image_size, get
-from detector.modeling import backbone
+from detector.modeling import backbone, box_heads, fpn, norms
 from ops import nms as nms_lib
 from ops import roi_align
 
@@ -72,6 +72,8 @@ RANGES: ranges.Table = {
     "model.roi.mask_pool_size": ranges.at_least(1, "mask ROIAlign side"),
     "model.roi.mask_head_dim": _COUNT,
     "model.roi.mask_head_convs": ranges.at_least(0, "convolutions"),
+    "model.roi.box_head_conv_dim": _COUNT,
+    "model.rpn.head_convs": ranges.at_least(1, "3x3 convolutions"),
     "model.roi.max_mask_rois": ranges.at_least(1, "per image"),
     "model.roi.mask_size": ranges.at_least(2, "predicted mask side"),
     "model.detection.score_threshold": ranges.between(0, 1, "a score"),
@@ -98,7 +100,10 @@ def defaults() -> ml_collections.ConfigDict:
     # Channels of the stem; the four stages use 1x, 2x, 4x, 8x this (x4 more
     # at the output of bottleneck stages).
     model.backbone_width = 64
-    model.norm = "group"  # 'group' | 'batch' | 'frozen_batch'
+    # The backbone's norm: 'group' | 'batch' (trained, statistics per
+    # device) | 'sync_batch' (trained, statistics over the global batch) |
+    # 'frozen_batch' (pretrained statistics and affine terms, fixed).
+    model.norm = "group"
     # Epsilon of the frozen BatchNorm layers (torchvision's FrozenBatchNorm2d
     # default; its legacy COCO Mask R-CNN v1 weights need 0).
     model.frozen_bn_epsilon = 1e-5
@@ -120,6 +125,10 @@ def defaults() -> ml_collections.ConfigDict:
     model.freeze_at = 0
     model.group_norm_groups = 32
     model.fpn_channels = 256
+    # Norm of the FPN's lateral and output convs: 'none' | 'batch' |
+    # 'sync_batch' | 'group' (norms.HEAD_NORMS), or 'auto': the 2017
+    # layout, model.norm 'group' or 'batch' in the output convs only.
+    model.fpn_norm = "auto"
     model.min_level = 2
     model.max_level = 6
     model.anchor_scale = 8.0  # anchor side at level l: anchor_scale * 2**l
@@ -154,6 +163,11 @@ def _rpn_config() -> ml_collections.ConfigDict:
     rpn.positive_fraction = 0.5
     rpn.box_weights = (1.0, 1.0, 1.0, 1.0)
     rpn.nms_backend = "auto"
+    # Shared 3x3 convs of the RPN head (torchvision v2 and detectron2's LSJ
+    # baselines: 2) and their norm ('none' | 'batch' | 'sync_batch' |
+    # 'group').
+    rpn.head_convs = 1
+    rpn.head_norm = "none"
     # Per-level pre-NMS top-k: 0 exact; in (0, 1) lax.approx_max_k with this
     # recall target (opt-in: the proposals may change).
     rpn.approx_top_k_recall = 0.0
@@ -181,10 +195,19 @@ def _roi_config() -> ml_collections.ConfigDict:
     # ROIAlign pooling: 'auto' (per platform), 'gather' or 'matmul'; see
     # ops/roi_align.py.
     roi.align_implementation = "auto"
+    # Box head (box_heads.BOX_HEADS): '2fc' (two fc layers of box_head_dim)
+    # or '4conv1fc' (4 3x3 convs of box_head_conv_dim with box_head_norm,
+    # then one fc of box_head_dim).
+    roi.box_head = "2fc"
     roi.box_head_dim = 1024
+    roi.box_head_conv_dim = 256
+    roi.box_head_norm = "none"  # 'none' | 'batch' | 'sync_batch' | 'group'
     roi.mask_pool_size = 14
     roi.mask_head_dim = 256
     roi.mask_head_convs = 4
+    # Norm of the mask head convs: 'none' | 'batch' | 'sync_batch' | 'group',
+    # or 'auto': model.norm 'group' or 'batch', else none (2017 layouts).
+    roi.mask_head_norm = "auto"
     roi.max_mask_rois = 128  # mask loss uses at most this many fg rois/image
     roi.mask_size = 28  # 2 * mask_pool_size
     return roi
@@ -332,4 +355,61 @@ def validate(config: ml_collections.ConfigDict) -> None:
             key,
             low,
             f"must be <= {high}={get(config, high)}",
+        )
+    _validate_heads(model)
+
+
+def fpn_norms(model: ml_collections.ConfigDict) -> tuple[str, str]:
+    """(lateral, output) conv norms of the FPN (model.fpn_norm; 'auto':
+    none in the laterals, fpn.head_norm(model.norm) in the outputs)."""
+    if model.fpn_norm == "auto":
+        return "none", fpn.head_norm(model.norm)
+    return model.fpn_norm, model.fpn_norm
+
+
+def mask_head_norm(model: ml_collections.ConfigDict) -> str:
+    """The mask head's conv norm (model.roi.mask_head_norm, 'auto' as
+    fpn.head_norm(model.norm))."""
+    norm = model.roi.mask_head_norm
+    return fpn.head_norm(model.norm) if norm == "auto" else norm
+
+
+def _validate_heads(model: ml_collections.ConfigDict) -> None:
+    """The norms, depths and kinds of the FPN and the heads."""
+    known = ", ".join(norms.HEAD_NORMS)
+    for key, value, auto in (
+        ("model.fpn_norm", model.fpn_norm, True),
+        ("model.rpn.head_norm", model.rpn.head_norm, False),
+        ("model.roi.box_head_norm", model.roi.box_head_norm, False),
+        ("model.roi.mask_head_norm", model.roi.mask_head_norm, True),
+    ):
+        check(
+            value in norms.HEAD_NORMS or (auto and value == "auto"),
+            key,
+            value,
+            f"unknown norm; known: {'auto, ' if auto else ''}{known}",
+        )
+    check(
+        model.roi.box_head in box_heads.BOX_HEADS,
+        "model.roi.box_head",
+        model.roi.box_head,
+        f"unknown box head; known: {', '.join(box_heads.BOX_HEADS)}",
+    )
+    groups = model.group_norm_groups
+    for key, channels, norm in (
+        ("fpn_channels", model.fpn_channels, fpn_norms(model)[1]),
+        ("fpn_channels", model.fpn_channels, model.rpn.head_norm),
+        (
+            "roi.box_head_conv_dim",
+            model.roi.box_head_conv_dim,
+            model.roi.box_head_norm if model.roi.box_head != "2fc" else "none",
+        ),
+        ("roi.mask_head_dim", model.roi.mask_head_dim, mask_head_norm(model)),
+    ):
+        check(
+            norm != "group" or channels % groups == 0,
+            f"model.{key}",
+            channels,
+            f"must be divisible by model.group_norm_groups={groups} "
+            "(GroupNorm)",
         )

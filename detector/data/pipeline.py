@@ -38,7 +38,7 @@ import tensorflow as tf
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import transforms
+from detector.data import augment, transforms
 from detector.data.sources import base as source_lib
 from detector.data.sources import coco_json
 from detector.data.sources import shapes as shapes_source
@@ -191,7 +191,9 @@ def _batch_train(
             source.decode_train(record), truncations
         )
         key = source_lib.stream_key(config.seed, source_lib.AUGMENT_STREAM, g)
-        return transforms.transform(loaded, key, data, True, source.has_masks)
+        return augment.AUGMENTS[data.augment](
+            loaded, key, data, source.has_masks
+        )
 
     dataset = positions.map(
         example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True

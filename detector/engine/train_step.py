@@ -51,7 +51,9 @@ def make_train_step(
     """
 
     def loss_fn(params, rest, batch, key):
-        model = nnx.merge(graphdef, params, rest)
+        # Fresh Variables at this trace level: BatchNorm updates its
+        # statistics in place, which nnx allows only there.
+        model = nnx.merge(graphdef, params, rest, copy=True)
         terms = model.losses(batch, key)
         _, _, new_rest = nnx.split(model, nnx.Param, ...)
         return terms["total"], (terms, new_rest)

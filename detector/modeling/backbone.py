@@ -11,11 +11,15 @@ line in `RESNETS`.
 
 Freezing (detectron2's FREEZE_AT): freeze_at=1 freezes the stem, 2 the stem
 and stage 1 (C2), and so on. Gradients stop at the output of the last
-frozen part, and a 'batch' norm becomes 'frozen_batch' there; the optimizer
-gives the frozen params no state and no updates (optimizer.py).
+frozen part, and a 'batch' or 'sync_batch' norm becomes 'frozen_batch'
+there; the optimizer gives the frozen params no state and no updates
+(optimizer.py).
 
 Norms: 'group' (GroupNorm; the default, for training from scratch), 'batch'
-(BatchNorm; train/eval follows nnx's model.train() / model.eval()) and
+(BatchNorm, trained; train/eval follows nnx's model.train() /
+model.eval(); statistics per device), 'sync_batch' (BatchNorm whose
+statistics span the global batch across the data mesh axis,
+norms.BatchNorm; torchvision's v2 and detectron2's SyncBN recipes) and
 'frozen_batch' (an affine transform from running statistics, all held as
 non-trainable `FrozenStat` variables so an optimizer over nnx.Param never
 touches them; for pretrained weights).
@@ -37,9 +41,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import extents
+from detector.modeling import extents, norms
 
-NORMS = ("group", "batch", "frozen_batch")
+NORMS = ("group", "batch", "sync_batch", "frozen_batch")
 
 # name -> (blocks per stage, bottleneck?)
 RESNETS = {
@@ -92,6 +96,14 @@ _NORM_LAYERS = {
     ),
     "batch": lambda channels, groups, dtype, rngs, _: nnx.BatchNorm(
         channels, momentum=0.9, epsilon=1e-5, dtype=dtype, rngs=rngs
+    ),
+    "sync_batch": lambda channels, groups, dtype, rngs, _: norms.BatchNorm(
+        channels,
+        cross_replica_axis=norms.DATA_AXIS,
+        momentum=0.9,
+        epsilon=1e-5,
+        dtype=dtype,
+        rngs=rngs,
     ),
     "frozen_batch": lambda channels, groups, dtype, rngs, eps: FrozenBatchNorm(
         channels, epsilon=eps, dtype=dtype
@@ -244,7 +256,9 @@ class ResNet(nnx.Module):
                 f"unknown backbone {name!r}; known: {', '.join(RESNETS)}"
             )
         depths, bottleneck = RESNETS[name]
-        frozen_norm = "frozen_batch" if norm == "batch" else norm
+        frozen_norm = (
+            "frozen_batch" if norm in ("batch", "sync_batch") else norm
+        )
         layer_kwargs = {
             "groups": groups,
             "dtype": dtype,

@@ -2,10 +2,13 @@
 
 Lateral 1x1 convs on C_l (l = min_level..top, top = min(max_level, the
 backbone's coarsest level)), a top-down pathway with 2x nearest
-upsampling, then a 3x3 output conv per level
-(followed by the norm when the model's norm is 'group' or 'batch'; the new
-layers of a 'frozen_batch' model carry no norm). Levels above top come
-from P_top by max-pooling (kernel 1, stride 2), as in the FPN paper's P6.
+upsampling, then a 3x3 output conv per level. The laterals and the
+outputs each carry a norm of norms.HEAD_NORMS ('none': a conv with a bias).
+torchvision's FeaturePyramidNetwork(norm_layer=...) and detectron2's FPN
+(norm=...) put the norm in both; the 2017 layouts (config model.fpn_norm
+'auto') have none in the laterals and the backbone's 'group' or 'batch' in
+the outputs. Levels above top come from P_top by max-pooling (kernel 1,
+stride 2), as in the FPN paper's P6.
 
 Shapes: B batch, H, W input size, F fpn channels.
 Output: [P_l f[B, H / 2**l, W / 2**l, F] for l in min_level..max_level].
@@ -15,12 +18,13 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import backbone, extents
+from detector.modeling import extents, norms
 
 
-def head_norm(norm: str) -> str | None:
-    """The norm of new layers (FPN, mask head) under a model norm."""
-    return norm if norm in ("group", "batch") else None
+def head_norm(norm: str) -> str:
+    """The norm of new layers (FPN outputs, mask head) that a backbone norm
+    implies where the config leaves it 'auto' (the 2017 layouts)."""
+    return norm if norm in ("group", "batch") else "none"
 
 
 def _upsample2x(x: jax.Array) -> jax.Array:
@@ -42,7 +46,8 @@ class FPN(nnx.Module):
         channels: int,
         min_level: int,
         max_level: int,
-        norm: str,
+        lateral_norm: str,
+        output_norm: str,
         groups: int,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
@@ -55,47 +60,34 @@ class FPN(nnx.Module):
         # gradients on CPU than a 1x1 convolution).
         self.lateral = nnx.List(
             [
-                nnx.Linear(
+                norms.conv_norm(
                     in_channels[level],
                     channels,
-                    kernel_init=backbone.conv_init,
+                    1,
+                    norm=lateral_norm,
+                    groups=groups,
+                    relu=False,
                     dtype=dtype,
                     rngs=rngs,
                 )
                 for level in levels
             ]
         )
-        norm = head_norm(norm)
-        if norm is None:
-            self.output = nnx.List(
-                [
-                    nnx.Conv(
-                        channels,
-                        channels,
-                        (3, 3),
-                        kernel_init=backbone.conv_init,
-                        dtype=dtype,
-                        rngs=rngs,
-                    )
-                    for _ in levels
-                ]
-            )
-        else:
-            self.output = nnx.List(
-                [
-                    backbone.ConvNorm(
-                        channels,
-                        channels,
-                        3,
-                        relu=False,
-                        norm=norm,
-                        groups=groups,
-                        dtype=dtype,
-                        rngs=rngs,
-                    )
-                    for _ in levels
-                ]
-            )
+        self.output = nnx.List(
+            [
+                norms.conv_norm(
+                    channels,
+                    channels,
+                    3,
+                    norm=output_norm,
+                    groups=groups,
+                    relu=False,
+                    dtype=dtype,
+                    rngs=rngs,
+                )
+                for _ in levels
+            ]
+        )
 
     def __call__(self, features: dict[int, jax.Array]) -> list[jax.Array]:
         levels = list(range(self.min_level, self.top_level + 1))

@@ -51,7 +51,7 @@ class MaskRCNN(nnx.Module):
         backbone: nnx.Module,
         fpn: fpn_lib.FPN,
         rpn_head: rpn.RPNHead,
-        box_head: roi_heads.BoxHead,
+        box_head: nnx.Module,
         mask_head: roi_heads.MaskHead,
         image_size: tuple[int, int],
         num_classes: int,
@@ -71,7 +71,9 @@ class MaskRCNN(nnx.Module):
         """Args:
         backbone: images [B, H, W, 3] -> {level: features}.
         fpn: backbone levels -> P_min..P_max.
-        rpn_head, box_head, mask_head: the heads.
+        rpn_head, box_head, mask_head: the heads; the box and mask heads
+          take (pooled, valid rois or None), the valid rows being what a
+          norm in them counts (box_heads.py).
         image_size: (H, W) of the input images.
         num_classes: C, foreground classes.
         anchors: the anchor pyramid.
@@ -198,7 +200,7 @@ class MaskRCNN(nnx.Module):
         self, pooled, targets: roi_heads.RoiTargets
     ) -> dict[str, jax.Array]:
         """Box head and its losses ('cls', 'box') of the rois, pooled [B, R]."""
-        class_logits, box_deltas = self.box_head(pooled)
+        class_logits, box_deltas = self.box_head(pooled, targets.is_valid)
         return losses.box_head_losses(
             class_logits,
             box_deltas,
@@ -228,7 +230,7 @@ class MaskRCNN(nnx.Module):
             batch["mask_valid"].astype(bool), matched, axis=1
         )
         is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
-        mask_logits = self.mask_head(pooled)
+        mask_logits = self.mask_head(pooled, is_valid)
         mask_targets = roi_heads.mask_targets(
             rois,
             matched,

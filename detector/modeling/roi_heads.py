@@ -25,9 +25,35 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import backbone, box_coder, matcher, sampler
+from detector.modeling import backbone, box_coder, matcher, norms, sampler
 from ops import box_ops, roi_align
 from ops.nms import nms
+
+
+def add_class_layers(
+    head: nnx.Module,
+    hidden: int,
+    num_classes: int,
+    *,
+    dtype: jnp.dtype,
+    rngs: nnx.Rngs,
+) -> None:
+    """The layers every box head ends in: `classes` (C + 1 logits, drawn
+    from N(0, 0.01)) and `deltas` (4 per class, N(0, 0.001))."""
+    head.classes = nnx.Linear(
+        hidden,
+        num_classes + 1,
+        dtype=dtype,
+        rngs=rngs,
+        kernel_init=nnx.initializers.normal(0.01),
+    )
+    head.deltas = nnx.Linear(
+        hidden,
+        4 * num_classes,
+        dtype=dtype,
+        rngs=rngs,
+        kernel_init=nnx.initializers.normal(0.001),
+    )
 
 
 class BoxHead(nnx.Module):
@@ -44,24 +70,17 @@ class BoxHead(nnx.Module):
     ):
         self.fc1 = nnx.Linear(in_features, hidden, dtype=dtype, rngs=rngs)
         self.fc2 = nnx.Linear(hidden, hidden, dtype=dtype, rngs=rngs)
-        self.classes = nnx.Linear(
-            hidden,
-            num_classes + 1,
-            dtype=dtype,
-            rngs=rngs,
-            kernel_init=nnx.initializers.normal(0.01),
-        )
-        self.deltas = nnx.Linear(
-            hidden,
-            4 * num_classes,
-            dtype=dtype,
-            rngs=rngs,
-            kernel_init=nnx.initializers.normal(0.001),
-        )
+        add_class_layers(self, hidden, num_classes, dtype=dtype, rngs=rngs)
 
     @jax.named_scope("box_head")
-    def __call__(self, features: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas [B, R, C, 4]."""
+    def __call__(
+        self, features: jax.Array, valid: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas [B, R, C, 4].
+
+        `valid` (bool[B, R]) is what a head with a norm counts; no norm here.
+        """
+        del valid
         batch, rois = features.shape[:2]
         x = features.reshape(batch, rois, -1)
         x = jax.nn.relu(self.fc1(x))
@@ -122,7 +141,13 @@ def pixel_shuffle(x: jax.Array) -> jax.Array:
 
 
 class MaskHead(nnx.Module):
-    """conv3x3 stack, 2x deconv, then one mask logit map per class."""
+    """conv3x3 stack, 2x deconv, then one mask logit map per class.
+
+    Each conv + ReLU carries the norm `norm` of norms.HEAD_NORMS ('none':
+    a conv with a bias, torchvision's v1 MaskRCNNHeads; 'batch':
+    its v2 MaskRCNNHeads(norm_layer=BatchNorm2d); detectron2's
+    MaskRCNNConvUpsampleHead(conv_norm=...)).
+    """
 
     def __init__(
         self,
@@ -131,39 +156,25 @@ class MaskHead(nnx.Module):
         num_convs: int,
         num_classes: int,
         *,
-        norm: str | None,
+        norm: str,
         groups: int,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
     ):
-        convs = []
-        for i in range(num_convs):
-            channels = in_channels if i == 0 else hidden
-            if norm is None:
-                convs.append(
-                    nnx.Conv(
-                        channels,
-                        hidden,
-                        (3, 3),
-                        kernel_init=backbone.conv_init,
-                        dtype=dtype,
-                        rngs=rngs,
-                    )
+        self.convs = nnx.List(
+            [
+                norms.conv_norm(
+                    in_channels if i == 0 else hidden,
+                    hidden,
+                    3,
+                    norm=norm,
+                    groups=groups,
+                    dtype=dtype,
+                    rngs=rngs,
                 )
-            else:
-                convs.append(
-                    backbone.ConvNorm(
-                        channels,
-                        hidden,
-                        3,
-                        norm=norm,
-                        groups=groups,
-                        dtype=dtype,
-                        rngs=rngs,
-                    )
-                )
-        self.convs = nnx.List(convs)
-        self.norm_in_convs = norm is not None
+                for i in range(num_convs)
+            ]
+        )
         self.upsample = Deconv2x(
             hidden if num_convs else in_channels, hidden, dtype=dtype, rngs=rngs
         )
@@ -177,14 +188,16 @@ class MaskHead(nnx.Module):
         )
 
     @jax.named_scope("mask_head")
-    def __call__(self, features: jax.Array) -> jax.Array:
-        """[B, R, Q, Q, F] -> mask logits f32[B, R, M, M, C], M = 2Q."""
+    def __call__(
+        self, features: jax.Array, valid: jax.Array | None = None
+    ) -> jax.Array:
+        """[B, R, Q, Q, F], valid bool[B, R] or None (all) -> mask logits
+        f32[B, R, M, M, C], M = 2Q; a norm counts the valid rows only."""
         batch, rois = features.shape[:2]
         x = features.reshape((batch * rois,) + features.shape[2:])
+        mask = None if valid is None else valid.reshape(-1)
         for conv in self.convs:
-            x = conv(x)
-            if not self.norm_in_convs:
-                x = jax.nn.relu(x)
+            x = conv(x, mask)
         # ReLU and the 1x1 logits are pointwise: apply them before the 2x
         # interleave, which then moves C channels instead of `hidden`.
         x = jax.nn.relu(self.upsample.unshuffled(x))

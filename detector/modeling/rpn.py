@@ -1,14 +1,15 @@
 """Region proposal network: head, training targets, and proposals (NMS site 1).
 
-The head is shared across levels: a 3x3 conv + ReLU, then 1x1 convs for one
-objectness logit and four deltas per anchor. Targets are computed on device
-with static shapes: IoU matching (>= fg_iou positive, < bg_iou negative,
-each GT's best anchors positive) and balanced sampling with each image's own
-PRNG key. Proposals decode the top-k anchors of every level, clip them,
-mask out tiny boxes, run `ops.nms` over [B, L] at once, merge the levels and
-keep the best post_nms_top_k; gradients never flow through them. With each
-image's own size (`image_sizes`), proposals clip to it and the anchors whose
-cell lies past it rounded up to `size_divisor` (torchvision's padded tensor,
+The head is shared across levels: one or more 3x3 convs + ReLU (RPNHead),
+then 1x1 convs for one objectness logit and four deltas per anchor.
+Targets are computed on device with static shapes: IoU matching
+(>= fg_iou positive, < bg_iou negative, each GT's best anchors positive)
+and balanced sampling with each image's own PRNG key. Proposals decode the
+top-k anchors of every level, clip them, mask out tiny boxes, run
+`ops.nms` over [B, L] at once, merge the levels and keep the best
+post_nms_top_k; gradients never flow through them. With each image's own
+size (`image_sizes`), proposals clip to it and the anchors whose cell lies
+past it rounded up to `size_divisor` (torchvision's padded tensor,
 size_divisible 32) take no part, as if the image had been run alone.
 
 Shapes (the letters of docs/architecture.md where they exist): B batch,
@@ -24,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from detector.modeling import box_coder, extents, matcher, sampler
+from detector.modeling import box_coder, extents, matcher, norms, sampler
 from ops import box_ops
 from ops.nms import nms
 
@@ -52,20 +53,44 @@ class AnchorSampling(NamedTuple):
 
 
 class RPNHead(nnx.Module):
-    """Objectness and deltas for every anchor of every level."""
+    """Objectness and deltas for every anchor of every level.
+
+    `num_convs` shared 3x3 convs + ReLU (torchvision's RPNHead conv_depth,
+    detectron2's StandardRPNHead conv_dims; 1 in the 2017 model, 2 in
+    torchvision's v2 and detectron2's LSJ baselines), each with the norm
+    `norm` of norms.HEAD_NORMS ('none': a conv with a bias, as both
+    references), then 1x1 convs for the logits and deltas. Every conv is
+    drawn from N(0, 0.01) with zero biases, as both references.
+    """
 
     def __init__(
         self,
         channels: int,
         num_anchors: int,
         *,
+        num_convs: int = 1,
+        norm: str = "none",
+        groups: int = 32,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
     ):
         init = nnx.initializers.normal(0.01)
-        self.conv = nnx.Conv(
-            channels, channels, (3, 3), kernel_init=init, dtype=dtype, rngs=rngs
-        )
+        layers = [
+            norms.conv_norm(
+                channels,
+                channels,
+                3,
+                norm=norm,
+                groups=groups,
+                kernel_init=init,
+                dtype=dtype,
+                rngs=rngs,
+            )
+            for _ in range(num_convs)
+        ]
+        # The first conv keeps the 2017 head's name (rpn_head/conv).
+        self.conv = layers[0]
+        self.more_convs = nnx.List(layers[1:])
         # 1x1 convs as Linear layers over channels (cheaper gradients).
         self.objectness = nnx.Linear(
             channels, num_anchors, kernel_init=init, dtype=dtype, rngs=rngs
@@ -82,7 +107,9 @@ class RPNHead(nnx.Module):
         logits, deltas = [], []
         for x in features:
             batch = x.shape[0]
-            x = jax.nn.relu(self.conv(extents.masked(x)))
+            x = self.conv(extents.masked(x))
+            for conv in self.more_convs:
+                x = conv(extents.masked(x))
             logits.append(
                 self.objectness(x).astype(jnp.float32).reshape(batch, -1)
             )

@@ -2,9 +2,9 @@
 
     arrays, reinitialised = torchvision_maskrcnn.load(path, config, shapes)
 
-Reads a `maskrcnn_resnet50_fpn` (v1) state dict (weight_files.py: a
-`.safetensors` file always, a `.pth` where torch is installed) and maps
-every tensor onto our variables:
+Reads a `maskrcnn_resnet50_fpn` (v1) or `maskrcnn_resnet50_fpn_v2` state
+dict (weight_files.py: a `.safetensors` file always, a `.pth` where torch
+is installed) and maps every tensor onto our variables (v1 names):
 
     backbone.body.*                      -> backbone/* (backbone_weights.py)
     backbone.fpn.inner_blocks.{i}.0      -> fpn/lateral/{i}       (1x1 conv)
@@ -38,10 +38,22 @@ roi_heads.mask_head.mask_fcn{i + 1}; both are read). The layouts differ:
   class-dependent heads keep their fresh initialisation, as a fine-tuning
   start from another run's checkpoint does.
 
-Only model.norm='frozen_batch' matches v1 (no norm in the FPN or heads).
-Every problem is one ValueError line naming the file and the first tensor
-(and both shapes where they differ); v2, Faster R-CNN and Keypoint R-CNN
-files are named as such.
+v2 (told by roi_heads.box_head.0.0.weight) puts a BatchNorm2d after the
+FPN, box and mask head convs: torchvision's Conv2dNormActivation `X` holds
+the conv at `X.0` (no bias) and the norm at `X.1` (weight, bias,
+running_mean, running_var -> ours X/conv/kernel, X/norm/{scale, bias,
+mean, var}); its RPN head has two convs (rpn.head.conv.1.0 ->
+rpn_head/more_convs/0), its box head is FastRCNNConvFCHead
+(roi_heads.box_head.{0..3} the convs, .5 the fc, whose input rows are
+permuted like fc6's). The table is built from the config's layout
+(model.fpn_norm, rpn.head_convs, roi.box_head, ...); each version needs
+the settings VERSIONS lists (configs/coco_r50_fpn.py :torchvision and
+:torchvision_v2 set them). Every problem is one ValueError line naming the
+file and the first tensor (and both shapes where they differ) or the first
+setting the version needs; Faster R-CNN and Keypoint R-CNN files are named
+as such.
+
+
 
 Shapes: F fpn channels, Q box pool size (7), A anchors per location,
 K + 1 torchvision classes (91), C our classes (data.num_classes).
@@ -54,6 +66,7 @@ import ml_collections
 import numpy as np
 from absl import logging
 
+from detector.config import model as model_config
 from detector.state import backbone_weights, weight_files
 
 FIELD = "model.init_checkpoint"
@@ -76,9 +89,36 @@ _IGNORED_SUFFIX = ".num_batches_tracked"
 # Other torchvision detection models, by a name only they hold.
 _OTHER_MODELS = (
     ("roi_heads.keypoint_", "a Keypoint R-CNN (keypointrcnn_*) file"),
-    ("roi_heads.box_head.0.", "a maskrcnn_resnet50_fpn_v2 file"),
-    ("backbone.fpn.layer_blocks.0.1.", "a maskrcnn_resnet50_fpn_v2 file"),
 )
+
+# The Mask R-CNN versions: a name only that version holds (None: the
+# default), and the config.model settings its layout needs (key -> the
+# values that build it).
+VERSIONS = {
+    "maskrcnn_resnet50_fpn_v2": (
+        "roi_heads.box_head.0.0.weight",
+        {
+            "norm": ("batch", "sync_batch"),
+            "fpn_norm": ("batch", "sync_batch"),
+            "rpn.head_convs": (2,),
+            "rpn.head_norm": ("none",),
+            "roi.box_head": ("4conv1fc",),
+            "roi.box_head_norm": ("batch", "sync_batch"),
+            "roi.mask_head_norm": ("batch", "sync_batch"),
+        },
+    ),
+    "maskrcnn_resnet50_fpn (v1)": (
+        None,
+        {
+            "norm": ("frozen_batch",),
+            "fpn_norm": ("auto", "none"),
+            "rpn.head_convs": (1,),
+            "rpn.head_norm": ("none",),
+            "roi.box_head": ("2fc",),
+            "roi.mask_head_norm": ("auto", "none"),
+        },
+    ),
+}
 
 
 def _oihw_to_hwio(w: np.ndarray) -> np.ndarray:
@@ -139,10 +179,40 @@ def _aliases(name: str) -> tuple[str, ...]:
     return ()
 
 
+# Our norm -> its torchvision tensors (field -> our variable).
+_NORM_FIELDS = {
+    "batch": {
+        "weight": "scale",
+        "bias": "bias",
+        "running_mean": "mean",
+        "running_var": "var",
+    },
+    "group": {"weight": "scale", "bias": "bias"},
+}
+_NORM_FIELDS["sync_batch"] = _NORM_FIELDS["batch"]
+
+
+def _add_layer(table, theirs, ours, kind, norm: str = "none") -> None:
+    """A torchvision Conv2dNormActivation (or bare layer) `theirs`."""
+    layout = LAYOUTS[kind] if isinstance(kind, str) else kind
+    if norm == "none":
+        table[f"{theirs}.weight"] = (f"{ours}/kernel", layout)
+        table[f"{theirs}.bias"] = (f"{ours}/bias", LAYOUTS["vector"])
+        return
+    # Conv2dNormActivation: .0 the conv (no bias), .1 the norm.
+    table[f"{theirs[:-2]}.0.weight"] = (f"{ours}/conv/kernel", layout)
+    for field, variable in _NORM_FIELDS[norm].items():
+        table[f"{theirs[:-2]}.1.{field}"] = (
+            f"{ours}/norm/{variable}",
+            LAYOUTS["vector"],
+        )
+
+
 def tensor_table(
     model: ml_collections.ConfigDict,
 ) -> dict[str, tuple[str, Layout]]:
-    """torchvision name -> (our variable path, layout), class heads aside."""
+    """torchvision name -> (our variable path, layout), class heads aside,
+    for the FPN and head layout that config.model builds (v1 or v2)."""
     table = {
         f"backbone.body.{name}": (
             ours,
@@ -153,27 +223,77 @@ def tensor_table(
         ).items()
     }
 
-    def add(theirs: str, ours: str, kind: str | Layout) -> None:
-        layout = LAYOUTS[kind] if isinstance(kind, str) else kind
-        table[f"{theirs}.weight"] = (f"{ours}/kernel", layout)
-        table[f"{theirs}.bias"] = (f"{ours}/bias", LAYOUTS["vector"])
+    def add(theirs: str, ours: str, kind, norm: str = "none") -> None:
+        _add_layer(table, theirs, ours, kind, norm)
 
+    lateral_norm, output_norm = model_config.fpn_norms(model)
     for i in range(min(5, model.max_level) - model.min_level + 1):
-        add(f"backbone.fpn.inner_blocks.{i}.0", f"fpn/lateral/{i}", "conv1x1")
-        add(f"backbone.fpn.layer_blocks.{i}.0", f"fpn/output/{i}", "conv")
-    add("rpn.head.conv.0.0", "rpn_head/conv", "conv")
+        add(
+            f"backbone.fpn.inner_blocks.{i}.0",
+            f"fpn/lateral/{i}",
+            "conv1x1",
+            lateral_norm,
+        )
+        add(
+            f"backbone.fpn.layer_blocks.{i}.0",
+            f"fpn/output/{i}",
+            "conv",
+            output_norm,
+        )
+    rpn_norm = model.rpn.head_norm
+    add("rpn.head.conv.0.0", "rpn_head/conv", "conv", rpn_norm)
+    for j in range(1, model.rpn.head_convs):
+        add(
+            f"rpn.head.conv.{j}.0",
+            f"rpn_head/more_convs/{j - 1}",
+            "conv",
+            rpn_norm,
+        )
     add("rpn.head.cls_logits", "rpn_head/objectness", "conv1x1")
     add("rpn.head.bbox_pred", "rpn_head/deltas", "conv1x1")
+    _BOX_HEAD_TABLES[model.roi.box_head](add, model)
+    for i in range(model.roi.mask_head_convs):
+        add(
+            f"roi_heads.mask_head.{i}.0",
+            f"mask_head/convs/{i}",
+            "conv",
+            model_config.mask_head_norm(model),
+        )
+    add("roi_heads.mask_predictor.conv5_mask", "mask_head/upsample", "deconv")
+    return table
+
+
+def _two_mlp_head(add, model: ml_collections.ConfigDict) -> None:
+    """TwoMLPHead (v1): fc6, fc7."""
     add(
         "roi_heads.box_head.fc6",
         "box_head/fc1",
         _fc6_layout(model.fpn_channels, model.roi.pool_size),
     )
     add("roi_heads.box_head.fc7", "box_head/fc2", "linear")
-    for i in range(model.roi.mask_head_convs):
-        add(f"roi_heads.mask_head.{i}.0", f"mask_head/convs/{i}", "conv")
-    add("roi_heads.mask_predictor.conv5_mask", "mask_head/upsample", "deconv")
-    return table
+
+
+def _conv_fc_head(add, model: ml_collections.ConfigDict) -> None:
+    """FastRCNNConvFCHead (v2), an nn.Sequential: convs 0..3, then 4 the
+    Flatten, 5 the Linear (its input rows channel-first, like fc6)."""
+    convs = 4
+    for i in range(convs):
+        add(
+            f"roi_heads.box_head.{i}.0",
+            f"box_head/convs/{i}",
+            "conv",
+            model.roi.box_head_norm,
+        )
+    add(
+        f"roi_heads.box_head.{convs + 1}",
+        "box_head/fc",
+        _fc6_layout(model.roi.box_head_conv_dim, model.roi.pool_size),
+    )
+
+
+# model.roi.box_head -> adds its tensors (every entry of box_heads.BOX_HEADS
+# that torchvision has).
+_BOX_HEAD_TABLES = {"2fc": _two_mlp_head, "4conv1fc": _conv_fc_head}
 
 
 # Class-dependent tensors: torchvision name -> (our path, layout, rows per
@@ -245,8 +365,8 @@ def _identify(where: str, state: dict[str, np.ndarray]) -> None:
         if name is not None:
             raise ValueError(
                 f"{where}: {what} ({name} has shape "
-                f"{tuple(state[name].shape)}, which a maskrcnn_resnet50_fpn "
-                "(v1) file does not hold); only v1 maps onto this model"
+                f"{tuple(state[name].shape)}, which a Mask R-CNN file does "
+                "not hold)"
             )
     if not any(n.startswith("roi_heads.mask_") for n in state) and any(
         n.startswith("roi_heads.box_") for n in state
@@ -271,13 +391,29 @@ def _lookup(state: dict[str, np.ndarray], name: str) -> str | None:
     return None
 
 
-def _check_config(where: str, model: ml_collections.ConfigDict) -> None:
-    if model.norm != "frozen_batch":
-        raise ValueError(
-            f"{where}: a torchvision Mask R-CNN v1 file needs "
-            f"model.norm='frozen_batch' (no norm in the FPN and heads), "
-            f"not {model.norm!r}"
-        )
+def _version(state: dict[str, np.ndarray]) -> str:
+    """The Mask R-CNN version of a state dict (a key of VERSIONS)."""
+    for version, (marker, _) in VERSIONS.items():
+        if marker is None or marker in state:
+            return version
+    raise AssertionError("VERSIONS ends in the default version")
+
+
+def _check_config(
+    where: str, model: ml_collections.ConfigDict, version: str
+) -> None:
+    """Raises one line naming the first setting `version` needs."""
+    for key, values in VERSIONS[version][1].items():
+        value = model
+        for part in key.split("."):
+            value = value[part]
+        if value not in values:
+            wanted = " or ".join(repr(v) for v in values)
+            raise ValueError(
+                f"{where}: a torchvision {version} file needs "
+                f"model.{key}={wanted}, not {value!r} (configs/"
+                "coco_r50_fpn.py:torchvision or :torchvision_v2 set them)"
+            )
 
 
 def load(
@@ -302,9 +438,9 @@ def load(
     """
     model = config.model
     where = weight_files.where(FIELD, path)
-    _check_config(where, model)
     state = weight_files.read(path, FIELD)
     _identify(where, state)
+    _check_config(where, model, _version(state))
     arrays, used = {}, set()
     for name, (ours, layout) in tensor_table(model).items():
         found = _lookup(state, name)

@@ -45,13 +45,20 @@ def run(args: list[str], timeout: float = 600) -> str:
 
 
 def write_fixture(
-    out: pathlib.Path, *, width: str, size: int, seed: int = 0, threads=2
+    out: pathlib.Path,
+    *,
+    width: str,
+    size: int,
+    seed: int = 0,
+    threads=2,
+    version: str = "v1",
 ) -> None:
     """make_torchvision_fixture.py: OUT.safetensors and OUT.npz."""
     run(
         [
             str(FIXTURE_SCRIPT),
             f"--out={out}",
+            f"--version={version}",
             f"--width={width}",
             f"--size={size}",
             f"--seed={seed}",

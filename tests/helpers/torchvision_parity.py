@@ -3,7 +3,8 @@
     model = torchvision_parity.our_model(weights, size=192, width="reduced")
     errors = torchvision_parity.measure(model, np.load(outputs_file))
 
-`our_model` builds configs/coco_r50_fpn.py:torchvision (float32, 90
+`our_model` builds configs/coco_r50_fpn.py:torchvision or
+:torchvision_v2 (float32, 90
 classes so labels are torchvision's indices), shrunk like
 make_torchvision_fixture.py's 'reduced' model when asked, and starts it
 from the torchvision state dict through model.init_checkpoint. `measure`
@@ -39,14 +40,18 @@ REDUCED = {
     "backbone_width": 16,
     "fpn_channels": 32,
     "roi.box_head_dim": 64,
+    "roi.box_head_conv_dim": 32,  # v2's 4conv1fc
     "roi.mask_head_dim": 32,
 }
 MATCH_IOU = 0.99
 
 
-def config_for(weights: pathlib.Path, *, size: int, width: str):
-    """The :torchvision config at `size`, 'full' or 'reduced' widths."""
-    config = coco_r50_fpn.get_config("torchvision")
+def config_for(
+    weights: pathlib.Path, *, size: int, width: str, variant="torchvision"
+):
+    """The :torchvision (v1) or :torchvision_v2 config at `size`, 'full' or
+    'reduced' widths."""
+    config = coco_r50_fpn.get_config(variant)
     config.model.init_checkpoint = str(weights)
     config.model.dtype = "float32"
     config.data.num_classes = 90
@@ -61,9 +66,11 @@ def config_for(weights: pathlib.Path, *, size: int, width: str):
     return config
 
 
-def our_model(weights: pathlib.Path, *, size: int, width: str):
+def our_model(
+    weights: pathlib.Path, *, size: int, width: str, variant="torchvision"
+):
     """Our model started from torchvision's state dict, in eval mode."""
-    config = config_for(weights, size=size, width=width)
+    config = config_for(weights, size=size, width=width, variant=variant)
     abstract = nnx.eval_shape(
         lambda: factory.build_model(config, rngs=nnx.Rngs(0))
     )

@@ -170,3 +170,27 @@ def test_approximate_top_k_is_opt_in_and_finds_the_true_top_on_cpu():
     )
     for e, a in zip(exact, approx, strict=True):
         np.testing.assert_array_equal(e, a)
+
+
+def test_a_two_conv_head_with_a_norm_stacks_its_convs():
+    """torchvision's RPNHead(conv_depth=2): two conv3x3 + ReLU, then 1x1s."""
+    head = rpn.RPNHead(
+        8,
+        3,
+        num_convs=2,
+        norm="group",
+        groups=4,
+        dtype=jnp.float32,
+        rngs=nnx.Rngs(0),
+    )
+    assert len(head.more_convs) == 1
+    assert head.conv.norm is not None and head.more_convs[0].norm is not None
+    x = jnp.asarray(
+        np.random.default_rng(0).normal(size=(2, 4, 4, 8)), jnp.float32
+    )
+    logits, _ = head([x])
+    hidden = head.more_convs[0](head.conv(x))
+    want = hidden @ head.objectness.kernel[...] + head.objectness.bias[...]
+    np.testing.assert_allclose(logits[0], want.reshape(2, -1), rtol=1e-5)
+    one = rpn.RPNHead(8, 3, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    assert not one.more_convs and one.conv.bias.shape == (8,)

@@ -2,17 +2,22 @@
 
     python tests/detector/state/make_torchvision_fixture.py \
         --out=tests/detector/state/data/torchvision_maskrcnn --width=reduced
+    python tests/detector/state/make_torchvision_fixture.py --version=v2 \
+        --out=tests/detector/state/data/torchvision_maskrcnn_v2 --width=reduced
 
 Imports torch and torchvision only (never JAX or TensorFlow: torchvision
 after TensorFlow in one process crashes on some machines), so the parity
 tests run it in a child process (tests/helpers/torch_process.py).
 
-Builds `maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)` in eval
-mode ('full'), or the same architecture shrunk ('reduced': a ResNet of one
-basic block per stage with 16 stem channels, 32 FPN channels, a 64-wide box
-head and 32-wide mask head), then randomises every weight, BatchNorm
-statistic and head so that the outputs are not trivial (the class scores are
-spread enough for detections above 0.05). Runs torchvision's own modules on
+Builds `maskrcnn_resnet50_fpn(weights=None, weights_backbone=None)` (v1) or
+`maskrcnn_resnet50_fpn_v2(...)` (v2) in eval mode ('full'), or the same
+architecture shrunk ('reduced': a ResNet of one basic block per stage with
+16 stem channels, 32 FPN channels, a 64-wide box head (v2: after 4 convs
+of 32) and 32-wide mask head; v2 with BatchNorm2d in the backbone, FPN and
+box and mask heads, and a 2-conv RPN head, as maskrcnn_resnet50_fpn_v2),
+then randomises every weight, BatchNorm statistic and head so that the
+outputs are not trivial (the class scores are spread enough for detections
+above 0.05). Runs torchvision's own modules on
 a normalised 2 x 3 x S x S batch whose second image is padded (its right
 and bottom parts are zero), and writes:
 
@@ -40,6 +45,7 @@ from torch import nn
 from torchvision.models.detection import mask_rcnn, roi_heads
 from torchvision.models.detection.backbone_utils import BackboneWithFPN
 from torchvision.models.detection.faster_rcnn import (
+    FastRCNNConvFCHead,
     FastRCNNPredictor,
     TwoMLPHead,
 )
@@ -49,20 +55,29 @@ from torchvision.ops import misc
 
 # The reduced model: widths that keep the architecture (module types,
 # levels, anchors, pooler) but make the file small.
-REDUCED = {"stem": 16, "fpn": 32, "box_head": 64, "mask_head": 32}
+REDUCED = {
+    "stem": 16,
+    "fpn": 32,
+    "box_head": 64,
+    "box_head_conv": 32,
+    "mask_head": 32,
+}
 NUM_CLASSES = 91
 
 
-def _reduced_model() -> nn.Module:
+def _reduced_model(version: str) -> nn.Module:
+    v2 = version == "v2"
+    # v1: FrozenBatchNorm2d in the backbone, no norm elsewhere; v2:
+    # BatchNorm2d everywhere but the RPN head.
+    norm = nn.BatchNorm2d if v2 else misc.FrozenBatchNorm2d
+    head_norm = nn.BatchNorm2d if v2 else None
     width = REDUCED["stem"]
     net = torchvision.models.resnet.ResNet(
-        torchvision.models.resnet.BasicBlock,
-        [1, 1, 1, 1],
-        norm_layer=misc.FrozenBatchNorm2d,
+        torchvision.models.resnet.BasicBlock, [1, 1, 1, 1], norm_layer=norm
     )
     net.inplanes = width
     net.conv1 = nn.Conv2d(3, width, 7, 2, 3, bias=False)
-    net.bn1 = misc.FrozenBatchNorm2d(width)
+    net.bn1 = norm(width)
     block = torchvision.models.resnet.BasicBlock
     net.layer1 = net._make_layer(block, width, 1)
     net.layer2 = net._make_layer(block, 2 * width, 1, stride=2)
@@ -74,16 +89,26 @@ def _reduced_model() -> nn.Module:
         {f"layer{i}": str(i - 1) for i in range(1, 5)},
         [width, 2 * width, 4 * width, 8 * width],
         channels,
+        norm_layer=head_norm,
     )
     pool = 7
+    if v2:
+        box_head = FastRCNNConvFCHead(
+            (channels, pool, pool),
+            [REDUCED["box_head_conv"]] * 4,
+            [REDUCED["box_head"]],
+            norm_layer=head_norm,
+        )
+    else:
+        box_head = TwoMLPHead(channels * pool * pool, REDUCED["box_head"])
     return mask_rcnn.MaskRCNN(
         backbone,
         num_classes=None,
-        rpn_head=RPNHead(channels, 3),
-        box_head=TwoMLPHead(channels * pool * pool, REDUCED["box_head"]),
+        rpn_head=RPNHead(channels, 3, conv_depth=2 if v2 else 1),
+        box_head=box_head,
         box_predictor=FastRCNNPredictor(REDUCED["box_head"], NUM_CLASSES),
         mask_head=mask_rcnn.MaskRCNNHeads(
-            channels, [REDUCED["mask_head"]] * 4, 1
+            channels, [REDUCED["mask_head"]] * 4, 1, norm_layer=head_norm
         ),
         mask_predictor=mask_rcnn.MaskRCNNPredictor(
             REDUCED["mask_head"], REDUCED["mask_head"], NUM_CLASSES
@@ -91,31 +116,39 @@ def _reduced_model() -> nn.Module:
     )
 
 
-def build(width: str) -> nn.Module:
-    """torchvision's Mask R-CNN v1, 'full' or 'reduced', in eval mode.
+_FULL = {
+    "v1": torchvision.models.detection.maskrcnn_resnet50_fpn,
+    "v2": torchvision.models.detection.maskrcnn_resnet50_fpn_v2,
+}
 
-    Its BatchNorm epsilon is 0, as maskrcnn_resnet50_fpn sets it
-    (overwrite_eps) when it loads the COCO_V1 weights.
+
+def build(width: str, version: str = "v1") -> nn.Module:
+    """torchvision's Mask R-CNN v1 or v2, 'full' or 'reduced', in eval mode.
+
+    v1's BatchNorm epsilon is 0, as maskrcnn_resnet50_fpn sets it
+    (overwrite_eps) when it loads the COCO_V1 weights; v2 keeps 1e-5.
     """
     if width == "full":
-        model = torchvision.models.detection.maskrcnn_resnet50_fpn(
-            weights=None, weights_backbone=None
-        )
+        model = _FULL[version](weights=None, weights_backbone=None)
     else:
-        model = _reduced_model()
-    for module in model.modules():
-        if isinstance(module, misc.FrozenBatchNorm2d | nn.BatchNorm2d):
-            module.eps = 0.0
+        model = _reduced_model(version)
+    if version == "v1":
+        for module in model.modules():
+            if isinstance(module, misc.FrozenBatchNorm2d | nn.BatchNorm2d):
+                module.eps = 0.0
     return model.eval()
 
 
 # Output std of the randomised heads (by module name suffix): spread class
-# scores (some above 0.05 of 91 classes), moderate deltas and masks.
+# scores (some above 0.05 of 91 classes), moderate deltas and masks. v2's
+# box head fc (FastRCNNConvFCHead's Linear, "box_head.5") reads
+# BatchNorm-ed ReLU outputs, several times smaller than v1's fc7 input.
 _HEAD_GAIN = {
     "cls_logits": 2.0,
     "bbox_pred": 0.5,
     "cls_score": 2.0,
     "mask_fcn_logits": 3.0,
+    "box_head.5": 12.0,
 }
 
 _ZERO_MEAN = ("cls_score", "mask_fcn_logits")
@@ -136,7 +169,9 @@ def randomise(model: nn.Module, seed: int, half: bool) -> None:
                     fan_in = weight.shape[0]
                 else:
                     fan_in = weight[0].numel()
-                gain = _HEAD_GAIN.get(name.rsplit(".", 1)[-1], 1.0)
+                gain = next(
+                    (g for k, g in _HEAD_GAIN.items() if name.endswith(k)), 1.0
+                )
                 weight.copy_(normal(weight.shape, gain * np.sqrt(1 / fan_in)))
                 if name.endswith(_ZERO_MEAN):
                     # Inputs after a ReLU are positive: zero-mean rows keep
@@ -220,10 +255,12 @@ def run(model: nn.Module, images: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def write(out: pathlib.Path, width: str, size: int, seed: int) -> None:
+def write(
+    out: pathlib.Path, width: str, size: int, seed: int, version: str = "v1"
+) -> None:
     """OUT.safetensors and OUT.npz (module docstring)."""
     torch.manual_seed(seed)
-    model = build(width)
+    model = build(width, version)
     randomise(model, seed, half=width == "reduced")
     outputs = run(model, make_input(size, seed))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -245,9 +282,10 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=192)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--version", choices=("v1", "v2"), default="v1")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    write(args.out, args.width, args.size, args.seed)
+    write(args.out, args.width, args.size, args.seed, args.version)
 
 
 if __name__ == "__main__":

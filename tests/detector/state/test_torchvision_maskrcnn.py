@@ -252,8 +252,8 @@ def test_data_parallel_prefix_is_stripped_with_a_log_line(tmp_path, caplog):
 def test_v2_faster_and_keypoint_files_are_named(tmp_path):
     v2 = dict(_state())
     v2["roi_heads.box_head.0.0.weight"] = np.zeros((32, 32, 3, 3), np.float32)
-    message = _error(v2, tmp_path, "maskrcnn_resnet50_fpn_v2 file")
-    assert "roi_heads.box_head.0.0.weight has shape (32, 32, 3, 3)" in message
+    message = _error(v2, tmp_path, "maskrcnn_resnet50_fpn_v2 file needs")
+    assert "model.norm='batch' or 'sync_batch', not 'frozen_batch'" in message
     keypoint = dict(_state())
     keypoint["roi_heads.keypoint_predictor.kps_score_lowres.weight"] = np.zeros(
         (32, 17, 4, 4), np.float32
