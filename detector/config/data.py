@@ -120,29 +120,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _check_resize(config.data)
 
 
-def _positive_int(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
 def _check_resize(data: ml_collections.ConfigDict) -> None:
-    """data.resize names a rule; its sizes are positive integers."""
+    """data.resize names a rule (its sizes have their ranges in RANGES)."""
     check(
         data.resize in images.RESIZE_RULES,
         "data.resize",
         data.resize,
         f"must be one of {', '.join(images.RESIZE_RULES)}",
-    )
-    check(
-        isinstance(data.min_size, tuple | list)
-        and len(data.min_size) > 0
-        and all(_positive_int(s) for s in data.min_size),
-        "data.min_size",
-        data.min_size,
-        "must be a non-empty tuple of positive integers (short sides)",
-    )
-    check(
-        _positive_int(data.max_size),
-        "data.max_size",
-        data.max_size,
-        "must be a positive integer (the long side at most)",
     )

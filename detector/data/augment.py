@@ -13,7 +13,6 @@ from collections.abc import Callable
 import ml_collections
 import tensorflow as tf
 
-from detector.config import data as data_config
 from detector.data import lsj, transforms
 
 
@@ -31,4 +30,3 @@ AUGMENTS: dict[str, Callable[..., dict]] = {
     "jitter": _jitter,
     "lsj": lsj.transform,
 }
-assert tuple(AUGMENTS) == data_config.AUGMENTS

@@ -111,7 +111,10 @@ def test_an_example_left_without_instances_has_none_valid():
 
 def test_the_augment_registry_names_lsj_and_bad_values_are_one_line():
     assert augment.AUGMENTS["lsj"] is lsj.transform
-    config = ml_collections.ConfigDict({"data": _data(augment="mosaic")})
+    # config/data.py names them without importing TensorFlow.
+    assert tuple(augment.AUGMENTS) == data_config.AUGMENTS
+    config = ml_collections.ConfigDict({"data": data_config.defaults()})
+    config.data.augment = "mosaic"
     config.data.num_classes = 3
     with pytest.raises(ValueError, match=r"^config\.data\.augment='mosaic'"):
         data_config.validate(config)
