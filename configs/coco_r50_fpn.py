@@ -88,15 +88,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     _set_multiscale_input(config.data)
     _set_pretrained_model(config.model)
     _set_1x_schedule(config.train)
-    for name in (arg or "").split(","):
-        if name not in VARIANTS and name:
-            raise ValueError(
-                f"configs/coco_r50_fpn.py: unknown variant "
-                f"{name!r}; known: {', '.join(VARIANTS)}"
-            )
-        if name:
-            VARIANTS[name](config)
-    return config
+    return config_lib.apply_variants(
+        config, arg, VARIANTS, "configs/coco_r50_fpn.py"
+    )
 
 
 def _set_multiscale_input(data: ml_collections.ConfigDict) -> None:

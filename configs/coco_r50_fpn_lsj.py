@@ -44,6 +44,7 @@ from collections.abc import Callable
 import ml_collections
 
 from configs import coco_r50_fpn
+from detector import config as config_lib
 
 REFERENCE_BATCH = 64
 BASE_LR = 0.1  # at REFERENCE_BATCH
@@ -63,15 +64,9 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     data.lsj_min, data.lsj_max = 0.1, 2.0
     data.hflip = True
     _set_schedule(config.train)
-    for name in (arg or "").split(","):
-        if name not in VARIANTS and name:
-            raise ValueError(
-                f"configs/coco_r50_fpn_lsj.py: unknown variant "
-                f"{name!r}; known: {', '.join(VARIANTS)}"
-            )
-        if name:
-            VARIANTS[name](config)
-    return config
+    return config_lib.apply_variants(
+        config, arg, VARIANTS, "configs/coco_r50_fpn_lsj.py"
+    )
 
 
 def _set_model(model: ml_collections.ConfigDict) -> None:

@@ -67,6 +67,30 @@ def _top_level() -> ml_collections.ConfigDict:
     return config
 
 
+def apply_variants(
+    config: ml_collections.ConfigDict,
+    arg: str | None,
+    variants: dict,
+    source: str,
+) -> ml_collections.ConfigDict:
+    """Applies the comma-separated variant names of `arg` in order.
+
+    Args:
+      config: the config the variants change in place.
+      arg: a config file's argument, e.g. 'runlocal,shapes' (None: none).
+      variants: name -> function(config) of the config file.
+      source: the config file, named in the error of an unknown variant.
+    """
+    for name in filter(None, (arg or "").split(",")):
+        if name not in variants:
+            raise ValueError(
+                f"{source}: unknown variant {name!r}; "
+                f"known: {', '.join(variants)}"
+            )
+        variants[name](config)
+    return config
+
+
 def validate(config: ml_collections.ConfigDict) -> None:
     """Checks every section before anything is built or written.
 
