@@ -123,17 +123,41 @@ def _set_pretrained_model(model: ml_collections.ConfigDict) -> None:
 
 def _set_1x_schedule(train: ml_collections.ConfigDict) -> None:
     """SGD 1x at batch 16; LR, steps and warmup follow train.batch_size."""
-    train.batch_size = REFERENCE_BATCH
+    set_sgd_schedule(
+        train,
+        reference_batch=REFERENCE_BATCH,
+        base_lr=BASE_LR,
+        num_images=NUM_IMAGES,
+        warmup_images=WARMUP_IMAGES,
+        warmup_init_factor=0.001,
+        step_fractions=(2 / 3, 8 / 9),
+    )
+
+
+def set_sgd_schedule(
+    train: ml_collections.ConfigDict,
+    *,
+    reference_batch: int,
+    base_lr: float,
+    num_images: int,
+    warmup_images: int,
+    warmup_init_factor: float,
+    step_fractions: tuple[float, ...],
+) -> None:
+    """SGD with momentum 0.9 and x0.1 steps at `step_fractions` of the run;
+    the LR (base_lr at reference_batch), steps and warmup follow
+    train.batch_size (field references: an override rescales them)."""
+    train.batch_size = reference_batch
     batch = train.get_ref("batch_size")
     train.optimizer = "sgd"
     train.momentum = 0.9
-    train.learning_rate = batch.to_float() * (BASE_LR / REFERENCE_BATCH)
-    train.num_steps = NUM_IMAGES // batch
+    train.learning_rate = batch.to_float() * (base_lr / reference_batch)
+    train.num_steps = num_images // batch
     train.schedule = "step"
-    train.warmup_steps = WARMUP_IMAGES // batch
-    train.warmup_init_factor = 0.001
+    train.warmup_steps = warmup_images // batch
+    train.warmup_init_factor = warmup_init_factor
     train.step_boundaries = ()
-    train.step_fractions = (2 / 3, 8 / 9)
+    train.step_fractions = tuple(step_fractions)
     train.step_factor = 0.1
     train.weight_decay = 1e-4
     train.grad_clip_norm = 0.0

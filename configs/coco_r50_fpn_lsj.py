@@ -88,18 +88,15 @@ def _set_model(model: ml_collections.ConfigDict) -> None:
 
 def _set_schedule(train: ml_collections.ConfigDict) -> None:
     """SGD 100 epochs at batch 64; LR, steps and warmup follow the batch."""
-    train.batch_size = REFERENCE_BATCH
-    batch = train.get_ref("batch_size")
-    train.optimizer = "sgd"
-    train.momentum = 0.9
-    train.learning_rate = batch.to_float() * (BASE_LR / REFERENCE_BATCH)
-    train.num_steps = NUM_IMAGES // batch
-    train.schedule = "step"
-    train.warmup_steps = WARMUP_IMAGES // batch
-    train.warmup_init_factor = 0.067
-    train.step_boundaries = ()
-    train.step_fractions = tuple(step / STEPS for step in LR_STEPS)
-    train.step_factor = 0.1
+    coco_r50_fpn.set_sgd_schedule(
+        train,
+        reference_batch=REFERENCE_BATCH,
+        base_lr=BASE_LR,
+        num_images=NUM_IMAGES,
+        warmup_images=WARMUP_IMAGES,
+        warmup_init_factor=0.067,
+        step_fractions=tuple(step / STEPS for step in LR_STEPS),
+    )
     train.weight_decay = 4e-5
     train.grad_clip_norm = 0.0
 
