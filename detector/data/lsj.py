@@ -11,7 +11,10 @@ mask pixels that the visible window overlaps, in original pixels, mapped
 like the image), as detectron2's recompute_boxes; without masks the boxes
 are clipped. Instances whose box is narrower or shorter than
 data.lsj_min_box_size input pixels after the crop are dropped; an example
-left with none trains on negatives only (valid all False).
+left with none trains on negatives only (valid all False). The example's
+image_size is the image's extent on the canvas, past the crop, as in
+transforms.py: proposals are clipped to it and anchors beyond it take no
+part.
 
 Shapes: h, w original image; H, W model input; N instances; M
 data.max_instances; S data.gt_mask_size.
@@ -123,6 +126,7 @@ def transform(
         "image_id": tf.cast(example["image_id"], tf.int64),
         "orig_size": tf.cast(hw, tf.int32),
         "scale": tf.cast(scale, tf.float32),
+        "image_size": transforms._visible_size(resized, offset, data),
         "image_valid": tf.constant(True),
         "boxes": tf.ensure_shape(transforms._pad_rows(boxes, rows), [rows, 4]),
         "classes": tf.ensure_shape(

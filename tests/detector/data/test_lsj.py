@@ -102,6 +102,26 @@ def test_scales_span_the_lsj_range_and_the_input_is_fixed():
     assert out["masks"].shape == (4, geometry.S, geometry.S)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_the_image_size_is_the_visible_extent_and_keys_match(seed):
+    data, example = _data(), _example()
+    key = tf.constant([seed, 3], tf.int64)
+    out = lsj.transform(example, key, data, has_masks=True)
+    _, _, resized, offset = lsj.sample_geometry(
+        tf.constant([40.0, 60.0]), key, data
+    )
+    visible = np.minimum(resized.numpy().astype(int) - offset.numpy(), (H, W))
+    np.testing.assert_array_equal(out["image_size"].numpy(), visible)
+    # Pixels beyond it are the padding value on every side.
+    image = out["image"].numpy()
+    for padding in (image[visible[0] :], image[:, visible[1] :]):
+        assert padding.size == 0 or (padding == padding.flat[0]).all()
+    standard = transforms.transform(
+        _example(), key, geometry._data(True, (1.0, 1.0)), True, True
+    )
+    assert set(out) == set(standard)
+
+
 def test_an_example_left_without_instances_has_none_valid():
     data = _data(lsj_min_box_size=1000.0)
     out = lsj.transform(_example(), tf.constant([0, 1], tf.int64), data, True)
