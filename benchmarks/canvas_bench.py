@@ -14,7 +14,7 @@ padded to a multiple of 32 alone), and the number of compiled programs
 numpy: no device needed.
 
 `--time_predict` also times R50-FPN's jitted predict (configs/coco_r50_fpn.py,
-fresh weights, float32, batch `--batch`) on each single canvas of
+fresh weights, `--dtype` (float32), batch `--batch`) on each single canvas of
 CANVASES, median of `--reps` calls after one warm-up, on this machine's
 default JAX device.
 """
@@ -38,6 +38,7 @@ from detector.runtime import images  # noqa: E402
 CANVASES = {
     "letterbox 1024x1024": ("letterbox", (1024, 1024)),
     "shortest_edge 1344x1344": ("", (1344, 1344)),
+    "shortest_edge 832x1344": ("", (832, 1344)),
 }
 
 # (width, height): count, as in the 128-image sample of COCO train2017.
@@ -121,8 +122,11 @@ def measure(sizes: list[tuple[int, int]]) -> dict:
     return results
 
 
-def time_predict(batch: int, reps: int) -> dict:
-    """Median seconds per predict call of R50-FPN on each canvas."""
+def time_predict(batch: int, reps: int, dtype: str = "float32") -> dict:
+    """Median seconds per predict call of R50-FPN on each canvas.
+
+    `dtype` is `config.model.dtype` ('auto': bfloat16 on GPU/TPU).
+    """
     import jax
     import jax.numpy as jnp
     from flax import nnx
@@ -134,7 +138,7 @@ def time_predict(batch: int, reps: int) -> dict:
     for name, (variant, canvas) in CANVASES.items():
         config = coco_r50_fpn.get_config(variant)
         config.model.backbone_init = ""
-        config.model.dtype = "float32"
+        config.model.dtype = dtype
         graphdef, params, rest = train_state.create_model(config, 0)
         graphdef = train_state.eval_graphdef(graphdef, params, rest)
         fn = jax.jit(
@@ -152,18 +156,20 @@ def time_predict(batch: int, reps: int) -> dict:
     return {
         "device": jax.devices()[0].device_kind,
         "batch": batch,
+        "dtype": dtype,
         "seconds": timings,
     }
 
 
 def _define_flags() -> None:
     """The command's flags (defined only when run: tests import this)."""
-    global _SEED, _OUT, _TIME, _BATCH, _REPS
+    global _SEED, _OUT, _TIME, _BATCH, _REPS, _DTYPE
     _SEED = flags.DEFINE_integer("seed", 0, "Seed of the generated sizes.")
     _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
     _TIME = flags.DEFINE_bool("time_predict", False, "Also time R50 predict.")
     _BATCH = flags.DEFINE_integer("batch", 1, "Images per predict call.")
     _REPS = flags.DEFINE_integer("reps", 3, "Timed predict calls per canvas.")
+    _DTYPE = flags.DEFINE_string("dtype", "float32", "config.model.dtype.")
 
 
 def main(argv) -> None:
@@ -179,9 +185,11 @@ def main(argv) -> None:
         )
     report = {"images": len(sizes), "setups": results}
     if _TIME.value:
-        report["predict"] = time_predict(_BATCH.value, _REPS.value)
+        report["predict"] = time_predict(
+            _BATCH.value, _REPS.value, _DTYPE.value
+        )
         for name, seconds in report["predict"]["seconds"].items():
-            print(f"R50-FPN predict, {name}: {seconds:.2f} s per call")
+            print(f"R50-FPN predict, {name}: {seconds * 1e3:.1f} ms per call")
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
     (out / "canvas_bench.json").write_text(json.dumps(report, indent=2))
