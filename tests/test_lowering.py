@@ -5,8 +5,9 @@ Lowered on any machine, without a TPU or GPU, and never compiled:
   config's optimizer, its state replicated and its batch sharded over an
   abstract two-device 'data' mesh, as train_lib places them;
 - the served predict function (detector/export/serving.py) exported as
-  exporter.export_fn exports it (symbolic batch, an abstract TPU device for
-  Mosaic), with the weights as arguments rather than constants.
+  exporter.export_fn exports it (symbolic batch; each kernel lowered for
+  its platform's device, ops/nms/dispatch.py), with the weights as
+  arguments rather than constants.
 Each program must hold the platform's Pallas NMS kernel at every NMS site
 (Mosaic `tpu_custom_call` on TPU, Triton `__gpu$xla.gpu.triton` on CUDA),
 no host callback, no host send, recv, infeed or outfeed, and no custom call
@@ -27,7 +28,6 @@ find.
 import dataclasses
 import functools
 import re
-from contextlib import nullcontext
 
 import jax
 import jax.numpy as jnp
@@ -43,12 +43,12 @@ from configs import shapes as shapes_config
 from detector import config as config_lib
 from detector.config import factory
 from detector.engine import train_step as step_lib
-from detector.export import exporter, serving
+from detector.export import serving
 from detector.runtime import artifact as artifact_lib
 from detector.state import optimizer
 from detector.state import train_state as state_lib
 from ops import roi_align
-from ops.nms import pallas_gpu
+from ops.nms import dispatch, pallas_gpu
 
 BATCH = 2  # global: one image per device of the mesh
 DEVICES = 2  # the data-parallel mesh
@@ -175,18 +175,13 @@ def model_for(name: str, platform: str, nms: str = "pallas") -> Model:
 
 
 def abstract_mesh(platform: str) -> jax.sharding.AbstractMesh:
-    """DEVICES devices of `platform` on the 'data' axis: for TPU, the kind
-    the exporter lowers Mosaic for; for CUDA, any GPU."""
-    if platform == "tpu":
-        device = exporter._tpu_mesh().abstract_device
-    else:
-        device = jax.sharding.AbstractDevice(
-            device_kind="NVIDIA H100 80GB HBM3",
-            num_cores=None,
-            platform=platform,
-        )
+    """DEVICES devices of `platform` on the 'data' axis (Auto, as the train
+    step's mesh), of the kind the exporter lowers kernels for."""
     return jax.sharding.AbstractMesh(
-        (DEVICES,), ("data",), abstract_device=device
+        (DEVICES,),
+        ("data",),
+        (jax.sharding.AxisType.Auto,),
+        abstract_device=dispatch.target_device(platform),
     )
 
 
@@ -241,20 +236,15 @@ def export_predict(model: Model, platform: str) -> str:
         jax.ShapeDtypeStruct((b, 2), jnp.int32),
         jax.ShapeDtypeStruct((b, 2), jnp.int32),
     )
-    export = jax.export.export(
-        jax.jit(predict),
-        platforms=(platform,),
-        disabled_checks=[
-            jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)
-        ],
-    )
-    tpu = platform == "tpu"
-    with (
-        jax.sharding.use_abstract_mesh(exporter._tpu_mesh())
-        if tpu
-        else nullcontext()
-    ):
-        return export(*args).mlir_module()
+    return (
+        jax.export.export(
+            jax.jit(predict),
+            platforms=(platform,),
+            disabled_checks=[
+                jax.export.DisabledSafetyCheck.custom_call(TRITON_CALL)
+            ],
+        )(*args)
+    ).mlir_module()
 
 
 CONFIGS = [

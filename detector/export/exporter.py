@@ -28,11 +28,9 @@ from detector.runtime import artifact as artifact_lib
 from detector.state import train_state
 from detector.utils import files
 from ops import nms as nms_lib
+from ops.nms import dispatch
 
 PLATFORMS = ("cpu", "cuda", "tpu")
-# The TPU generation Mosaic kernels are lowered for when no TPU is
-# attached (on a TPU host, the attached one).
-DEFAULT_TPU_KIND = "TPU v5 lite"
 # Pallas' Triton kernel is a custom call jax.export does not list as
 # stable; it is the kernel the 'pallas' backend runs on CUDA GPUs.
 _TRITON_CALL = "__gpu$xla.gpu.triton"
@@ -133,19 +131,6 @@ def served(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> Served:
     return Served(fn, categories, weights.step)
 
 
-def _tpu_mesh() -> jax.sharding.AbstractMesh:
-    """An abstract one-device TPU mesh: what Mosaic lowers for."""
-    kind = (
-        jax.devices()[0].device_kind
-        if jax.default_backend() == "tpu"
-        else DEFAULT_TPU_KIND
-    )
-    device = jax.sharding.AbstractDevice(
-        device_kind=kind, num_cores=1, platform="tpu"
-    )
-    return jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
-
-
 def export_fn(
     fn, image_size: tuple[int, int], platforms: tuple[str, ...]
 ) -> jax.export.Exported:
@@ -157,17 +142,13 @@ def export_fn(
         jax.ShapeDtypeStruct((batch, 2), jnp.int32),
         jax.ShapeDtypeStruct((batch, 2), jnp.int32),
     )
-    export = jax.export.export(
+    return jax.export.export(
         jax.jit(fn),
         platforms=platforms,
         disabled_checks=[
             jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
         ],
-    )
-    if "tpu" not in platforms:
-        return export(*args)
-    with jax.sharding.use_abstract_mesh(_tpu_mesh()):
-        return export(*args)
+    )(*args)
 
 
 def export_workdir(
@@ -216,7 +197,7 @@ def export_workdir(
         "max_detections": config.model.detection.max_detections,
         "mask_size": config.model.roi.mask_size,
         "mask_paste": config.eval.mask_paste,
-        "tpu_device_kind": _tpu_mesh().abstract_device.device_kind
+        "tpu_device_kind": dispatch.target_device("tpu").device_kind
         if "tpu" in platforms
         else None,
         "sha256": artifact_lib.sha256(data),

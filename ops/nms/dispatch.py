@@ -13,11 +13,18 @@ kernel for TPU, the Triton kernel for CUDA and interpret mode for CPU
 (`jax.export.export(..., platforms=("cpu", "cuda", "tpu"))`). With one
 lowering platform, only that platform's branch is lowered.
 
+Each branch is lowered on its platform's device: where neither the active
+abstract mesh nor the default device is of that platform (exporting for TPU
+and CUDA from a CPU host), it is lowered under a one-device abstract mesh of
+`target_device(platform)`, so Mosaic knows its TPU generation and Triton
+its GPU's compute capability.
+
 Branches take and return flat sequences of arrays of the same shapes on
 every platform; the primitive has no differentiation or batching rules (the
 NMS backends call it on stop_gradient inputs, inside their custom_vmap).
 """
 
+import contextlib
 from collections.abc import Callable
 
 import jax
@@ -27,6 +34,12 @@ import jax
 from jax._src.interpreters import mlir as mlir_internal
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
+
+# The device kind each kernel platform is lowered for where this host has no
+# such device (on a host that has one, its own kind).
+DEFAULT_KINDS = {"tpu": "TPU v5 lite", "cuda": "NVIDIA H100 80GB HBM3"}
+# Lowering platform -> the platform names its devices report.
+_DEVICE_PLATFORMS = {"tpu": ("tpu",), "cuda": ("cuda", "gpu")}
 
 _platform_switch_p = jex_core.Primitive("platform_switch")
 _platform_switch_p.multiple_results = True
@@ -38,11 +51,58 @@ def _branch_avals(avals, branches, default):
     return [jax.core.ShapedArray(o.shape, o.dtype) for o in out]
 
 
+def target_device(platform: str) -> jax.sharding.AbstractDevice:
+    """The device `platform`'s kernels lower for: the default device where
+    it is of that platform, else DEFAULT_KINDS[platform]."""
+    device = jax.devices()[0]
+    kind = (
+        device.device_kind
+        if device.platform in _DEVICE_PLATFORMS[platform]
+        else DEFAULT_KINDS[platform]
+    )
+    cores = 1 if platform == "tpu" else None
+    return jax.sharding.AbstractDevice(
+        device_kind=kind, num_cores=cores, platform=platform
+    )
+
+
+def target_mesh(platform: str) -> jax.sharding.AbstractMesh:
+    """A one-device abstract mesh of `target_device(platform)` (axis 'x',
+    Auto: it shards nothing)."""
+    return jax.sharding.AbstractMesh(
+        (1,),
+        ("x",),
+        (jax.sharding.AxisType.Auto,),
+        abstract_device=target_device(platform),
+    )
+
+
+def _on_device(platform: str):
+    """A context lowering `platform`'s branch on such a device (module
+    docstring); no change where the mesh or the default device is one."""
+    if platform not in _DEVICE_PLATFORMS:
+        return contextlib.nullcontext()
+    names = _DEVICE_PLATFORMS[platform]
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    if device is None:
+        device = jax.devices()[0]
+    if device.platform in names:
+        return contextlib.nullcontext()
+    return jax.sharding.use_abstract_mesh(target_mesh(platform))
+
+
+def _branch_rule(platform: str, fn):
+    rule = mlir.lower_fun(fn, multiple_results=True)
+
+    def lower(ctx, *args):
+        with _on_device(platform):
+            return rule(ctx, *args)
+
+    return lower
+
+
 def _lowering(ctx, *args, branches, default):
-    rules = {
-        platform: mlir.lower_fun(fn, multiple_results=True)
-        for platform, fn in branches
-    }
+    rules = {platform: _branch_rule(platform, fn) for platform, fn in branches}
     return mlir_internal.lower_per_platform(
         ctx,
         "platform_switch",

@@ -21,31 +21,21 @@ def _pallas_nms(boxes, scores):
     )
 
 
-def _tpu_mesh():
-    return jax.sharding.AbstractMesh(
-        (1,),
-        ("x",),
-        abstract_device=jax.sharding.AbstractDevice(
-            device_kind="TPU v5 lite", num_cores=1, platform="tpu"
-        ),
-    )
-
-
 def test_multi_platform_export_with_symbolic_batch_runs_on_cpu():
     """lax.platform_dependent would lower the Mosaic kernel for the CPU too
-    and fail; the CUDA branch loops over images (Triton grids are static)."""
+    and fail; the CUDA branch loops over images (Triton grids are static).
+    No mesh is needed: each kernel lowers for its platform's device."""
     (b,) = jax.export.symbolic_shape("b")
-    with jax.sharding.use_abstract_mesh(_tpu_mesh()):
-        exported = jax.export.export(
-            jax.jit(_pallas_nms),
-            platforms=("cpu", "cuda", "tpu"),
-            disabled_checks=[
-                jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
-            ],
-        )(
-            jax.ShapeDtypeStruct((b, 64, 4), jnp.float32),
-            jax.ShapeDtypeStruct((b, 64), jnp.float32),
-        )
+    exported = jax.export.export(
+        jax.jit(_pallas_nms),
+        platforms=("cpu", "cuda", "tpu"),
+        disabled_checks=[
+            jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
+        ],
+    )(
+        jax.ShapeDtypeStruct((b, 64, 4), jnp.float32),
+        jax.ShapeDtypeStruct((b, 64), jnp.float32),
+    )
     module = exported.mlir_module()
     assert "tpu_custom_call" in module and _TRITON_CALL in module
     rng = np.random.default_rng(0)
@@ -73,13 +63,12 @@ def test_auto_exports_for_every_platform_without_pallas_triton(monkeypatch):
             boxes, scores, max_output_size=20, iou_threshold=0.5, backend="auto"
         )
 
-    with jax.sharding.use_abstract_mesh(_tpu_mesh()):
-        module = (
-            jax.export.export(jax.jit(fn), platforms=("cpu", "cuda", "tpu"))(
-                jax.ShapeDtypeStruct((2, 64, 4), jnp.float32),
-                jax.ShapeDtypeStruct((2, 64), jnp.float32),
-            )
-        ).mlir_module()
+    module = (
+        jax.export.export(jax.jit(fn), platforms=("cpu", "cuda", "tpu"))(
+            jax.ShapeDtypeStruct((2, 64, 4), jnp.float32),
+            jax.ShapeDtypeStruct((2, 64), jnp.float32),
+        )
+    ).mlir_module()
     assert "tpu_custom_call" in module and _TRITON_CALL not in module
     assert "stablehlo.while" in module
 

@@ -122,6 +122,7 @@ def test_lowers_to_mosaic_for_tpu(device_kind):
     mesh = jax.sharding.AbstractMesh(
         (1,),
         ("x",),
+        (jax.sharding.AxisType.Auto,),
         abstract_device=jax.sharding.AbstractDevice(
             device_kind=device_kind, num_cores=1, platform="tpu"
         ),
