@@ -243,6 +243,7 @@ def test_stem_and_first_bottleneck_match_numpy(tmp_path):
     # Levels 2 only: the stem and stage 1 are built, the rest ignored.
     config = _model_config("resnet50", path=path, max_level=2)
     config.model.min_level = 2
+    config.model.dtype = "float32"  # 'auto' is bfloat16 on a GPU host
     images = np.random.default_rng(2).normal(size=(2, 3, 32, 32))
     graphdef, variables = nnx.split(_loaded(config))
 
