@@ -22,6 +22,12 @@ convention (torchvision's and Detectron's `aligned=False`): box coordinates
 are used as index-space positions without the half-pixel shift, and a box
 is at least one pixel wide and tall.
 
+A map may hold a smaller image at its top left (a canvas): with `limits`
+(per roi) or a pyramid's `extents` (per image, in input pixels) the
+border rules above apply at the image's own last row and column, so a roi
+samples as from a map of that image alone (torchvision's tensor of it)
+and never reads the canvas past them.
+
 Shapes: B batch, R rois per image, X pixels of all maps together, F channels,
 Q output (pool) size, s sampling ratio, L pyramid levels, T = 2 s Q taps
 per axis (matmul).
@@ -43,11 +49,16 @@ class FlatPyramid(NamedTuple):
     features: [B, X, F], levels min_level..max_level, each row-major.
     level_shapes: static ((H, W), ...) per level, from min_level up.
     min_level: the level of level_shapes[0] (its stride is 2**min_level).
+    extents: int32[B, 2] each image's (height, width) in input pixels at
+      the maps' top left: at a level of stride t a roi samples as from a
+      map of ceil(extent / t) cells (roi_align's limits); None: the whole
+      maps.
     """
 
     features: jax.Array
     level_shapes: tuple[tuple[int, int], ...]
     min_level: int
+    extents: jax.Array | None = None
 
     @property
     def max_level(self) -> int:
@@ -55,15 +66,18 @@ class FlatPyramid(NamedTuple):
 
 
 def flatten_pyramid(
-    features: Sequence[jax.Array], min_level: int
+    features: Sequence[jax.Array],
+    min_level: int,
+    extents: jax.Array | None = None,
 ) -> FlatPyramid:
-    """Concatenates levels [B, H_l, W_l, C] (min_level first) into one."""
+    """Concatenates levels [B, H_l, W_l, C] (min_level first) into one;
+    `extents` as FlatPyramid's."""
     batch, channels = features[0].shape[0], features[0].shape[-1]
     flat = jnp.concatenate(
         [f.reshape(batch, -1, channels) for f in features], axis=1
     )
     shapes = tuple((int(f.shape[1]), int(f.shape[2])) for f in features)
-    return FlatPyramid(flat, shapes, int(min_level))
+    return FlatPyramid(flat, shapes, int(min_level), extents)
 
 
 def roi_levels(
@@ -289,6 +303,7 @@ def roi_align(
     sampling_ratio: int,
     implementation: str = "auto",
     aligned: bool = True,
+    limits: tuple[jax.Array, jax.Array] | None = None,
 ) -> jax.Array:
     """ROIAlign of every box from its own map inside a flat feature array.
 
@@ -303,11 +318,15 @@ def roi_align(
       implementation: a key of IMPLEMENTATIONS, or 'auto'.
       aligned: the half-pixel convention (module docstring); False is the
         original Mask R-CNN's.
+      limits: int32[B, R] heights and widths, at most the map's, that the
+        samples clamp to and read 0 past (module docstring); None: the
+        map's.
 
     Returns:
       [B, R, Q, Q, F] in the features' dtype.
     """
     pool = IMPLEMENTATIONS[resolve_implementation(implementation)]
+    limit_h, limit_w = (heights, widths) if limits is None else limits
     size, ratio = output_size, sampling_ratio
     ys = _sample_coords(
         boxes[..., 1], boxes[..., 3] - boxes[..., 1], size, ratio, aligned
@@ -316,8 +335,8 @@ def roi_align(
         boxes[..., 0], boxes[..., 2] - boxes[..., 0], size, ratio, aligned
     )
     taps = (
-        _bilinear_taps(ys, heights),  # each [B, R, Q * s, 2]
-        _bilinear_taps(xs, widths),
+        _bilinear_taps(ys, limit_h),  # each [B, R, Q * s, 2]
+        _bilinear_taps(xs, limit_w),
     )
     pooled = pool(features, offsets, widths, taps, size=size, ratio=ratio)
     return pooled.astype(features.dtype)
@@ -362,14 +381,25 @@ def multilevel_roi_align(
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int32)
     rel = levels - pyramid.min_level
     scale = jnp.exp2(-levels.astype(jnp.float32))[..., None]
+    heights = jnp.asarray(shapes[:, 0])[rel]
+    widths = jnp.asarray(shapes[:, 1])[rel]
+    limits = None
+    if pyramid.extents is not None:
+        stride = jnp.left_shift(1, levels)  # int32[B, R]
+        extents = pyramid.extents.astype(jnp.int32)
+        limits = (
+            jnp.minimum(-(-extents[:, 0, None] // stride), heights),
+            jnp.minimum(-(-extents[:, 1, None] // stride), widths),
+        )
     return roi_align(
         pyramid.features,
         boxes * scale,
         jnp.asarray(offsets)[rel],
-        jnp.asarray(shapes[:, 0])[rel],
-        jnp.asarray(shapes[:, 1])[rel],
+        heights,
+        widths,
         output_size=output_size,
         sampling_ratio=sampling_ratio,
         implementation=implementation,
         aligned=aligned,
+        limits=limits,
     )

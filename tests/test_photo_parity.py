@@ -19,12 +19,10 @@ ours has positive area and lies inside its image. With torch installed,
 the fixture is also regenerated and checked equal to the committed one.
 
 Measured on the 2-core CPU VM (float32; torchvision 0.29.1, torch 2.14.1),
-alike on all three paths (to the printed digits): 100 of
-torchvision's 100 detections matched on landscape, portrait, wide, small
-and grayscale, scores within 4e-6, mask IoU 1.000; on exif_rotated 95 of
-100, scores within 8.0e-3, mask IoU >= 0.951. 595 of 600 (99.2%) in all:
-the matched target holds, the score target fails on exif_rotated (see the
-:torchvision variant's docstring for what is left).
+alike on all three paths (to the printed digits): 100 of torchvision's 100
+detections matched on every photo, scores within 4e-6, mask IoU 1.000
+(docs/torchvision-weights.md has the per-photo numbers; the :torchvision
+variant's docstring what is left).
 """
 
 import json

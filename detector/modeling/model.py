@@ -16,8 +16,9 @@ The input is a canvas: each image sits at its top left, `image_sizes`
 (int32[B, 2], the batch's 'image_size') its own (height, width). Anchors
 follow the canvas's shape; proposals and detections clip to each image's
 size, and anchors past it rounded up to the backbone's stride take no part
-in the proposals (`rpn.generate_proposals`), and every convolution sees
-zeros past that extent (`extents`), as if each image had been run alone on
+in the proposals (`rpn.generate_proposals`), every convolution sees
+zeros past that extent (`extents`) and ROIAlign samples clamp to it
+(`roi_align.FlatPyramid.extents`), as if each image had been run alone on
 a tensor padded to a multiple of 32, as torchvision pads it.
 
 Shapes (the letters of docs/architecture.md where they exist): B batch,
@@ -117,21 +118,29 @@ class MaskRCNN(nnx.Module):
         with jax.named_scope("fpn"):
             return self.fpn(features)
 
+    def _extents(self, image_sizes) -> jax.Array | None:
+        """int32[B, 2] each image's size rounded up to the backbone's
+        stride (torchvision's padded tensor); None without sizes."""
+        if image_sizes is None:
+            return None
+        return rpn.padded_extents(image_sizes, 2**self.fpn.top_level)
+
     def _zero_outside(self, images: jax.Array, image_sizes):
         """The block in which convolutions see zeros past each image's
         extent (`detector.modeling.extents`); no-op without sizes."""
-        padded = (
-            None
-            if image_sizes is None
-            else rpn.padded_extents(image_sizes, 2**self.fpn.top_level)
+        return extents_lib.zero_outside(
+            self._extents(image_sizes), _canvas(images)
         )
-        return extents_lib.zero_outside(padded, _canvas(images))
 
-    def _roi_pyramid(self, features: list[jax.Array]) -> roi_align.FlatPyramid:
-        """The levels rois pool from: min_level..the backbone's top level."""
+    def _roi_pyramid(
+        self, features: list[jax.Array], image_sizes=None
+    ) -> roi_align.FlatPyramid:
+        """The levels rois pool from: min_level..the backbone's top level;
+        a roi samples only its image's extent (roi_align's `extents`)."""
         return roi_align.flatten_pyramid(
             features[: self.fpn.top_level - self.fpn.min_level + 1],
             self.fpn.min_level,
+            self._extents(image_sizes),
         )
 
     def _pool(
@@ -275,7 +284,7 @@ class MaskRCNN(nnx.Module):
             training=True,
         )
         targets = self._sample_rois(proposals, proposal_valid, batch, roi_key)
-        pyramid = self._roi_pyramid(features)
+        pyramid = self._roi_pyramid(features, batch.get("image_size"))
         terms.update(
             self._box_losses_of_pooled(
                 self._pool(pyramid, targets.rois, self.box_pool_size), targets
@@ -347,7 +356,7 @@ class MaskRCNN(nnx.Module):
             image_sizes,
             training=False,
         )
-        pyramid = self._roi_pyramid(features)
+        pyramid = self._roi_pyramid(features, image_sizes)
         detections = self._detect(
             pyramid, proposals, proposal_valid, _canvas(images), image_sizes
         )

@@ -53,6 +53,45 @@ def _random_boxes(rng, count, extent):
     return np.concatenate([xy, xy + wh], -1).astype(np.float32)
 
 
+# The level rule of the multilevel tests: side 32 on level 3.
+CANONICAL_SIZE, CANONICAL_LEVEL = 32.0, 3
+
+
+def _multilevel(pyramid, boxes, implementation):
+    """features -> multilevel ROIAlign of `boxes` (3 x 3 bins, 2 samples)."""
+
+    @jax.jit
+    def pooled(features):
+        return roi_align.multilevel_roi_align(
+            pyramid._replace(features=features),
+            jnp.asarray(boxes),
+            output_size=3,
+            sampling_ratio=2,
+            canonical_size=CANONICAL_SIZE,
+            canonical_level=CANONICAL_LEVEL,
+            implementation=implementation,
+        )
+
+    return pooled
+
+
+def _reference_level(box, min_level):
+    """The level of box (f64[4]) by the FPN rule, within min_level..4."""
+    side = np.sqrt((box[2] - box[0]) * (box[3] - box[1]))
+    level = np.floor(CANONICAL_LEVEL + np.log2(side / CANONICAL_SIZE))
+    return int(np.clip(level, min_level, 4))
+
+
+def _random_levels(rng, image, channels, min_level):
+    """f32[2, image / 2**l, image / 2**l, channels] for l in min_level..4."""
+    return [
+        rng.normal(
+            size=(2, image // 2**level, image // 2**level, channels)
+        ).astype(np.float32)
+        for level in range(min_level, 5)
+    ]
+
+
 @pytest.mark.parametrize("implementation", sorted(roi_align.IMPLEMENTATIONS))
 def test_single_map_values_and_gradients_match_reference(implementation):
     rng = np.random.default_rng(0)
@@ -101,12 +140,7 @@ def test_single_map_values_and_gradients_match_reference(implementation):
 def test_multilevel_reads_each_roi_from_its_level(implementation):
     rng = np.random.default_rng(1)
     image, channels, min_level = 64, 2, 2
-    levels = [
-        rng.normal(
-            size=(2, image // 2**level, image // 2**level, channels)
-        ).astype(np.float32)
-        for level in range(min_level, 5)
-    ]
+    levels = _random_levels(rng, image, channels, min_level)
     boxes = _random_boxes(rng, 12, float(image)).reshape(2, 6, 4)
     boxes[0, 0] = [0.0, 0.0, 64.0, 64.0]  # large: clipped to the top level
     boxes[0, 1] = [10.0, 10.0, 12.0, 12.0]  # tiny: clipped to min_level
@@ -114,20 +148,7 @@ def test_multilevel_reads_each_roi_from_its_level(implementation):
     pyramid = roi_align.flatten_pyramid(
         [jnp.asarray(x) for x in levels], min_level
     )
-    canonical_size, canonical_level = 32.0, 3
-
-    @jax.jit
-    def pooled(features):
-        return roi_align.multilevel_roi_align(
-            pyramid._replace(features=features),
-            jnp.asarray(boxes),
-            output_size=3,
-            sampling_ratio=2,
-            canonical_size=canonical_size,
-            canonical_level=canonical_level,
-            implementation=implementation,
-        )
-
+    pooled = _multilevel(pyramid, boxes, implementation)
     out = np.asarray(pooled(pyramid.features))
     cotangent = rng.normal(size=out.shape).astype(np.float32)
     grad = np.asarray(
@@ -140,14 +161,7 @@ def test_multilevel_reads_each_roi_from_its_level(implementation):
     for b in range(2):
         for r in range(6):
             box = boxes[b, r].astype(np.float64)
-            side = np.sqrt((box[2] - box[0]) * (box[3] - box[1]))
-            level = int(
-                np.clip(
-                    np.floor(canonical_level + np.log2(side / canonical_size)),
-                    min_level,
-                    4,
-                )
-            )
+            level = _reference_level(box, min_level)
             seen_levels.add(level)
             stride = 2**level
             feature = levels[level - min_level][b]
@@ -165,6 +179,48 @@ def test_multilevel_reads_each_roi_from_its_level(implementation):
         [g.reshape(2, -1, channels) for g in expected_grads], axis=1
     )
     np.testing.assert_allclose(grad, flat_expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("implementation", sorted(roi_align.IMPLEMENTATIONS))
+def test_extents_sample_as_a_map_of_the_image_alone(implementation):
+    """With a pyramid's extents, a roi reaching its image's edge clamps to
+    the image's last cell (the reference on the cropped map) and never
+    reads the canvas past it (values or gradients)."""
+    rng = np.random.default_rng(2)
+    channels, min_level = 2, 2
+    levels = _random_levels(rng, 64, channels, min_level)
+    extents = np.array([[48, 40], [64, 20]], np.int32)  # 20: not whole cells
+    boxes = np.array(
+        [
+            [[30.0, 20.0, 40.0, 48.0], [2.0, 3.0, 39.5, 47.0]],
+            [[1.0, 40.0, 20.0, 64.0], [10.0, 50.0, 19.0, 60.0]],
+        ],
+        np.float32,
+    )
+    pyramid = roi_align.flatten_pyramid(
+        [jnp.asarray(x) for x in levels], min_level, jnp.asarray(extents)
+    )
+    pooled = _multilevel(pyramid, boxes, implementation)
+    out = np.asarray(pooled(pyramid.features))
+    grad = np.asarray(
+        jax.jit(jax.grad(lambda f: jnp.sum(pooled(f))))(pyramid.features)
+    )
+    outside = [np.ones(x.shape[:3], bool) for x in levels]
+    for b in range(2):
+        for r in range(2):
+            box = boxes[b, r].astype(np.float64)
+            level = _reference_level(box, min_level)
+            stride = 2**level
+            h, w = -(-extents[b] // stride)
+            feature = levels[level - min_level][b, :h, :w]
+            matrix = _reference_matrix(box / stride, h, w, 3, 2)
+            expected = matrix @ feature.reshape(-1, channels)
+            np.testing.assert_allclose(
+                out[b, r].reshape(-1, channels), expected, rtol=1e-5, atol=1e-5
+            )
+            outside[level - min_level][b, :h, :w] = False
+    outside = np.concatenate([o.reshape(2, -1) for o in outside], axis=1)
+    np.testing.assert_array_equal(grad[outside], 0.0)
 
 
 @pytest.mark.parametrize("implementation", sorted(roi_align.IMPLEMENTATIONS))

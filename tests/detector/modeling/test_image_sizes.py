@@ -164,28 +164,29 @@ def test_masked_zeroes_past_the_extent_at_each_stride():
 
 @pytest.mark.slow
 def test_an_image_predicts_alike_on_any_larger_canvas():
-    """A 40 x 70 image alone on its extent (64 x 128: rounded up to 64,
-    the P6 stride) and on a 128 x 192 canvas with its size given: the same
-    detections, to float32 error on CPU. (Frozen BatchNorm, as torchvision's
-    weights: a GroupNorm's statistics span the whole canvas.)"""
+    """A 64 x 96 image alone (its size a multiple of the backbone's stride
+    32: its own extent, so ROIAlign clamps at its last row and column) and
+    on a 128 x 192 canvas with its size given: the same detections, to
+    float32 error on CPU. (Frozen BatchNorm, as torchvision's weights: a
+    GroupNorm's statistics span the whole canvas.)"""
     config = shapes.get_config()
     config.model.norm = "frozen_batch"
     config.model.detection.score_threshold = 0.0
     model = factory.build_model(config, rngs=nnx.Rngs(0))
     model.eval()
     rng = np.random.default_rng(0)
-    picture = rng.normal(size=(40, 70, 3)).astype(np.float32)
+    picture = rng.normal(size=(64, 96, 3)).astype(np.float32)
 
     def predict(canvas):
         images = np.zeros((1, *canvas, 3), np.float32)
-        images[0, :40, :70] = picture
+        images[0, :64, :96] = picture
         return jax.device_get(
             nnx.jit(lambda m, x, s: m.predict(x, s))(
-                model, jnp.asarray(images), jnp.asarray([[40, 70]])
+                model, jnp.asarray(images), jnp.asarray([[64, 96]])
             )
         )
 
-    alone, placed = predict((64, 128)), predict((128, 192))
+    alone, placed = predict((64, 96)), predict((128, 192))
     count = int(alone["num_detections"][0])
     assert count == int(placed["num_detections"][0]) > 0
     np.testing.assert_allclose(
@@ -195,4 +196,5 @@ def test_an_image_predicts_alike_on_any_larger_canvas():
         placed["scores"][0, :count], alone["scores"][0, :count], atol=1e-5
     )
     boxes = placed["boxes"][0, :count]
-    assert (boxes[:, 2] <= 70).all() and (boxes[:, 3] <= 40).all()
+    assert (boxes[:, 2] <= 96).all() and (boxes[:, 3] <= 64).all()
+    assert (boxes[:, 2] == 96).any() and (boxes[:, 3] == 64).any()
