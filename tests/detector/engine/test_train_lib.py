@@ -25,7 +25,9 @@ from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from ops import host_audit
 from tests.detector.helpers import tiny_config
-from tests.helpers import checkpoint_faults
+from tests.helpers import checkpoint_faults, groups
+
+pytestmark = groups.TINY_SHAPES_TRAINING
 
 METRIC_KEYS = {
     "step",
