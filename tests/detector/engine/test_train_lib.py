@@ -111,6 +111,18 @@ def test_resume_continues_exactly_where_the_run_stopped(resumed_and_straight):
         jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
+def test_a_resume_restores_into_shapes_without_building_a_fresh_model(
+    resumed_and_straight, shapes_config, monkeypatch
+):
+    resumed, _ = resumed_and_straight
+
+    def no_fresh_model(*args):
+        raise AssertionError("the model was initialised")
+
+    monkeypatch.setattr(state_lib, "create_model", no_fresh_model)
+    assert _restore(shapes_config, resumed) == 4
+
+
 def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
     resumed, _ = resumed_and_straight
     lines = [
