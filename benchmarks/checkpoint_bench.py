@@ -7,7 +7,7 @@ Builds the training-state tree of a config (params, BatchNorm values and
 optimizer slots, random values of the real shapes) and times, as medians
 over `--reps` after one warm-up each:
 - `checksum_ms`: `checkpoint.content_checksums` alone (one device program,
-  fetched to the host);
+  fetched to the host; NumPy on the arrays in place on CPU);
 - `save_call_ms`: the blocking part of `Checkpointer.save` (checksums plus
   orbax's device-to-host copy; the write to disk is asynchronous);
 - `orbax_save_call_ms`: the same save without checksums (orbax only);

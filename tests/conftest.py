@@ -37,6 +37,21 @@ requires.block_from_env()
 quiet_run.install()
 
 
+def pytest_configure(config):
+    """`-n N` distributes as `--dist=loadgroup`, not `load`: the modules of a
+    group in tests/helpers/groups.py share one worker."""
+    if getattr(config.option, "dist", None) == "load":  # xdist's controller
+        config.option.dist = "loadgroup"
+    if getattr(config, "workerinput", {}).get("loadgroup"):  # a worker
+        config.option.loadgroup = True  # test ids name their group
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """Each xdist worker learns that the run distributes by group."""
+    node.workerinput["loadgroup"] = node.config.option.dist == "loadgroup"
+
+
 def pytest_sessionfinish(session, exitstatus):
     """hypothesis' gc callback out before xdist stops this worker."""
     del session, exitstatus

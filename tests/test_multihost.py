@@ -11,10 +11,13 @@ import os
 import pathlib
 import re
 import signal
+import sys
 import time
+import types
 
 import numpy as np
 import pytest
+from jax._src import distributed
 
 from detector.distributed import peers
 from tests.helpers import processes, requires
@@ -279,22 +282,24 @@ def test_a_killed_peer_ends_the_survivor_in_one_line_and_resumes(tmp_path):
         assert f"Resumed from {run}/checkpoints/{last}" in output
 
 
+class _Store:
+    """A stand-in for the coordination service's key-value store."""
+
+    def __init__(self):
+        self.values = {}
+
+    def key_value_set(self, key, value, overwrite):
+        self.values[key] = value
+
+    def key_value_try_get(self, key):
+        if key not in self.values:
+            raise KeyError(key)
+        return self.values[key]
+
+
 def test_the_watch_names_a_silent_peer_and_ignores_an_exited_one():
     """The peer check alone, on a stand-in key-value store."""
-
-    class Store:
-        def __init__(self):
-            self.values = {}
-
-        def key_value_set(self, key, value, overwrite):
-            self.values[key] = value
-
-        def key_value_try_get(self, key):
-            if key not in self.values:
-                raise KeyError(key)
-            return self.values[key]
-
-    store = Store()
+    store = _Store()
     watch = peers.Watch(store, 0, 3, on_lost=None, lost_after_s=10)
     store.values["detector/peers/beat/1"] = "1"
     store.values["detector/peers/beat/2"] = "1"
@@ -319,3 +324,22 @@ def test_a_lost_coordinator_is_named():
     assert watch.check_once(0.0).startswith(
         "process 0 of 2 (it hosts the coordinator) stopped answering"
     )
+
+
+def test_a_finished_process_is_never_counted_lost_by_its_peers(monkeypatch):
+    """`peers.finished` marks the process that `peers.watch` started."""
+    store = _Store()
+    job = types.SimpleNamespace(client=store, process_id=1, num_processes=2)
+    monkeypatch.setattr(distributed, "global_state", job)
+    monkeypatch.setattr(peers, "_active", [])
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # put back after
+    watch = peers.watch(on_lost=pytest.fail)
+    try:
+        peers.finished()
+    finally:
+        watch.stop()
+    assert store.values["detector/peers/exited/1"] == "1"
+    # Process 0 sees it exited, however long its counter stands still.
+    survivor = peers.Watch(store, 0, 2, on_lost=None, lost_after_s=10)
+    assert survivor.check_once(100.0) is None
+    assert survivor.check_once(200.0) is None

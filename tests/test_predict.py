@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.helpers import commands
+from tests.helpers import commands, groups
+
+pytestmark = groups.EXPORTED
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # What `predict.py --exported` must run without.

@@ -10,9 +10,10 @@ import sys
 
 import pytest
 
-from tests.helpers import requires
+from tests.helpers import groups, requires
 
 requires.module_or_skip(*requires.TRAIN_LOOP)
+pytestmark = groups.SMOKE_CONSOLE
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # What a default run printed before (orbax internals, clu's writer and work

@@ -122,6 +122,7 @@ class Watch:
             target=self._run, name="peer-watch", daemon=True
         ).start()
         atexit.register(self.stop)
+        _active.append(self)  # what `finished` marks
         hook = sys.excepthook
 
         def excepthook(kind, value, traceback):

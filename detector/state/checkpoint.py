@@ -2,13 +2,14 @@
 
 orbax keeps no checksum of the array data, so a flipped byte on disk would be
 restored silently. Each save therefore records a 64-bit content checksum per
-array (computed on the device from the arrays' bits, `content_checksums`) in
-the step's orbax metadata, and every restore checks the restored arrays
-against it and for non-finite values. A checkpoint that fails any check
-(missing or cut files, an empty step folder, changed bytes) is reported in
-one log line and the newest intact one is used instead (`restore_latest`);
-a trainer moves the damaged one aside to `<step>.damaged` so it is neither
-resumed nor overwritten.
+array (computed from the arrays' bits, `content_checksums`: by one device
+program, or by NumPy where every array is in host memory, which gives the
+same values without compiling anything) in the step's orbax metadata, and
+every restore checks the restored arrays against it and for non-finite
+values. A checkpoint that fails any check (missing or cut files, an empty
+step folder, changed bytes) is reported in one log line and the newest
+intact one is used instead (`restore_latest`); a trainer moves the damaged
+one aside to `<step>.damaged` so it is neither resumed nor overwritten.
 """
 
 import contextlib
@@ -113,14 +114,50 @@ def _fingerprints(leaves: list[jax.Array]) -> tuple[jax.Array, jax.Array]:
     )
 
 
+def _in_host_memory(x: jax.Array) -> bool:
+    """Whether this process holds all of `x` in host memory: on CPU
+    devices and replicated (each device's copy is the whole array)."""
+    sharding = x.sharding
+    return sharding.is_fully_replicated and all(
+        device.platform == "cpu" for device in sharding.device_set
+    )
+
+
+def _host_fingerprint(x: jax.Array) -> tuple[tuple[int, int], bool]:
+    """`_fingerprints` of one array in host memory, computed by NumPy on it
+    in place: the same sums (uint32 arithmetic wraps alike), no program to
+    compile."""
+    if jnp.issubdtype(x.dtype, jax.dtypes.prng_key):
+        x = jax.random.key_data(x)
+    values = np.ravel(np.asarray(x.addressable_data(0)))
+    if values.dtype == np.bool_:
+        words = values.astype(np.uint32)
+    elif values.dtype.itemsize == 8:  # two words per element, low first
+        words = values.view(np.uint32)
+    else:
+        bits = values.dtype.itemsize * 8
+        words = values.view(np.dtype(f"uint{bits}")).astype(np.uint32)
+    weighted = 2 * np.arange(words.size, dtype=np.uint32) + 1
+    weighted *= words
+    first = int(np.sum(weighted, dtype=np.uint32))
+    weighted *= words  # w * w * (2i + 1)
+    sums = (first, int(np.sum(weighted, dtype=np.uint32)))
+    finite = not jnp.issubdtype(x.dtype, jnp.inexact) or bool(
+        np.isfinite(values).all()
+    )
+    return sums, finite
+
+
 def _fingerprint_tree(tree) -> tuple[dict[str, str], dict[str, bool]]:
     """{name: 16-hex-digit checksum}, {name: finite} of every array."""
     flat = jax.tree_util.tree_flatten_with_path(tree)[0]
     names = [_path_name(path) for path, _ in flat]
+    leaves = [jnp.asarray(leaf) for _, leaf in flat]
     with jax.transfer_guard("allow"):  # the fingerprints come to the host
-        sums, finite = jax.device_get(
-            _fingerprints([jnp.asarray(leaf) for _, leaf in flat])
-        )
+        if all(map(_in_host_memory, leaves)):
+            sums, finite = zip(*map(_host_fingerprint, leaves), strict=True)
+        else:
+            sums, finite = jax.device_get(_fingerprints(leaves))
     return (
         {
             n: f"{int(a):08x}{int(b):08x}"
@@ -338,7 +375,7 @@ class Checkpointer:
     def save(self, step: int, tree: dict) -> None:
         """Writes `tree` (nested dicts of arrays) for `step` (async).
 
-        The arrays' content checksums (one small device program, fetched
+        The arrays' content checksums (`content_checksums`, computed
         before the save starts) go into the step's metadata. A failure of
         the background write surfaces as CheckpointSaveError from the next
         `check_saves`, `save`, `wait` or `close`.

@@ -145,27 +145,36 @@ def restore_or_init(
     """(graphdef, state): the newest intact checkpoint, else a fresh model
     (warm-started from model.backbone_init or model.init_checkpoint).
 
+    A checkpoint is restored into the state's shapes: the initialisers
+    neither compile nor run (seconds of a resume or an evaluation on CPU).
+
     Raises:
       ValueError: the checkpoints were written by a different config, or
         every one is damaged.
     """
+    resuming = ckpt.latest_step() is not None
+    if resuming:  # restored into shapes: no initialiser runs
+        graphdef, params, rest = abstract_model(config, config.seed)
+        template = jax.eval_shape(
+            lambda p, r: init_state(p, r, tx), params, rest
+        )
+        replicated = NamedSharding(mesh, P())
+        abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(
+                x.shape, x.dtype, sharding=replicated
+            ),
+            to_tree(template),
+        )
+        # The newest intact checkpoint: damaged ones are logged and skipped.
+        restored = ckpt.restore_latest(abstract)
+        if restored is not None:
+            step, tree = restored
+            logging.info("Resumed from %s/%d", ckpt.directory, step)
+            return graphdef, from_tree(template, tree)
     graphdef, params, rest = create_model(config, config.seed)
-    if ckpt.latest_step() is None:  # a resumed run keeps its own weights
+    if not resuming:  # a resumed run keeps its own weights
         params, rest = warm_start.apply(config, params, rest)
-    state = sharding.replicate(init_state(params, rest, tx), mesh)
-    replicated = NamedSharding(mesh, P())
-    abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
-        to_tree(state),
-    )
-    # The newest intact checkpoint: damaged ones are logged and skipped.
-    restored = ckpt.restore_latest(abstract)
-    if restored is None:
-        return graphdef, state
-    step, tree = restored
-    state = from_tree(state, tree)
-    logging.info("Resumed from %s/%d", ckpt.directory, step)
-    return graphdef, state
+    return graphdef, sharding.replicate(init_state(params, rest, tx), mesh)
 
 
 def _check_restorable(

@@ -25,7 +25,9 @@ from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from ops import host_audit
 from tests.detector.helpers import tiny_config
-from tests.helpers import checkpoint_faults
+from tests.helpers import checkpoint_faults, groups
+
+pytestmark = groups.TINY_SHAPES_TRAINING
 
 METRIC_KEYS = {
     "step",
@@ -107,6 +109,18 @@ def test_resume_continues_exactly_where_the_run_stopped(resumed_and_straight):
         _params_at(resumed, 4), _params_at(straight, 4), strict=True
     ):
         jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+def test_a_resume_restores_into_shapes_without_building_a_fresh_model(
+    resumed_and_straight, shapes_config, monkeypatch
+):
+    resumed, _ = resumed_and_straight
+
+    def no_fresh_model(*args):
+        raise AssertionError("the model was initialised")
+
+    monkeypatch.setattr(state_lib, "create_model", no_fresh_model)
+    assert _restore(shapes_config, resumed) == 4
 
 
 def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):

@@ -10,7 +10,9 @@ import pytest
 from detector import config as config_lib
 from detector.export import exporter, in_process
 from detector.runtime import artifact, images, predict
-from tests.helpers import predict_workdir
+from tests.helpers import groups, predict_workdir
+
+pytestmark = groups.EXPORTED
 
 
 def _batch(count: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -22,6 +22,9 @@ from detector.modeling import losses as losses_lib
 from detector.modeling.model import MaskRCNN
 from ops import box_ops, host_audit
 from tests.detector import helpers
+from tests.helpers import groups
+
+pytestmark = groups.MODEL
 
 OVERFIT_STEPS = 200
 BACKENDS = ("while_loop", "pallas", "cpu")

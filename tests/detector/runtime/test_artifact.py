@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from detector.runtime import artifact
+from tests.helpers import groups
+
+pytestmark = groups.EXPORTED
 
 
 @pytest.fixture

@@ -37,3 +37,48 @@ def test_a_step_removed_after_listing_falls_back_to_the_next(tmp_path, caplog):
     ]
     assert len(removed) == 1 and "/2 " in removed[0].getMessage()
     assert not any("damaged" in r.getMessage() for r in caplog.records)
+
+
+def _host_and_device_fingerprints(tree):
+    """(checksums, finite) by `_fingerprint_tree` and by the device program
+    alone, for a dict of arrays in host memory."""
+    leaves = jax.tree.leaves(tree)
+    assert all(map(checkpoint._in_host_memory, leaves))  # CPU: NumPy
+    sums, finite = jax.device_get(checkpoint._fingerprints(leaves))
+    names = sorted(tree)  # the flattening order of a dict
+    device = (
+        {
+            n: f"{int(a):08x}{int(b):08x}"
+            for n, (a, b) in zip(names, sums, strict=True)
+        },
+        dict(zip(names, map(bool, finite), strict=True)),
+    )
+    return checkpoint._fingerprint_tree(tree), device
+
+
+def test_host_fingerprints_equal_the_device_program():
+    """Arrays in host memory are checksummed by NumPy: the values the
+    device program gives, for every kind of word, and the same verdict on
+    non-finite values."""
+    host, device = _host_and_device_fingerprints(
+        {
+            "f32": jnp.linspace(-1, 1, 1000).at[7].set(jnp.nan),
+            "bf16": jnp.full((7, 3), -2.5, jnp.bfloat16),
+            "f16": jnp.ones((5,), jnp.float16).at[0].set(jnp.inf),
+            "i32": jnp.arange(-5, 300_000),
+            "u8": jnp.arange(200, dtype=jnp.uint8),
+            "flag": jnp.array([True, False, True]),
+            "scalar": jnp.float32(3.5),
+            "key": jax.random.key(7),
+        }
+    )
+    assert host == device
+    assert [n for n, ok in host[1].items() if not ok] == ["f16", "f32"]
+    with jax.enable_x64(True):  # two words per element
+        host, device = _host_and_device_fingerprints(
+            {
+                "f64": jnp.linspace(-1, 1, 100, dtype=jnp.float64),
+                "i64": jnp.arange(-3, 50, dtype=jnp.int64),
+            }
+        )
+    assert host == device

@@ -23,7 +23,9 @@ from detector.engine import train_lib
 from detector.modeling import model as model_lib
 from detector.state import warm_start
 from tests.detector.helpers import tiny_config
-from tests.helpers import checkpoint_faults
+from tests.helpers import checkpoint_faults, groups
+
+pytestmark = groups.TINY_SHAPES_TRAINING
 
 FROZEN = ("backbone/stem/", "backbone/stages/0/")
 

@@ -1,0 +1,23 @@
+"""Test modules that must share a pytest-xdist worker.
+
+A module- or session-scoped fixture is built once per worker that runs a
+test using it, and JAX's compilation cache (tests/conftest.py) is per
+worker too. Under `-n N` the suite distributes as `--dist=loadgroup`
+(tests/conftest.py): xdist runs all tests of one group on one worker, so
+such a fixture is built, and a program the group's modules share is
+compiled, once:
+
+    pytestmark = groups.EXPORTED   # at a module's top
+"""
+
+import pytest
+
+# conftest.py's trained_workdir and exported_dir (the export tests).
+EXPORTED = pytest.mark.xdist_group("exported")
+# The training loop on the tiny shapes config: one train step program
+# (tests/detector/engine/test_train_lib.py, state/test_warm_start.py).
+TINY_SHAPES_TRAINING = pytest.mark.xdist_group("tiny_shapes_training")
+# tests/detector/modeling/test_model.py's compiled steps and predictors.
+MODEL = pytest.mark.xdist_group("model")
+# tests/test_smoke_console.py's smoke run of train.py.
+SMOKE_CONSOLE = pytest.mark.xdist_group("smoke_console")
