@@ -123,6 +123,7 @@ def transform(
         "image_id": tf.cast(example["image_id"], tf.int64),
         "orig_size": tf.cast(hw, tf.int32),
         "scale": tf.cast(scale, tf.float32),
+        "image_size": transforms._visible_size(resized, offset, data),
         "image_valid": tf.constant(True),
         "boxes": tf.ensure_shape(transforms._pad_rows(boxes, rows), [rows, 4]),
         "classes": tf.ensure_shape(

@@ -102,6 +102,23 @@ def test_scales_span_the_lsj_range_and_the_input_is_fixed():
     assert out["masks"].shape == (4, geometry.S, geometry.S)
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_gives_the_jitter_paths_keys_and_the_visible_image_size(seed):
+    data, example = _data(), _example()
+    key = tf.constant([seed, 3], tf.int64)
+    out = lsj.transform(example, key, data, has_masks=True)
+    jitter = transforms.transform(example, key, data, True, True)
+    assert set(out) == set(jitter)
+    _, _, resized, offset = lsj.sample_geometry(
+        tf.constant([40.0, 60.0]), key, data
+    )
+    visible = np.minimum(resized.numpy().astype(int) - offset.numpy(), (H, W))
+    np.testing.assert_array_equal(out["image_size"].numpy(), visible)
+    # Past the visible size the input is padding.
+    image = out["image"].numpy()
+    assert not image[visible[0] :].any() and not image[:, visible[1] :].any()
+
+
 def test_an_example_left_without_instances_has_none_valid():
     data = _data(lsj_min_box_size=1000.0)
     out = lsj.transform(_example(), tf.constant([0, 1], tf.int64), data, True)
