@@ -87,8 +87,16 @@ def test_boxes_are_the_masks_tight_boxes_after_the_crop(seed):
             assert crop[:, -1].any() or crop[:, -2].any()
 
 
-def test_scales_span_the_lsj_range_and_the_input_is_fixed():
-    data, example = _data(), _example()
+@pytest.mark.parametrize(
+    "resize",
+    [
+        {},
+        # The eval rule of the LSJ config; training scales by LSJ alone.
+        {"resize": "shortest_edge", "min_size": (32,), "max_size": 50},
+    ],
+)
+def test_scales_span_the_lsj_range_and_the_input_is_fixed(resize):
+    data, example = _data(**resize), _example()
     hw = tf.constant([40.0, 60.0])
     base = min(H / 40, W / 60)
     scales = [
