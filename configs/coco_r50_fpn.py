@@ -43,7 +43,9 @@ Variants (applied left to right; they combine: `:gn_scratch,shapes`):
 - `gn_scratch` keeps the GroupNorm-from-scratch setup (no pretrained file,
   nothing frozen, TF Model Garden's schedule: batch 64, LR 0.12, 22.5k
   steps);
-- `runlocal` shrinks everything to a smoke run;
+- `runlocal` shrinks everything to a smoke run (after `shapes`,
+  `:shapes,runlocal`, on the shapes set; before it, `shapes` sets the
+  full size again);
 - `torchvision` starts from torchvision's COCO-trained Mask R-CNN
   (`maskrcnn_resnet50_fpn` v1, converted to .safetensors;
   docs/torchvision-weights.md) through
@@ -70,6 +72,7 @@ from collections.abc import Callable
 import ml_collections
 
 from detector import config as config_lib
+from detector.data import splits
 
 # The 1x recipe at its reference batch; other batches scale from it.
 REFERENCE_BATCH = 16
@@ -179,7 +182,10 @@ def _runlocal(config: ml_collections.ConfigDict) -> None:
     config.data.min_size = (160, 192)
     config.data.max_size = 256
     config.data.max_instances = 32
-    config.data.eval_split = "val2017[:8]"
+    # The first 8 images of the eval split read (shapes' 'val' after
+    # `shapes`: `:shapes,runlocal` is a smoke run on the shapes set).
+    name, _, _ = splits.parse_split(config.data.eval_split)
+    config.data.eval_split = f"{name}[:8]"
     config.model.backbone = "resnet18"
     config.model.backbone_init = ""
     config.model.dtype = "float32"

@@ -36,7 +36,8 @@ Variants (applied left to right):
 - `imagenet` starts the backbone from an ImageNet ResNet-50 through
   model.backbone_init (coco_r50_fpn's file) instead of from scratch;
 - `runlocal` and `shapes` are coco_r50_fpn's (a smoke run; the full model
-  at 1024 x 1024 on the synthetic shapes set, batch 8).
+  at 1024 x 1024 on the synthetic shapes set, batch 8);
+  `:shapes,runlocal` is a smoke run on the shapes set.
 """
 
 from collections.abc import Callable

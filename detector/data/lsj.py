@@ -12,9 +12,9 @@ like the image), as detectron2's recompute_boxes; without masks the boxes
 are clipped. Instances whose box is narrower or shorter than
 data.lsj_min_box_size input pixels after the crop are dropped; an example
 left with none trains on negatives only (valid all False). The example's
-image_size is the image's extent on the canvas, past the crop, as in
-transforms.py: proposals are clipped to it and anchors beyond it take no
-part.
+image_size is the image's extent on the canvas past the crop, as in
+transforms.py. This is the training geometry whatever data.resize names;
+evaluation resizes by data.resize.
 
 Shapes: h, w original image; H, W model input; N instances; M
 data.max_instances; S data.gt_mask_size.
@@ -30,8 +30,10 @@ def sample_geometry(
     hw: tf.Tensor, key: tf.Tensor, data: ml_collections.ConfigDict
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """(flip, scale, resized [h', w'], crop offset [y, x]):
-    transforms.sample_geometry with its jitter in [lsj_min, lsj_max]."""
+    transforms.sample_geometry's letterbox rule with its jitter in
+    [lsj_min, lsj_max], whatever data.resize (the rule evaluation uses)."""
     jittered = ml_collections.ConfigDict(data.to_dict())
+    jittered.resize = "letterbox"
     jittered.scale_jitter = (data.lsj_min, data.lsj_max)
     return transforms.sample_geometry(hw, key, jittered, True)
 

@@ -90,7 +90,10 @@ def test_variants_combine_and_unknown_ones_are_one_line():
     config = coco_r50_fpn.get_config("gn_scratch,runlocal")
     assert (config.model.norm, config.model.backbone) == ("group", "resnet18")
     assert config.train.num_steps == 4
+    assert config.data.eval_split == "val2017[:8]"
     config_lib.validate(config)
+    shapes = coco_r50_fpn.get_config("shapes,runlocal").data
+    assert (shapes.source, shapes.eval_split) == ("shapes", "val[:8]")
     with pytest.raises(
         ValueError,
         match=r"unknown variant 'fast'; known: "

@@ -65,6 +65,28 @@ def test_variants_validate_and_build(variant):
     assert len(model.box_head.convs) == 4
 
 
+def test_shapes_then_runlocal_is_a_smoke_run_on_the_shapes_set():
+    config = coco_r50_fpn_lsj.get_config("shapes,runlocal")
+    data, model, train = config.data, config.model, config.train
+    assert (data.source, data.train_split, data.eval_split) == (
+        "shapes",
+        "train",
+        "val[:8]",
+    )
+    assert (data.augment, data.resize, tuple(data.image_size)) == (
+        "lsj",
+        "letterbox",
+        (256, 256),
+    )
+    assert (model.norm, model.roi.box_head_norm) == ("sync_batch",) * 2
+    assert (model.backbone, train.batch_size, train.num_steps) == (
+        "resnet18",
+        2,
+        4,
+    )
+    config_lib.validate(config)
+
+
 def test_unknown_variant_is_one_line():
     with pytest.raises(ValueError, match="unknown variant 'lsj'"):
         coco_r50_fpn_lsj.get_config("lsj")

@@ -49,8 +49,11 @@ def _take(iterator, count):
     return list(itertools.islice(iterator, count))
 
 
-def test_train_batch_shapes_dtypes_and_padding(shapes_config):
-    for batch in _take(pipeline.train_batches(shapes_config), 3):
+@pytest.mark.parametrize("augment", ["jitter", "lsj"])
+def test_train_batch_shapes_dtypes_and_padding(shapes_config, augment):
+    config = shapes_config.copy_and_resolve_references()
+    config.data.augment = augment
+    for batch in _take(pipeline.train_batches(config), 3):
         assert set(batch) == set(TRAIN_DTYPES)
         for key, (dtype, shape) in TRAIN_DTYPES.items():
             assert batch[key].dtype == dtype, key
