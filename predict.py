@@ -11,8 +11,9 @@ bbox [x, y, w, h] in original pixels, score, category_id, segmentation RLE)
 and one overlay PNG per image. A file that cannot be read is skipped with
 one line. --workdir restores the newest checkpoint (with the workdir's
 config.json) and runs the model here; --exported runs an artifact written
-by export.py and imports only numpy, PIL and jax (detector/runtime/): not
-the model, the config, the training code, TensorFlow, Flax or orbax.
+by export.py and imports only numpy, PIL and jax (detector/predict/ and
+detector/imaging/): not the model, the config, the training code,
+TensorFlow, Flax or orbax.
 """
 
 import pathlib
@@ -61,23 +62,23 @@ def _in_process_predictor(workdir: pathlib.Path):
 def _exported_predictor(directory: pathlib.Path):
     """The artifact of `directory`, loaded by the light runtime."""
     from detector.launch import logs
-    from detector.runtime import artifact, predict
+    from detector.predict import artifact, runner
 
     logs.quiet_libraries()
     if _NMS.value:
         _fail("--nms: the NMS backend of an artifact is fixed at export")
     try:
-        return predict.artifact_predictor(artifact.load(directory))
+        return runner.artifact_predictor(artifact.load(directory))
     except artifact.ArtifactError as e:
         _fail(str(e))
 
 
 def _check_files(args: list[str], out: pathlib.Path) -> None:
     """The inputs exist and --out holds none of them, before any loading."""
-    from detector.runtime import output_files, predict
+    from detector.predict import output_files, runner
 
     try:
-        output_files.check_out(out, predict.list_images(args))
+        output_files.check_out(out, runner.list_images(args))
     except ValueError as e:
         _fail(str(e))
 
@@ -92,10 +93,10 @@ def main(argv: list[str]) -> None:
         )
     else:
         predictor = _exported_predictor(pathlib.Path(_EXPORTED.value))
-    from detector.runtime import artifact, predict
+    from detector.predict import artifact, runner
 
     try:
-        summary = predict.predict_files(
+        summary = runner.predict_files(
             predictor,
             argv[1:],
             pathlib.Path(_OUT.value),
@@ -108,7 +109,7 @@ def main(argv: list[str]) -> None:
     print(
         f"{summary['images']} images predicted"
         + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
-        + f"; wrote {pathlib.Path(_OUT.value) / predict.PREDICTIONS_FILE}"
+        + f"; wrote {pathlib.Path(_OUT.value) / runner.PREDICTIONS_FILE}"
     )
 
 

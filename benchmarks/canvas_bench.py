@@ -6,7 +6,7 @@ Generates a size mix like COCO train2017's (a sample of 128 images: the
 long side is 640 in 110, 92 landscape, 34 portrait, 2 square; the common
 sizes 640x480 (35), 640x427 (12), 480x640 (9), 427x640 (6), 640x426 (5),
 width x height), resizes each by the rule of each setup
-(`detector.runtime.images.fitted_size`), and reports per setup: the padded
+(`detector.imaging.images.fitted_size`), and reports per setup: the padded
 fraction of the canvas pixels (the pixels the network runs on that hold no
 image), the canvas pixels per image relative to torchvision's (each image
 padded to a multiple of 32 alone), and the number of compiled programs
@@ -32,7 +32,7 @@ sys.path.insert(0, str(_REPO))
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-from detector.runtime import images  # noqa: E402
+from detector.imaging import images  # noqa: E402
 
 # name -> (config variant, canvas) of the predict timings.
 CANVASES = {

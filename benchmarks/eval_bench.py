@@ -9,7 +9,7 @@
   96-400; aspect 1:2 to 2:1; centres anywhere, so some run over the edge)
   and smooth 28 x 28 masks, at 100, 50 and 10 detections: pasting (both
   rules), RLE encoding and both together, with the previous float64
-  implementation (tests/detector/runtime/reference_masks.py) beside them;
+  implementation (tests/detector/imaging/reference_masks.py) beside them;
   then COCOeval, bbox and segm apart, per backend, on `--coco_images`
   images with 7 ground-truth objects each (COCO's mean). On one core (a
   child process pinned to one CPU with one BLAS thread; its CPU time, so
@@ -123,8 +123,8 @@ def _host_rows(workers: int) -> dict:
     """Pasting and RLE ms per image, new and previous implementation."""
     import numpy as np
 
-    from detector.runtime import masks, rle
-    from tests.detector.runtime import reference_masks
+    from detector.imaging import masks, rle
+    from tests.detector.imaging import reference_masks
 
     previous = {
         "centres": reference_masks.paste_masks,
@@ -177,7 +177,7 @@ def _host_rows(workers: int) -> dict:
 def _objects(rng, image_id: int, boxes, height: int, width: int) -> list:
     """COCO dicts (image_id, category_id, bbox, segmentation) of boxes
     (x1, y1, x2, y2), each with a smooth mask pasted in it."""
-    from detector.runtime import masks, rle
+    from detector.imaging import masks, rle
 
     pasted = masks.centres_crops(
         smooth_masks(rng, len(boxes)), boxes, height, width
@@ -311,7 +311,7 @@ def whole_part() -> dict:
     from detector.data import shapes_writer as shapes
     from detector.evaluation import eval_lib
     from detector.export import in_process
-    from detector.runtime import predict
+    from detector.predict import runner
 
     # input_bench.py's flags clash with predict_bench.py's: another process.
     subprocess.run(
@@ -390,7 +390,7 @@ def whole_part() -> dict:
         walls, calls = [], []
         for round_ in range(_ROUNDS.value + 1):
             started = time.perf_counter()
-            summary = predict.predict_files(
+            summary = runner.predict_files(
                 predictor, [str(folder)], pathlib.Path(tmp) / "out"
             )
             if round_:

@@ -8,7 +8,7 @@ threshold 0, so every image has all 20 detections to paste, encode and
 draw, the most post-processing a shapes image can cost):
 - `in_process`: `predict.py --workdir`'s predictor (model restored and
   jitted here); `exported`: `predict.py --exported`'s (artifact loaded by
-  detector/runtime/);
+  detector/predict/);
 - per form: the start-up (restore + jit, or export + load), then
   `predict_files` over `--images` PNGs of assorted sizes, median of
   `--reps` runs after one warm-up, the two forms taking turns: images/s
@@ -39,7 +39,7 @@ from PIL import Image  # noqa: E402
 from configs import coco_r50_fpn, shapes  # noqa: E402
 from detector import config as config_lib  # noqa: E402
 from detector.export import exporter, in_process, serving  # noqa: E402
-from detector.runtime import artifact, predict  # noqa: E402
+from detector.predict import artifact, runner  # noqa: E402
 from detector.state import checkpoint, optimizer, train_state  # noqa: E402
 
 _IMAGES = flags.DEFINE_integer("images", 24, "Images per predict run.")
@@ -91,7 +91,7 @@ def _write_images(folder: pathlib.Path, count: int) -> None:
 
 
 def _time_forms(
-    predictors: dict[str, predict.Predictor],
+    predictors: dict[str, runner.Predictor],
     images: pathlib.Path,
     out: pathlib.Path,
 ) -> dict[str, dict]:
@@ -102,7 +102,7 @@ def _time_forms(
     for round_ in range(_REPS.value + 1):
         for name, predictor in predictors.items():
             started = time.perf_counter()
-            summary = predict.predict_files(
+            summary = runner.predict_files(
                 predictor, [str(images)], out / name, batch_size=_BATCH.value
             )
             if round_:  # round 0 is the warm-up
@@ -179,7 +179,7 @@ def main(argv) -> None:
         timed = _time_forms(
             {
                 "in_process": local,
-                "exported": predict.artifact_predictor(loaded),
+                "exported": runner.artifact_predictor(loaded),
             },
             tmp / "images",
             tmp / "out",

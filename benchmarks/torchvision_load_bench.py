@@ -4,7 +4,7 @@
 
 Writes a `maskrcnn_resnet50_fpn` (v1) state dict with torchvision's names
 and shapes (44.4M values, 170 MiB; random values, written by
-tests/detector/state/make_torchvision_fixture.py in a child process, as
+tests/detector/weights/make_torchvision_fixture.py in a child process, as
 torchvision must not share a process with TensorFlow), saves it as
 .safetensors and as .pth, and times, as medians over `--reps` after one
 warm-up each (the file is in the page cache by then):
@@ -45,7 +45,7 @@ _REPS = flags.DEFINE_integer("reps", 5, "Timed repetitions per quantity.")
 _OUT = flags.DEFINE_string(
     "out", "benchmarks/out/torchvision_load_bench.json", "Output JSON."
 )
-_SCRIPT = _REPO / "tests/detector/state/make_torchvision_fixture.py"
+_SCRIPT = _REPO / "tests/detector/weights/make_torchvision_fixture.py"
 
 
 def _write_files(folder: pathlib.Path) -> dict[str, pathlib.Path]:

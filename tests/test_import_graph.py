@@ -5,9 +5,9 @@ draws them): the entry points' plumbing (detector/launch/) and the training
 loop (detector/engine/) sit on top; export and evaluation import no training
 code; model state and weights (detector/state/) sit on the model
 (detector/modeling/), which reads no config; ops/ knows nothing of
-detector/, and detector/runtime/ (what runs an exported artifact) imports
-nothing else of either. Every import statement counts, function-level ones
-included.
+detector/, and detector/predict/ (what runs an exported artifact) imports
+only detector/imaging/ (host-side pixels) of either. Every import
+statement counts, function-level ones included.
 """
 
 import ast
@@ -142,6 +142,13 @@ LAYER_RULES = {
         "detector.state",
     ),
     "detector.state": (*_TOP, "detector.evaluation", "detector.export"),
+    # Weight files read and mapped onto the model: no run, no checkpoint.
+    "detector.weights": (
+        *_TOP,
+        "detector.evaluation",
+        "detector.export",
+        "detector.state",
+    ),
     "detector.config": (
         *_TOP,
         "detector.evaluation",
@@ -156,9 +163,22 @@ LAYER_RULES = {
         "detector.state",
     ),
     "detector.distributed": _SERVICES_NEVER,
-    "detector.utils": (*_SERVICES_NEVER, "detector.runtime"),
+    "detector.utils": (
+        *_SERVICES_NEVER,
+        "detector.imaging",
+        "detector.predict",
+    ),
+    # Host-side pixels (image files, resizing, mask pasting, RLE), used by
+    # evaluation and predict.py alike: numpy, PIL and jax only.
+    "detector.imaging": (
+        *_SERVICES_NEVER,
+        "detector.distributed",
+        "detector.predict",
+        "detector.utils",
+        "ops",
+    ),
     # What predict.py --exported runs: numpy, PIL and jax only.
-    "detector.runtime": (
+    "detector.predict": (
         *_SERVICES_NEVER,
         "detector.distributed",
         "detector.utils",
@@ -170,15 +190,14 @@ LAYER_RULES = {
 # layer -> modules of a forbidden package that it may import all the same.
 LAYER_EXCEPTIONS = {
     # Image files read as training reads them (numpy and PIL only).
-    "detector.runtime": (
+    "detector.imaging": (
         "detector.data",
         "detector.data.image_file",
         "detector.data.orientation",
-        # Files written whole (the standard library only): predict.py's
-        # outputs replace their names in one rename.
-        "detector.utils",
-        "detector.utils.files",
     ),
+    # Files written whole (the standard library only): predict.py's
+    # outputs replace their names in one rename.
+    "detector.predict": ("detector.utils", "detector.utils.files"),
 }
 
 

@@ -27,7 +27,7 @@ WITHOUT_DATA_LIBRARIES = (
     "ops.host_audit",
     "detector.export.exporter",
     "detector.export.in_process",
-    "detector.runtime.predict",
+    "detector.predict.runner",
     "configs.shapes",
     "configs.coco_r50_fpn",
     "benchmarks.batch_file",

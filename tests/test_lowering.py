@@ -44,7 +44,7 @@ from detector import config as config_lib
 from detector.config import factory
 from detector.engine import train_step as step_lib
 from detector.export import serving
-from detector.runtime import artifact as artifact_lib
+from detector.predict import artifact as artifact_lib
 from detector.state import optimizer
 from detector.state import train_state as state_lib
 from ops import roi_align

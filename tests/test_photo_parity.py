@@ -31,7 +31,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from detector.runtime import images
+from detector.imaging import images
 from tests.helpers import photo_parity, photos, requires, torch_process
 from tests.helpers import torchvision_parity as parity
 
@@ -43,7 +43,7 @@ SPLIT = "photos"
 
 
 def _categories() -> list[dict]:
-    from detector.state import torchvision_maskrcnn
+    from detector.weights import torchvision_maskrcnn
 
     return [
         {"id": i, "name": f"class_{i}"}

@@ -5,7 +5,7 @@ import ml_collections
 from detector.config import ranges
 from detector.config.checks import check, check_image_size
 from detector.data import shapes_writer
-from detector.runtime import images
+from detector.imaging import images
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
@@ -58,7 +58,7 @@ def defaults() -> ml_collections.ConfigDict:
     # each image is resized by data.resize and padded. Must be divisible by
     # 2**model.max_level.
     data.image_size = (1024, 1024)
-    # The resize rule (detector/runtime/images.py RESIZE_RULES):
+    # The resize rule (detector/imaging/images.py RESIZE_RULES):
     # 'letterbox' fits the long side to data.image_size (scale_jitter and
     # a random crop in training); 'shortest_edge' is torchvision's and
     # detectron2's: short side min_size (one drawn per training image, the

@@ -221,7 +221,7 @@ def _shortest_edge_geometry(
 
 
 # data.resize -> (hw, key, data, training) -> (flip, scale, resized,
-# offset); runtime/images.py's RESIZE_RULES computes the same sizes.
+# offset); imaging/images.py's RESIZE_RULES computes the same sizes.
 GEOMETRIES = {
     "letterbox": _letterbox_geometry,
     "shortest_edge": _shortest_edge_geometry,

@@ -1,8 +1,8 @@
 """Host-side post-processing: paste masks, undo the resize, COCO results.
 
 Runs on numpy arrays fetched from the device after predict (masks are
-pasted by detector/runtime/masks.py, the rule eval.mask_paste names, and
-encoded from their box crops by detector/runtime/rle.py). The data
+pasted by detector/imaging/masks.py, the rule eval.mask_paste names, and
+encoded from their box crops by detector/imaging/rle.py). The data
 pipeline resizes each h x w image to h' x w' pixels (the batch's
 `image_size`, by the rule data.resize names) and pads it right and down, so
 original pixels are input pixels divided by the per-axis factor
@@ -14,8 +14,8 @@ B batch.
 
 import numpy as np
 
-from detector.runtime import masks as masks_lib
-from detector.runtime import rle
+from detector.imaging import masks as masks_lib
+from detector.imaging import rle
 
 
 def resize_factors(orig_size: np.ndarray, image_size: np.ndarray) -> np.ndarray:

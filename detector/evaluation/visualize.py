@@ -6,7 +6,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from detector.runtime import masks as mask_paste
+from detector.imaging import masks as mask_paste
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

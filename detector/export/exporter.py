@@ -3,7 +3,7 @@
     meta = export_workdir(config, workdir, out, platforms=("cpu", "tpu"))
 
 Writes `out/predict.jax` and `out/predict.json`
-(`detector.runtime.artifact` describes both). The batch dimension is
+(`detector.predict.artifact` describes both). The batch dimension is
 symbolic (`b`): one artifact takes any batch size on every platform. The
 Mosaic (TPU) and interpret-mode (CPU) NMS kernels take a symbolic grid;
 the Triton (CUDA) kernel's grid must be static, so on CUDA the exported
@@ -24,7 +24,7 @@ from detector import config as config_lib
 from detector.distributed import sharding
 from detector.export import categories as categories_lib
 from detector.export import serving
-from detector.runtime import artifact as artifact_lib
+from detector.predict import artifact as artifact_lib
 from detector.state import train_state
 from detector.utils import files
 from ops import nms as nms_lib

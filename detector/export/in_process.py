@@ -12,12 +12,12 @@ import ml_collections
 
 from detector import config as config_lib
 from detector.export import exporter, serving
-from detector.runtime import predict
+from detector.predict import runner
 
 
 def predictor(
     config: ml_collections.ConfigDict, workdir: pathlib.Path
-) -> predict.Predictor:
+) -> runner.Predictor:
     """A Predictor of the newest intact checkpoint of `workdir`.
 
     Raises:
@@ -27,7 +27,7 @@ def predictor(
     config_lib.validate(config)
     model = exporter.served(config, workdir)
     fn = jax.jit(model.fn)
-    return predict.Predictor(
+    return runner.Predictor(
         serving.resize_of(config),
         model.categories,
         lambda images, resized, sizes: jax.device_get(

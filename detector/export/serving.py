@@ -4,7 +4,7 @@
     outputs = jax.jit(fn)(images, image_sizes, orig_sizes)
 
 images f32[b, H, W, 3]: each image resized in float by the config's rule
-(`detector.runtime.images.fitted_size` and `place`, the eval pipeline's
+(`detector.imaging.images.fitted_size` and `place`, the eval pipeline's
 resize, unrounded) at the top left of the canvas; image_sizes i32[b, 2] its
 resized (height, width); orig_sizes i32[b, 2] the original's. Inside:
 normalise with data.pixel_mean/std, zero the padding (as the eval pipeline
@@ -12,7 +12,7 @@ pads after normalising), run the model's predict with each image's size
 (boxes clip to it), map boxes back to original pixels with eval's per-axis
 factor resized / original (`detector.evaluation.postprocess`), drop any box
 left empty there and move the rest to the front, map classes to category
-ids. Outputs are `detector.runtime.artifact.OUTPUTS`. The weights are closed
+ids. Outputs are `detector.predict.artifact.OUTPUTS`. The weights are closed
 over, so they are constants of the program (and inside an exported
 artifact).
 
@@ -26,8 +26,8 @@ import jax.numpy as jnp
 import ml_collections
 from flax import nnx
 
-from detector.runtime import artifact as artifact_lib
-from detector.runtime import images as images_lib
+from detector.imaging import images as images_lib
+from detector.predict import artifact as artifact_lib
 
 
 def resize_of(config: ml_collections.ConfigDict) -> images_lib.Resize:

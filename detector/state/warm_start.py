@@ -30,8 +30,9 @@ from absl import logging
 from flax import nnx
 
 from detector.modeling import model as model_lib
-from detector.state import backbone_weights, checkpoint, torchvision_maskrcnn
+from detector.state import checkpoint
 from detector.state.optimizer import path_name
+from detector.weights import backbone_weights, torchvision_maskrcnn
 
 _ITEM = "default"  # the item name orbax's CheckpointManager writes
 _NUM_CLASSES_FROM = "box_head/classes/bias"  # shape (num_classes + 1,)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-FIXTURE_SCRIPT = ROOT / "tests/detector/state/make_torchvision_fixture.py"
+FIXTURE_SCRIPT = ROOT / "tests/detector/weights/make_torchvision_fixture.py"
 
 
 def available() -> bool:

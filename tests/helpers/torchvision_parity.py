@@ -31,7 +31,7 @@ from flax import nnx
 
 from configs import coco_r50_fpn
 from detector.config import factory
-from detector.runtime import masks as mask_paste
+from detector.imaging import masks as mask_paste
 from detector.state import warm_start
 
 # make_torchvision_fixture.REDUCED, as our config fields.

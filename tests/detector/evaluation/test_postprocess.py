@@ -1,4 +1,4 @@
-"""detector/evaluation/postprocess.py and detector/runtime/masks.py: mask
+"""detector/evaluation/postprocess.py and detector/imaging/masks.py: mask
 pasting and COCO result dicts."""
 
 import numpy as np
@@ -11,8 +11,8 @@ tf = pytest.importorskip("tensorflow")
 from configs import shapes as shapes_config
 from detector.data import transforms
 from detector.evaluation import postprocess
-from detector.runtime import images
-from detector.runtime import masks as mask_paste
+from detector.imaging import images
+from detector.imaging import masks as mask_paste
 
 
 def test_paste_full_mask_fills_exactly_the_box():

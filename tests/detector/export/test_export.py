@@ -9,7 +9,8 @@ import pytest
 
 from detector import config as config_lib
 from detector.export import exporter, in_process
-from detector.runtime import artifact, images, predict
+from detector.imaging import images
+from detector.predict import artifact, runner
 from tests.helpers import groups, predict_workdir
 
 pytestmark = groups.EXPORTED
@@ -136,7 +137,7 @@ def test_bad_platforms():
 
 
 def test_predictor_reads_artifact_categories(exported_dir):
-    predictor = predict.artifact_predictor(artifact.load(exported_dir))
+    predictor = runner.artifact_predictor(artifact.load(exported_dir))
     assert predictor.image_size == (128, 128)
     assert predictor.categories[0] == {"id": 1, "name": "circle"}
 

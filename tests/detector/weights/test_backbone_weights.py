@@ -1,4 +1,4 @@
-"""detector/state/backbone_weights.py: torchvision-named ResNet weights.
+"""detector/weights/backbone_weights.py: torchvision-named ResNet weights.
 
 The state dicts here are written from random numbers with torchvision's
 ResNet names and shapes, derived from its architecture (below), not from

@@ -11,7 +11,7 @@ An image a rule makes larger than its canvas is letterboxed onto it.
 Both resize with TensorFlow's (and torch's `interpolate`) bilinear kernel:
 half-pixel centres, no antialiasing, in float32 from the decoded uint8
 pixels. The image is placed at the top left and zero-padded right and
-down. tests/detector/runtime/ checks this against the pipeline's output.
+down. tests/detector/imaging/ checks this against the pipeline's output.
 
 Shapes: h, w original image; H, W model input (a canvas).
 """

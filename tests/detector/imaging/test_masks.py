@@ -5,8 +5,8 @@ equal the float64 reference bit for bit."""
 import numpy as np
 import pytest
 
-from detector.runtime import masks, rle
-from tests.detector.runtime import reference_masks
+from detector.imaging import masks, rle
+from tests.detector.imaging import reference_masks
 
 
 @pytest.mark.parametrize("first", [False, True])

@@ -36,8 +36,9 @@ import pathlib
 import jax
 import numpy as np
 
-from detector.runtime import artifact_meta, masks
-from detector.runtime import images as images_lib
+from detector.imaging import images as images_lib
+from detector.imaging import masks
+from detector.predict import artifact_meta
 
 ARTIFACT_FILE = "predict.jax"
 META_FILE = "predict.json"

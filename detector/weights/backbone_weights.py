@@ -33,7 +33,7 @@ import numpy as np
 from absl import logging
 
 from detector.modeling import backbone
-from detector.state import weight_files
+from detector.weights import weight_files
 
 # Per-module tensor tables: torchvision tensor name -> (our variable name,
 # layout conversion from torchvision's layout to ours).

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from detector.state import weight_files
+from detector.weights import weight_files
 
 DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32]
 

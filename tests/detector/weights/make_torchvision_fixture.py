@@ -1,9 +1,10 @@
 """Writes torchvision Mask R-CNN weights, an input and its outputs.
 
-    python tests/detector/state/make_torchvision_fixture.py \
-        --out=tests/detector/state/data/torchvision_maskrcnn --width=reduced
-    python tests/detector/state/make_torchvision_fixture.py --version=v2 \
-        --out=tests/detector/state/data/torchvision_maskrcnn_v2 --width=reduced
+    python tests/detector/weights/make_torchvision_fixture.py \
+        --out=tests/detector/weights/data/torchvision_maskrcnn --width=reduced
+    python tests/detector/weights/make_torchvision_fixture.py --version=v2 \
+        --out=tests/detector/weights/data/torchvision_maskrcnn_v2 \
+        --width=reduced
 
 Imports torch and torchvision only (never JAX or TensorFlow: torchvision
 after TensorFlow in one process crashes on some machines), so the parity

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detector.runtime import draw, images, output_files, predict
+from detector.imaging import images
+from detector.predict import draw, output_files, runner
 
 IMAGE_SIZE = (64, 64)
 
@@ -24,7 +25,7 @@ def _run(batch, image_sizes, orig_sizes) -> dict[str, np.ndarray]:
     }
 
 
-PREDICTOR = predict.Predictor(
+PREDICTOR = runner.Predictor(
     images.Resize("letterbox", IMAGE_SIZE), [{"id": 1, "name": "square"}], _run
 )
 
@@ -47,7 +48,7 @@ def test_an_out_that_holds_an_input_is_refused_and_nothing_is_written(
         output_files.OutFolderError,
         match=r"^--out=.*: holds the input .*a\.png; .*name an --out outside",
     ):
-        predict.predict_files(
+        runner.predict_files(
             PREDICTOR, [str(photos)], photos.parent / out, batch_size=1
         )
     assert {p.name: p.read_bytes() for p in photos.iterdir()} == before
@@ -56,7 +57,7 @@ def test_an_out_that_holds_an_input_is_refused_and_nothing_is_written(
 def test_an_input_reached_through_a_link_is_refused(photos, tmp_path):
     (tmp_path / "link.png").symlink_to(photos / "a.png")
     with pytest.raises(output_files.OutFolderError, match="link.png"):
-        predict.predict_files(PREDICTOR, [str(tmp_path / "link.png")], photos)
+        runner.predict_files(PREDICTOR, [str(tmp_path / "link.png")], photos)
 
 
 def test_links_in_out_are_replaced_not_written_through(photos, tmp_path):
@@ -66,7 +67,7 @@ def test_links_in_out_are_replaced_not_written_through(photos, tmp_path):
     for name in ("a.png", "predictions.json"):
         (outside / name).write_text("keep")
         (out / name).symlink_to(outside / name)
-    predict.predict_files(PREDICTOR, [str(photos / "a.png")], out)
+    runner.predict_files(PREDICTOR, [str(photos / "a.png")], out)
     assert [p.read_text() for p in sorted(outside.iterdir())] == ["keep"] * 2
     assert not (out / "a.png").is_symlink()
     assert not (out / "predictions.json").is_symlink()
@@ -77,7 +78,7 @@ def test_links_in_out_are_replaced_not_written_through(photos, tmp_path):
 def test_outputs_take_the_umask(photos, tmp_path):
     old = os.umask(0o022)
     try:
-        predict.predict_files(PREDICTOR, [str(photos)], tmp_path / "out")
+        runner.predict_files(PREDICTOR, [str(photos)], tmp_path / "out")
     finally:
         os.umask(old)
     modes = {
@@ -88,7 +89,7 @@ def test_outputs_take_the_umask(photos, tmp_path):
 
 def test_a_file_named_three_times_is_predicted_once_and_not_skipped(photos):
     a = str(photos / "a.png")
-    summary = predict.predict_files(
+    summary = runner.predict_files(
         PREDICTOR, [a, a, str(photos)], photos.parent / "out"
     )
     assert (summary["images"], summary["skipped"]) == (2, 0)
@@ -97,7 +98,7 @@ def test_a_file_named_three_times_is_predicted_once_and_not_skipped(photos):
 def test_a_symlink_loop_in_a_folder_is_a_skipped_line(photos, capsys):
     (photos / "loop.png").symlink_to(photos / "loop.png")
     (photos / "gone.png").symlink_to(photos / "missing.png")
-    summary = predict.predict_files(
+    summary = runner.predict_files(
         PREDICTOR, [str(photos)], photos.parent / "out"
     )
     assert (summary["images"], summary["skipped"]) == (2, 2)

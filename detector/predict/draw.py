@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 from PIL import Image, ImageDraw
 
-from detector.runtime import output_files
+from detector.predict import output_files
 
 # Matplotlib's tab10 palette, as 8-bit RGB.
 PALETTE = (

@@ -22,8 +22,8 @@ from safetensors.numpy import load_file
 from configs import coco_r50_fpn
 from detector.config import factory, validate
 from detector.modeling import backbone
-from detector.state import torchvision_maskrcnn as tv
-from tests.detector.state import test_torchvision_maskrcnn as v1
+from detector.weights import torchvision_maskrcnn as tv
+from tests.detector.weights import test_torchvision_maskrcnn as v1
 from tests.helpers import torch_process
 from tests.helpers import torchvision_parity as parity
 

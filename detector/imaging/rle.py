@@ -18,7 +18,7 @@ detections together.
 
 import numpy as np
 
-from detector.runtime import masks
+from detector.imaging import masks
 
 try:  # compressed RLE where pycocotools is installed
     from pycocotools import mask as _coco_mask

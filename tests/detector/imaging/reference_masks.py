@@ -1,5 +1,5 @@
 """The mask pasting and RLE encoding as they were before the crop-based
-implementation (detector/runtime/masks.py, detector/runtime/rle.py): a
+implementation (detector/imaging/masks.py, detector/imaging/rle.py): a
 frozen copy, the reference those must equal bit for bit.
 
 One detection at a time in float64: each box's interpolation matrices,

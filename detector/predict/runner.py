@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from detector.runtime import artifact, draw, images, masks, output_files, rle
+from detector.imaging import images, masks, rle
+from detector.predict import artifact, draw, output_files
 
 PREDICTIONS_FILE = "predictions.json"
 # Detections drawn in the overlays (all are in predictions.json).
@@ -40,7 +41,7 @@ class Predictor:
     """What predicts: resize rule and canvas, categories, a batch function.
 
     `run(images f32[b, H, W, 3], image_sizes i32[b, 2], orig_sizes
-    i32[b, 2])` returns the outputs of `detector.runtime.artifact.OUTPUTS`
+    i32[b, 2])` returns the outputs of `detector.predict.artifact.OUTPUTS`
     as numpy arrays; `mask_paste` names the rule of `masks.MASK_PASTERS`
     (the config's eval.mask_paste). The canvas is `resize.image_size`.
     """

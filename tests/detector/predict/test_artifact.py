@@ -8,7 +8,7 @@ import jax
 import numpy as np
 import pytest
 
-from detector.runtime import artifact
+from detector.predict import artifact
 from tests.helpers import groups
 
 pytestmark = groups.EXPORTED

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detector.runtime import images
+from detector.imaging import images
 
 SIZE = (128, 128)
 

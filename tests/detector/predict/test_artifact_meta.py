@@ -4,7 +4,8 @@ import copy
 
 import pytest
 
-from detector.runtime import artifact, artifact_meta, masks
+from detector.imaging import masks
+from detector.predict import artifact, artifact_meta
 
 META = {
     "image_size": [128, 128],

@@ -67,7 +67,7 @@ import numpy as np
 from absl import logging
 
 from detector.config import model as model_config
-from detector.state import backbone_weights, weight_files
+from detector.weights import backbone_weights, weight_files
 
 FIELD = "model.init_checkpoint"
 # COCO 2017's 80 category ids in id order; torchvision's class index is the id.

@@ -1,4 +1,4 @@
-"""detector/state/torchvision_maskrcnn.py: torchvision's Mask R-CNN weights.
+"""detector/weights/torchvision_maskrcnn.py: torchvision's Mask R-CNN weights.
 
 The committed fixture (data/torchvision_maskrcnn.*, written by
 make_torchvision_fixture.py: a reduced Mask R-CNN v1 with randomised
@@ -37,8 +37,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from configs import coco_r50_fpn
-from detector.state import torchvision_maskrcnn as tv
 from detector.state import warm_start
+from detector.weights import torchvision_maskrcnn as tv
 from tests.helpers import torch_process
 from tests.helpers import torchvision_parity as parity
 

@@ -1,0 +1,1 @@
+"""Weight files read, checked and mapped onto the model (torchvision names)."""
