@@ -142,6 +142,13 @@ LAYER_RULES = {
         "detector.state",
     ),
     "detector.state": (*_TOP, "detector.evaluation", "detector.export"),
+    # The config mapped onto the model's parts: no run, no checkpoint.
+    "detector.build": (
+        *_TOP,
+        "detector.evaluation",
+        "detector.export",
+        "detector.state",
+    ),
     # Weight files read and mapped onto the model: no run, no checkpoint.
     "detector.weights": (
         *_TOP,

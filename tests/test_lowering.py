@@ -41,7 +41,7 @@ from benchmarks import batch_file
 from configs import coco_r50_fpn
 from configs import shapes as shapes_config
 from detector import config as config_lib
-from detector.config import factory
+from detector.build import model as factory
 from detector.engine import train_step as step_lib
 from detector.export import serving
 from detector.predict import artifact as artifact_lib

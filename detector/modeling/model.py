@@ -5,7 +5,7 @@
     model.eval(); outputs = model.predict(images, image_sizes)
 
 The model is built from its parts and their settings (constructor
-arguments only; `detector.config.factory.build_model` maps a config onto
+arguments only; `detector.build.model.build_model` maps a config onto
 them). Both methods are pure functions of the module state and their
 inputs with static shapes, so each jits into one program (the NMS backends
 are static settings: switching one recompiles and changes nothing else). No

@@ -19,7 +19,7 @@ from flax import nnx, serialization
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from detector.config import factory
+from detector.build import model as factory
 from detector.distributed import sharding
 from detector.modeling import model as model_lib
 from detector.state import checkpoint, optimizer, warm_start

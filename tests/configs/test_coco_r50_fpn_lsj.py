@@ -5,7 +5,7 @@ from flax import nnx
 
 from configs import coco_r50_fpn_lsj
 from detector import config as config_lib
-from detector.config import factory
+from detector.build import model as factory
 from detector.state import optimizer
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from detector.build.model import build_model
 from detector.config import validate
-from detector.config.factory import build_model
 from tests.detector import helpers
 
 

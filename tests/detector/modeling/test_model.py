@@ -15,8 +15,8 @@ import optax
 import pytest
 from flax import nnx
 
+from detector.build.model import build_model
 from detector.config import resolve_dtype, validate
-from detector.config.factory import build_model
 from detector.distributed import determinism
 from detector.modeling import losses as losses_lib
 from detector.modeling.model import MaskRCNN

@@ -148,7 +148,7 @@ def _config(num_classes: int, norm: str = "frozen_batch"):
 def _shapes(num_classes: int = 90) -> dict[str, tuple[int, ...]]:
     from flax import nnx
 
-    from detector.config import factory
+    from detector.build import model as factory
 
     abstract = nnx.eval_shape(
         lambda: factory.build_model(_config(num_classes), rngs=nnx.Rngs(0))

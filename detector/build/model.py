@@ -1,6 +1,6 @@
 """The config mapped onto the model's parts: one home for config -> model.
 
-    model = factory.build_model(config, rngs=nnx.Rngs(config.seed))
+    model = build_model(config, rngs=nnx.Rngs(config.seed))
 
 `detector/modeling/` takes constructor arguments only; this module reads
 `config.model` and `config.data` and builds the backbone, FPN, heads and
