@@ -83,10 +83,8 @@ def _check_files(args: list[str], out: pathlib.Path) -> None:
         _fail(str(e))
 
 
-def main(argv: list[str]) -> None:
-    if (_WORKDIR.value is None) == (_EXPORTED.value is None):
-        _fail("name exactly one of --workdir=W or --exported=W/export")
-    _check_files(argv[1:], pathlib.Path(_OUT.value))
+def _predict(args: list[str], out: pathlib.Path) -> None:
+    """Loads the predictor and predicts `args` into `out` (locked)."""
     if _WORKDIR.value is not None:
         predictor = _in_process_predictor(
             pathlib.Path(_WORKDIR.value).expanduser()
@@ -97,10 +95,7 @@ def main(argv: list[str]) -> None:
 
     try:
         summary = runner.predict_files(
-            predictor,
-            argv[1:],
-            pathlib.Path(_OUT.value),
-            batch_size=_BATCH_SIZE.value,
+            predictor, args, out, batch_size=_BATCH_SIZE.value
         )
     except OSError as e:
         _fail(f"{e.filename}: {e.strerror or e}")
@@ -109,8 +104,22 @@ def main(argv: list[str]) -> None:
     print(
         f"{summary['images']} images predicted"
         + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
-        + f"; wrote {pathlib.Path(_OUT.value) / runner.PREDICTIONS_FILE}"
+        + f"; wrote {out / runner.PREDICTIONS_FILE}"
     )
+
+
+def main(argv: list[str]) -> None:
+    if (_WORKDIR.value is None) == (_EXPORTED.value is None):
+        _fail("name exactly one of --workdir=W or --exported=W/export")
+    out = pathlib.Path(_OUT.value)
+    _check_files(argv[1:], out)
+    from detector.predict import output_files
+
+    try:
+        with output_files.locked(out):  # before loading: fail fast
+            _predict(argv[1:], out)
+    except output_files.OutFolderError as e:
+        _fail(str(e))
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

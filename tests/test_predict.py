@@ -2,6 +2,7 @@
 errors, and what `predict.py --exported` imports."""
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -148,6 +149,46 @@ def test_an_out_holding_inputs_is_refused_before_loading(photos, tmp_path):
         "inputs; name an --out outside every input folder"
     ]
     assert sorted(p.name for p in photos.iterdir()) == before
+
+
+def test_an_out_that_is_a_file_is_refused_before_loading(tmp_path, photos):
+    """--exported names no folder: the --out line comes first."""
+    (tmp_path / "taken").write_text("")
+    line = commands.error_line(
+        _run(
+            "predict.py",
+            f"--exported={tmp_path / 'none'}",
+            f"--out={tmp_path / 'taken'}",
+            str(photos),
+            blocked=True,
+        )
+    )
+    assert line == (
+        f"error: --out={tmp_path / 'taken'}: {tmp_path / 'taken'} is a "
+        "file, not a folder; name a folder to write into"
+    )
+
+
+def test_an_out_in_use_is_refused_before_loading(tmp_path, photos):
+    """A second predict.py on one --out names the holder; nothing loads."""
+    from detector.predict import output_files
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with output_files.locked(out):
+        line = commands.error_line(
+            _run(
+                "predict.py",
+                f"--exported={tmp_path / 'none'}",
+                f"--out={out}",
+                str(photos),
+                blocked=True,
+            )
+        )
+    assert line.startswith(
+        f"error: --out={out}: another predict.py run is using it (host "
+    ), line
+    assert f"pid {os.getpid()}," in line
 
 
 def test_blocker_blocks():

@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import socket
 
 import numpy as np
 import pytest
@@ -133,3 +135,27 @@ def test_small_images_are_drawn_upscaled_with_labels_inside():
 )
 def test_label_origin_keeps_labels_inside(box, expected):
     assert draw.label_origin(box, (40, 12), (100, 100)) == expected
+
+
+def test_a_second_run_on_one_out_is_refused_naming_the_holder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with (
+        output_files.locked(out),
+        pytest.raises(output_files.OutFolderError) as error,
+        output_files.locked(out),
+    ):
+        pass
+    assert re.fullmatch(
+        re.escape(
+            f"--out={out}: another predict.py run is using it (host "
+            f"{socket.gethostname()} pid {os.getpid()}, started "
+        )
+        + r"[^;]+"
+        + re.escape(
+            f"; lock file {out / '.predict.lock'}); wait for it to end or "
+            "choose another --out"
+        ),
+        str(error.value),
+    ), str(error.value)
+    assert not (out / ".predict.lock").exists()  # released
