@@ -6,14 +6,17 @@
 Reads JPEG/PNG files of any size and mode (grayscale, RGBA, 16-bit,
 EXIF-rotated), resizes them in float as eval does (the config's
 data.resize rule, no rounding to uint8), predicts --batch_size at a
-time and writes <out>/predictions.json (COCO results keyed by file name:
-bbox [x, y, w, h] in original pixels, score, category_id, segmentation RLE)
+time, appends each batch's results to <out>/predictions.jsonl and at the
+end writes <out>/predictions.json (COCO results keyed by file name: bbox
+[x, y, w, h] in original pixels, score, category_id, segmentation RLE)
 and one overlay PNG per image. A file that cannot be read is skipped with
-one line. --workdir restores the newest checkpoint (with the workdir's
-config.json) and runs the model here; --exported runs an artifact written
-by export.py and imports only numpy, PIL and jax (detector/predict/ and
-detector/imaging/): not the model, the config, the training code,
-TensorFlow, Flax or orbax.
+one line. Ctrl-C (exit 130) or SIGTERM (143) keeps what finished; the
+same command continues (--overwrite predicts everything again). Exit 1
+with one `error:` line when nothing was predicted. --workdir restores
+the newest checkpoint (with the workdir's config.json) and runs the model
+here; --exported runs an artifact written by export.py and imports only
+numpy, PIL and jax (detector/predict/ and detector/imaging/): not the
+model, the config, the training code, TensorFlow, Flax or orbax.
 """
 
 import pathlib
@@ -31,6 +34,12 @@ _OUT = flags.DEFINE_string(
     "out", "predictions", "Folder for predictions.json and the overlays."
 )
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Images per batch.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite",
+    False,
+    "Predict again the images already in <out>/predictions.jsonl (by "
+    "default a rerun continues where an interrupted one stopped).",
+)
 _NMS = flags.DEFINE_enum(
     "nms",
     None,
@@ -95,17 +104,17 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
 
     try:
         summary = runner.predict_files(
-            predictor, args, out, batch_size=_BATCH_SIZE.value
+            predictor,
+            args,
+            out,
+            batch_size=_BATCH_SIZE.value,
+            overwrite=_OVERWRITE.value,
         )
     except OSError as e:
         _fail(f"{e.filename}: {e.strerror or e}")
     except (ValueError, artifact.ArtifactError) as e:
         _fail(str(e))
-    print(
-        f"{summary['images']} images predicted"
-        + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
-        + f"; wrote {out / runner.PREDICTIONS_FILE}"
-    )
+    print(runner.summary_line(summary, out))
 
 
 def main(argv: list[str]) -> None:
@@ -113,13 +122,20 @@ def main(argv: list[str]) -> None:
         _fail("name exactly one of --workdir=W or --exported=W/export")
     out = pathlib.Path(_OUT.value)
     _check_files(argv[1:], out)
-    from detector.predict import output_files
+    from detector.predict import output_files, runner, stopping
 
     try:
-        with output_files.locked(out):  # before loading: fail fast
+        # The lock before loading: a second run fails fast.
+        with stopping.sigterm_raises(), output_files.locked(out):
             _predict(argv[1:], out)
     except output_files.OutFolderError as e:
         _fail(str(e))
+    except runner.Interrupted as e:
+        print(e, file=sys.stderr)
+        sys.exit(e.code)
+    except stopping.STOPS as e:
+        print("interrupted before any image was predicted", file=sys.stderr)
+        sys.exit(stopping.exit_code(e))
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -1,8 +1,10 @@
 """predict_files with a stand-in model: what it reads, writes and counts."""
 
+import dataclasses
 import json
 import os
 import re
+import signal
 import socket
 
 import numpy as np
@@ -10,7 +12,7 @@ import pytest
 from PIL import Image
 
 from detector.imaging import images
-from detector.predict import draw, output_files, runner
+from detector.predict import draw, output_files, runner, stopping
 
 IMAGE_SIZE = (64, 64)
 
@@ -159,3 +161,147 @@ def test_a_second_run_on_one_out_is_refused_naming_the_holder(tmp_path):
         str(error.value),
     ), str(error.value)
     assert not (out / ".predict.lock").exists()  # released
+
+
+def _stopping(at: int, stop) -> tuple:
+    """A stand-in run that calls `stop` on its `at`-th batch (1-based)."""
+    calls = []
+
+    def run(batch, image_sizes, orig_sizes):
+        calls.append(len(batch))
+        if len(calls) == at:
+            stop()
+        return _run(batch, image_sizes, orig_sizes)
+
+    return dataclasses.replace(PREDICTOR, run=run), calls
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def three(photos):
+    Image.fromarray(np.full((30, 40, 3), 60, np.uint8)).save(photos / "c.png")
+    return photos
+
+
+def _lines(out) -> list[dict]:
+    text = (out / runner.RESULTS_FILE).read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_ctrl_c_keeps_the_finished_images_and_a_rerun_continues(
+    three, tmp_path
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "predictions.json").write_text('{"old.png": []}')
+    predictor, _ = _stopping(2, _interrupt)
+    with pytest.raises(runner.Interrupted) as stopped:
+        runner.predict_files(predictor, [str(three)], out, batch_size=1)
+    assert stopped.value.code == 130
+    assert str(stopped.value) == (
+        f"interrupted: 1 of 3 images predicted, kept in "
+        f"{out / 'predictions.jsonl'}; rerun the same command to continue"
+    )
+    # The old run's file never sits beside this run's overlays.
+    assert not (out / "predictions.json").exists()
+    assert [line["file"] for line in _lines(out)] == [str(three / "a.png")]
+    assert sorted(p.name for p in out.glob("*.png")) == ["a.png"]
+    predictor, calls = _stopping(0, _interrupt)
+    summary = runner.predict_files(predictor, [str(three)], out, batch_size=1)
+    assert calls == [1, 1]
+    assert (summary["images"], summary["resumed"]) == (3, 1)
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert sorted(predictions) == [
+        str(three / n) for n in ["a.png", "b.png", "c.png"]
+    ]
+    assert predictions[str(three / "a.png")][0]["bbox"] == [
+        0.0,
+        0.0,
+        20.0,
+        10.0,
+    ]
+
+
+def test_sigterm_stops_with_exit_code_143_keeping_the_finished(three, tmp_path):
+    predictor, _ = _stopping(3, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    with stopping.sigterm_raises(), pytest.raises(runner.Interrupted) as e:
+        runner.predict_files(
+            predictor, [str(three)], tmp_path / "o", batch_size=1
+        )
+    assert e.value.code == 143
+    assert str(e.value).startswith("interrupted: 2 of 3 images predicted")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_rerun_redoes_only_changed_files_other_models_and_overwrite(
+    three, tmp_path
+):
+    runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
+
+    def calls(**kwargs) -> list[int]:
+        predictor, counted = _stopping(0, _interrupt)
+        predictor = dataclasses.replace(
+            predictor, identity=kwargs.pop("identity", "")
+        )
+        runner.predict_files(predictor, [str(three)], tmp_path / "o", **kwargs)
+        return counted
+
+    assert calls() == []
+    Image.fromarray(np.full((40, 30, 3), 7, np.uint8)).save(three / "b.png")
+    os.utime(three / "b.png", ns=(1, 1))  # another size and mtime
+    assert calls() == [1]
+    assert calls(overwrite=True) == [3]
+    assert len(_lines(tmp_path / "o")) == 3  # --overwrite starts the file anew
+    assert calls(identity="another artifact") == [3]
+
+
+def test_a_line_cut_short_by_a_kill_is_dropped(three, tmp_path):
+    runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
+    with open(tmp_path / "o" / runner.RESULTS_FILE, "a") as f:
+        f.write('{"file": "cut sh')
+    os.utime(three / "c.png", ns=(1, 1))
+    summary = runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
+    assert (summary["images"], summary["resumed"]) == (3, 2)
+    assert len(_lines(tmp_path / "o")) == 4  # every line whole again
+
+
+def test_an_empty_folder_is_an_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError) as error:
+        runner.list_images([str(tmp_path / "empty")])
+    assert str(error.value) == (
+        f"no image files in {tmp_path / 'empty'}: name image files or "
+        "folders that hold them"
+    )
+
+
+def test_nothing_predicted_is_an_error(tmp_path):
+    (tmp_path / "in").mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        (tmp_path / "in" / name).write_bytes(b"not an image")
+    with pytest.raises(ValueError) as error:
+        runner.predict_files(PREDICTOR, [str(tmp_path / "in")], tmp_path / "o")
+    assert str(error.value) == (
+        "no image predicted: all 2 files were skipped (see the skipped: "
+        "lines above)"
+    )
+
+
+@pytest.mark.parametrize(
+    "summary, line",
+    [
+        ({"images": 3, "skipped": 0, "resumed": 0}, "3 images predicted"),
+        (
+            {"images": 3, "skipped": 2, "resumed": 1},
+            "3 images predicted (1 kept from an earlier run), 2 skipped "
+            "(see the skipped: lines above)",
+        ),
+    ],
+)
+def test_the_last_line_says_what_was_skipped(summary, line, tmp_path):
+    assert runner.summary_line(summary, tmp_path) == (
+        f"{line}; wrote {tmp_path / 'predictions.json'}"
+    )
