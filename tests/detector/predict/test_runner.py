@@ -305,3 +305,24 @@ def test_the_last_line_says_what_was_skipped(summary, line, tmp_path):
     assert runner.summary_line(summary, tmp_path) == (
         f"{line}; wrote {tmp_path / 'predictions.json'}"
     )
+
+
+def test_labels_are_drawn_over_every_box_edge():
+    """Box 2's left edge crosses box 1's label: the label stays whole."""
+    image = np.zeros((512, 512, 3), np.uint8)
+    first = {"bbox": [40, 40, 60, 60], "category_id": 1, "score": 0.84}
+    second = {"bbox": [60, 20, 140, 180], "category_id": 2, "score": 0.9}
+    names = {1: "triangle", 2: "square"}
+    alone = np.asarray(
+        draw.overlay(image, [first], np.zeros((1, 512, 512), bool), names)
+    )
+    both = np.asarray(
+        draw.overlay(
+            image, [first, second], np.zeros((2, 512, 512), bool), names
+        )
+    )
+    # The label: box 1's colour above its top edge (y = 40).
+    rows, cols = np.nonzero((alone[:40] == draw.PALETTE[1]).all(-1))
+    region = (slice(rows.min(), 40), slice(cols.min(), cols.max() + 1))
+    assert cols.min() < 60 < cols.max()  # box 2's left edge crosses it
+    np.testing.assert_array_equal(both[region], alone[region])
