@@ -10,19 +10,24 @@ time, appends each batch's results to <out>/predictions.jsonl and at the
 end writes <out>/predictions.json (COCO results keyed by file name: bbox
 [x, y, w, h] in original pixels, score, category_id, segmentation RLE)
 and one overlay PNG per image. A file that cannot be read is skipped with
-one line. Ctrl-C (exit 130) or SIGTERM (143) keeps what finished; the
-same command continues (--overwrite predicts everything again). Exit 1
-with one `error:` line when nothing was predicted. --workdir restores
-the newest checkpoint (with the workdir's config.json) and runs the model
-here; --exported runs an artifact written by export.py and imports only
-numpy, PIL and jax (detector/predict/ and detector/imaging/): not the
-model, the config, the training code, TensorFlow, Flax or orbax.
+one line, as is one over --max_pixels (default 100 megapixels; a JPEG
+far larger than the model's input is decoded at a reduced scale and its
+overlay drawn at it). Ctrl-C (exit 130) or SIGTERM (143) keeps what
+finished; the same command continues (--overwrite predicts everything
+again). Exit 1 with one `error:` line when nothing was predicted.
+--workdir restores the newest checkpoint (with the workdir's config.json)
+and runs the model here; --exported runs an artifact written by export.py
+and imports only numpy, PIL and jax (detector/predict/ and
+detector/imaging/): not the model, the config, the training code,
+TensorFlow, Flax or orbax.
 """
 
 import pathlib
 import sys
 
 from absl import app, flags
+
+from detector.imaging import images
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run (runs the model in-process)."
@@ -39,6 +44,13 @@ _OVERWRITE = flags.DEFINE_bool(
     False,
     "Predict again the images already in <out>/predictions.jsonl (by "
     "default a rerun continues where an interrupted one stopped).",
+)
+_MAX_PIXELS = flags.DEFINE_integer(
+    "max_pixels",
+    images.DEFAULT_MAX_PIXELS,
+    "Skip images of more pixels than this, in one line each (0: no limit; "
+    "it replaces Pillow's decompression-bomb guard).",
+    lower_bound=0,
 )
 _NMS = flags.DEFINE_enum(
     "nms",
@@ -109,6 +121,7 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
             out,
             batch_size=_BATCH_SIZE.value,
             overwrite=_OVERWRITE.value,
+            max_pixels=_MAX_PIXELS.value,
         )
     except OSError as e:
         _fail(f"{e.filename}: {e.strerror or e}")

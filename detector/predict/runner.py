@@ -5,9 +5,11 @@
 
 Both forms of predict.py end here: `run` is the exported artifact
 (`artifact.run`) or the in-process jitted model (detector/export/). Files
-are read with `images.read_image` (any size and mode, EXIF orientation
-applied), resized in float by the rule eval resizes by (`images.fitted_size`,
-`images.place`: no rounding to uint8), and run `batch_size` at a time.
+are read with `images.read_decoded` (any size and mode, EXIF orientation
+applied; a JPEG at least twice the size it is resized to is decoded at a
+reduced scale, and overlaid at it), resized in float by the rule eval
+resizes by (`images.fitted_size`, `images.place`: no rounding to uint8),
+and run `batch_size` at a time. Images over `max_pixels` are skipped.
 A file that cannot be read is one line on stderr and is skipped; the rest
 are written.
 
@@ -37,6 +39,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from detector.data import image_file
 from detector.imaging import images, masks, rle
 from detector.predict import (
     artifact,
@@ -146,20 +149,30 @@ def image_detections(
 
 
 def _readable(
-    paths: list[pathlib.Path],
-) -> Iterator[tuple[pathlib.Path, np.ndarray]]:
+    paths: list[pathlib.Path], predictor: Predictor, max_pixels: int
+) -> Iterator[tuple[pathlib.Path, image_file.DecodedImage]]:
+    """Each readable file, a JPEG decoded reduced to no less than the size
+    it is resized to; the others one `skipped:` line each."""
+    canvas = predictor.image_size
+
+    def needed(size: tuple[int, int]) -> tuple[int, int]:
+        return images.fitted_size(size, predictor.resize, canvas)
+
     for path in paths:
         try:
-            yield path, images.read_image(path)
+            yield (
+                path,
+                images.read_decoded(path, max_pixels=max_pixels, needed=needed),
+            )
         except images.ImageReadError as e:
             print(f"skipped: {e}", file=sys.stderr)
 
 
 def _batches(
-    paths: list[pathlib.Path], size: int
-) -> Iterator[list[tuple[pathlib.Path, np.ndarray]]]:
+    items: Iterator[tuple[pathlib.Path, image_file.DecodedImage]], size: int
+) -> Iterator[list[tuple[pathlib.Path, image_file.DecodedImage]]]:
     batch = []
-    for item in _readable(paths):
+    for item in items:
         batch.append(item)
         if len(batch) == size:
             yield batch
@@ -176,44 +189,75 @@ def _overlay_name(path: pathlib.Path, used: set[str]) -> str:
     return name
 
 
+def _overlay_detections(
+    outputs: dict[str, np.ndarray],
+    i: int,
+    results: list[dict],
+    pasted: masks.BoxMasks,
+    shown: np.ndarray,
+    decoded: image_file.DecodedImage,
+    mask_paste: str,
+) -> tuple[list[dict], np.ndarray]:
+    """(detections, bool[D, h, w] masks) to draw on `decoded.pixels`: the
+    shown ones, moved onto a reduced decode where there was one."""
+    drawn = [r for r, s in zip(results, shown, strict=True) if s]
+    small, whole = decoded.pixels.shape[:2], decoded.size
+    if small == whole:
+        return drawn, pasted.full(shown)
+    sy, sx = small[0] / whole[0], small[1] / whole[1]
+    count = int(outputs["num_valid"][i])
+    boxes = np.asarray(outputs["boxes"][i][:count], np.float64)[shown]
+    on_small = masks.MASK_PASTERS[mask_paste](
+        outputs["masks"][i][:count][shown], boxes * [sx, sy, sx, sy], *small
+    )
+    scale = (sx, sy, sx, sy)
+    return [
+        {**r, "bbox": [v * f for v, f in zip(r["bbox"], scale, strict=True)]}
+        for r in drawn
+    ], on_small.full()
+
+
 def _predict_batch(
     predictor: Predictor,
-    batch: list[tuple[pathlib.Path, np.ndarray]],
+    batch: list[tuple[pathlib.Path, image_file.DecodedImage]],
     out: pathlib.Path,
     overlays: dict[pathlib.Path, str],
 ) -> list[tuple[pathlib.Path, list[dict]]]:
-    """Runs one batch and writes its overlays; (path, results) of each."""
+    """Runs one batch and writes its overlays; (path, results) of each.
+
+    The model is told each whole image's size, so that its boxes are in
+    whole-image pixels; the pixels it sees are resized from the decode
+    (reduced for a large JPEG)."""
     names = {c["id"]: c["name"] for c in predictor.categories}
-    sizes = np.asarray([im.shape[:2] for _, im in batch], np.int32)
+    sizes = np.asarray([d.size for _, d in batch], np.int32)
     canvas = predictor.image_size
     resized = np.asarray(
         [
-            images.fitted_size(im.shape[:2], predictor.resize, canvas)
-            for _, im in batch
+            images.fitted_size(d.size, predictor.resize, canvas)
+            for _, d in batch
         ],
         np.int32,
     )
     inputs = np.stack(
         [
-            images.place(im, tuple(size), canvas)
-            for (_, im), size in zip(batch, resized, strict=True)
+            images.place(d.pixels, tuple(size), canvas)
+            for (_, d), size in zip(batch, resized, strict=True)
         ]
     )
     outputs = predictor.run(inputs, resized, sizes)
     finished = []
-    for i, (path, image) in enumerate(batch):
+    for i, (path, decoded) in enumerate(batch):
         results, pasted = image_detections(
-            outputs, i, *image.shape[:2], predictor.mask_paste
+            outputs, i, *decoded.size, predictor.mask_paste
         )
         shown = np.asarray(
             [r["score"] >= DRAW_SCORE_THRESHOLD for r in results], bool
         )
+        drawn, drawn_masks = _overlay_detections(
+            outputs, i, results, pasted, shown, decoded, predictor.mask_paste
+        )
         draw.save_overlay(
-            out / overlays[path],
-            image,
-            [r for r, s in zip(results, shown, strict=True) if s],
-            pasted.full(shown),
-            names,
+            out / overlays[path], decoded.pixels, drawn, drawn_masks, names
         )
         finished.append((path, results))
     return finished
@@ -226,11 +270,12 @@ def predict_files(
     *,
     batch_size: int = 8,
     overwrite: bool = False,
+    max_pixels: int = images.DEFAULT_MAX_PIXELS,
 ) -> dict:
     """Predicts every image of `args` not already in out/predictions.jsonl
     (all of them with `overwrite`); writes out/predictions.json and
-    out/<stem>.png. Returns {"images", "skipped", "resumed",
-    "predict_seconds"}.
+    out/<stem>.png; images over `max_pixels` (0: no limit) are skipped.
+    Returns {"images", "skipped", "resumed", "predict_seconds"}.
 
     Raises:
       ValueError: no images, a missing path, batch_size < 1, or no image
@@ -252,7 +297,8 @@ def predict_files(
         todo = [path for path in paths if log.done(path) is None]
         seconds = 0.0
         try:
-            for batch in _batches(todo, batch_size):
+            readable = _readable(todo, predictor, max_pixels)
+            for batch in _batches(readable, batch_size):
                 started = time.perf_counter()
                 log.append(_predict_batch(predictor, batch, out, overlays))
                 seconds += time.perf_counter() - started

@@ -326,3 +326,44 @@ def test_labels_are_drawn_over_every_box_edge():
     region = (slice(rows.min(), 40), slice(cols.min(), cols.max() + 1))
     assert cols.min() < 60 < cols.max()  # box 2's left edge crosses it
     np.testing.assert_array_equal(both[region], alone[region])
+
+
+def test_images_over_max_pixels_are_skipped_and_counted(photos, capsys):
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(photos / "c.png")
+    summary = runner.predict_files(
+        PREDICTOR, [str(photos)], photos.parent / "out", max_pixels=1000
+    )
+    assert (summary["images"], summary["skipped"]) == (1, 2)
+    assert capsys.readouterr().err.splitlines() == [
+        f"skipped: {photos / n}: 30 x 40 = 1200 pixels, over "
+        "--max_pixels=1000; raise --max_pixels to read it (0: no limit)"
+        for n in ("a.png", "b.png")
+    ]
+
+
+def test_a_large_jpeg_is_predicted_at_full_size_from_a_reduced_decode(
+    tmp_path,
+):
+    """1200 x 1600 onto a 64 x 64 canvas: decoded at 1/8 (150 x 200), the
+    model told the whole size, results in whole-image pixels, the overlay
+    drawn on the reduced decode."""
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "big.jpg"
+    Image.fromarray(np.full((1200, 1600, 3), 90, np.uint8)).save(path)
+    seen = []
+
+    def run(batch, image_sizes, orig_sizes):
+        seen.append((image_sizes.tolist(), orig_sizes.tolist()))
+        return _run(batch, image_sizes, orig_sizes)
+
+    predictor = dataclasses.replace(PREDICTOR, run=run)
+    runner.predict_files(predictor, [str(path)], tmp_path / "out")
+    assert seen == [([[48, 64]], [[1200, 1600]])]
+    (result,) = json.loads((tmp_path / "out" / "predictions.json").read_text())[
+        str(path)
+    ]
+    assert result["bbox"] == [0.0, 0.0, 20.0, 10.0]
+    assert result["segmentation"]["size"] == [1200, 1600]
+    k = draw.upscale_factor(150, 200)
+    overlay = Image.open(tmp_path / "out" / "big.png")
+    assert overlay.size == (200 * k, 150 * k)
