@@ -32,6 +32,10 @@ from detector.data import image_file
 DEFAULT_MAX_PIXELS = 100_000_000
 
 
+# What `read_decoded` returns: pixels, orientation and the whole size.
+DecodedImage = image_file.DecodedImage
+
+
 class ImageReadError(ValueError):
     """A file that is not a readable image; the message names it."""
 
@@ -54,7 +58,7 @@ def read_decoded(
     *,
     max_pixels: int | None = None,
     needed: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
-) -> image_file.DecodedImage:
+) -> DecodedImage:
     """`read_image` with predict's options (`image_file.read_rgb`): refuse
     images over `max_pixels` (0: no limit) in one line, and decode a JPEG
     reduced, at least to the (h, w) `needed` returns for its whole turned

@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from detector.data import image_file
 from detector.imaging import images, masks, rle
 from detector.predict import (
     artifact,
@@ -150,7 +149,7 @@ def image_detections(
 
 def _readable(
     paths: list[pathlib.Path], predictor: Predictor, max_pixels: int
-) -> Iterator[tuple[pathlib.Path, image_file.DecodedImage]]:
+) -> Iterator[tuple[pathlib.Path, images.DecodedImage]]:
     """Each readable file, a JPEG decoded reduced to no less than the size
     it is resized to; the others one `skipped:` line each."""
     canvas = predictor.image_size
@@ -169,8 +168,8 @@ def _readable(
 
 
 def _batches(
-    items: Iterator[tuple[pathlib.Path, image_file.DecodedImage]], size: int
-) -> Iterator[list[tuple[pathlib.Path, image_file.DecodedImage]]]:
+    items: Iterator[tuple[pathlib.Path, images.DecodedImage]], size: int
+) -> Iterator[list[tuple[pathlib.Path, images.DecodedImage]]]:
     batch = []
     for item in items:
         batch.append(item)
@@ -195,7 +194,7 @@ def _overlay_detections(
     results: list[dict],
     pasted: masks.BoxMasks,
     shown: np.ndarray,
-    decoded: image_file.DecodedImage,
+    decoded: images.DecodedImage,
     mask_paste: str,
 ) -> tuple[list[dict], np.ndarray]:
     """(detections, bool[D, h, w] masks) to draw on `decoded.pixels`: the
@@ -219,7 +218,7 @@ def _overlay_detections(
 
 def _predict_batch(
     predictor: Predictor,
-    batch: list[tuple[pathlib.Path, image_file.DecodedImage]],
+    batch: list[tuple[pathlib.Path, images.DecodedImage]],
     out: pathlib.Path,
     overlays: dict[pathlib.Path, str],
 ) -> list[tuple[pathlib.Path, list[dict]]]:
