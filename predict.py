@@ -147,7 +147,10 @@ def main(argv: list[str]) -> None:
         print(e, file=sys.stderr)
         sys.exit(e.code)
     except stopping.STOPS as e:
-        print("interrupted before any image was predicted", file=sys.stderr)
+        print(
+            "interrupted while loading the model; nothing new was predicted",
+            file=sys.stderr,
+        )
         sys.exit(stopping.exit_code(e))
 
 

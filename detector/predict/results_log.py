@@ -9,7 +9,8 @@ One line per image: {"file": the path as named, "size", "mtime_ns" (the
 file's identity: an edited or replaced file is predicted again), "model"
 (the predictor's identity: another artifact or checkpoint predicts again),
 "results": its COCO results}. A last line cut short (a kill mid-write) is
-dropped when the file is opened, so the next line starts whole.
+dropped when the file is opened, so the next line starts whole; a link in
+its place is removed, never appended through.
 """
 
 import json
@@ -60,7 +61,7 @@ class ResultsLog:
     ) -> "ResultsLog":
         """Opens `path` for appending, reading what it holds unless
         `fresh` (then it starts empty)."""
-        if fresh:
+        if fresh or path.is_symlink():  # never appended through a link
             path.unlink(missing_ok=True)
         done = {}
         for line in _whole_lines(path):

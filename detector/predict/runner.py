@@ -301,6 +301,14 @@ def predict_files(
                 started = time.perf_counter()
                 log.append(_predict_batch(predictor, batch, out, overlays))
                 seconds += time.perf_counter() - started
+            predictions = {
+                str(path): log.done(path)
+                for path in paths
+                if log.done(path) is not None
+            }
+            output_files.write(
+                out / PREDICTIONS_FILE, json.dumps(predictions).encode()
+            )
         except stopping.STOPS as e:
             done = sum(log.done(path) is not None for path in paths)
             raise Interrupted(
@@ -308,14 +316,8 @@ def predict_files(
                 f"kept in {log.path}; rerun the same command to continue",
                 stopping.exit_code(e),
             ) from None
-        predictions = {
-            str(path): log.done(path)
-            for path in paths
-            if log.done(path) is not None
-        }
     finally:
         log.close()
-    output_files.write(out / PREDICTIONS_FILE, json.dumps(predictions).encode())
     if not predictions:
         raise ValueError(
             f"no image predicted: all {len(paths)} files were skipped (see "

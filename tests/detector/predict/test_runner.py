@@ -68,13 +68,13 @@ def test_links_in_out_are_replaced_not_written_through(photos, tmp_path):
     out, outside = tmp_path / "out", tmp_path / "outside"
     out.mkdir()
     outside.mkdir()
-    for name in ("a.png", "predictions.json"):
+    names = ("a.png", "predictions.json", "predictions.jsonl")
+    for name in names:
         (outside / name).write_text("keep")
         (out / name).symlink_to(outside / name)
     runner.predict_files(PREDICTOR, [str(photos / "a.png")], out)
-    assert [p.read_text() for p in sorted(outside.iterdir())] == ["keep"] * 2
-    assert not (out / "a.png").is_symlink()
-    assert not (out / "predictions.json").is_symlink()
+    assert [p.read_text() for p in sorted(outside.iterdir())] == ["keep"] * 3
+    assert not any((out / name).is_symlink() for name in names)
     assert Image.open(out / "a.png").format == "PNG"
     assert json.loads((out / "predictions.json").read_text())
 
