@@ -6,12 +6,18 @@
 Reads JPEG/PNG files of any size and mode (grayscale, RGBA, 16-bit,
 EXIF-rotated), resizes them in float as eval does (the config's
 data.resize rule, no rounding to uint8), predicts --batch_size at a
-time and writes <out>/predictions.json (COCO results keyed by file name:
-bbox [x, y, w, h] in original pixels, score, category_id, segmentation RLE)
+time, appends each batch's results to <out>/predictions.jsonl and at the
+end writes <out>/predictions.json (COCO results keyed by file name: bbox
+[x, y, w, h] in original pixels, score, category_id, segmentation RLE)
 and one overlay PNG per image. A file that cannot be read is skipped with
-one line. --workdir restores the newest checkpoint (with the workdir's
-config.json) and runs the model here; --exported runs an artifact written
-by export.py and imports only numpy, PIL and jax (detector/predict/ and
+one line, as is one over --max_pixels (default 100 megapixels; a JPEG
+far larger than the model's input is decoded at a reduced scale and its
+overlay drawn at it). Ctrl-C (exit 130) or SIGTERM (143) keeps what
+finished; the same command continues (--overwrite predicts everything
+again). Exit 1 with one `error:` line when nothing was predicted.
+--workdir restores the newest checkpoint (with the workdir's config.json)
+and runs the model here; --exported runs an artifact written by export.py
+and imports only numpy, PIL and jax (detector/predict/ and
 detector/imaging/): not the model, the config, the training code,
 TensorFlow, Flax or orbax.
 """
@@ -20,6 +26,8 @@ import pathlib
 import sys
 
 from absl import app, flags
+
+from detector.imaging import images
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run (runs the model in-process)."
@@ -31,6 +39,19 @@ _OUT = flags.DEFINE_string(
     "out", "predictions", "Folder for predictions.json and the overlays."
 )
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Images per batch.")
+_OVERWRITE = flags.DEFINE_bool(
+    "overwrite",
+    False,
+    "Predict again the images already in <out>/predictions.jsonl (by "
+    "default a rerun continues where an interrupted one stopped).",
+)
+_MAX_PIXELS = flags.DEFINE_integer(
+    "max_pixels",
+    images.DEFAULT_MAX_PIXELS,
+    "Skip images of more pixels than this, in one line each (0: no limit; "
+    "it replaces Pillow's decompression-bomb guard).",
+    lower_bound=0,
+)
 _NMS = flags.DEFINE_enum(
     "nms",
     None,
@@ -83,10 +104,8 @@ def _check_files(args: list[str], out: pathlib.Path) -> None:
         _fail(str(e))
 
 
-def main(argv: list[str]) -> None:
-    if (_WORKDIR.value is None) == (_EXPORTED.value is None):
-        _fail("name exactly one of --workdir=W or --exported=W/export")
-    _check_files(argv[1:], pathlib.Path(_OUT.value))
+def _predict(args: list[str], out: pathlib.Path) -> None:
+    """Loads the predictor and predicts `args` into `out` (locked)."""
     if _WORKDIR.value is not None:
         predictor = _in_process_predictor(
             pathlib.Path(_WORKDIR.value).expanduser()
@@ -98,19 +117,41 @@ def main(argv: list[str]) -> None:
     try:
         summary = runner.predict_files(
             predictor,
-            argv[1:],
-            pathlib.Path(_OUT.value),
+            args,
+            out,
             batch_size=_BATCH_SIZE.value,
+            overwrite=_OVERWRITE.value,
+            max_pixels=_MAX_PIXELS.value,
         )
     except OSError as e:
         _fail(f"{e.filename}: {e.strerror or e}")
     except (ValueError, artifact.ArtifactError) as e:
         _fail(str(e))
-    print(
-        f"{summary['images']} images predicted"
-        + (f", {summary['skipped']} skipped" if summary["skipped"] else "")
-        + f"; wrote {pathlib.Path(_OUT.value) / runner.PREDICTIONS_FILE}"
-    )
+    print(runner.summary_line(summary, out))
+
+
+def main(argv: list[str]) -> None:
+    if (_WORKDIR.value is None) == (_EXPORTED.value is None):
+        _fail("name exactly one of --workdir=W or --exported=W/export")
+    out = pathlib.Path(_OUT.value)
+    _check_files(argv[1:], out)
+    from detector.predict import output_files, runner, stopping
+
+    try:
+        # The lock before loading: a second run fails fast.
+        with stopping.sigterm_raises(), output_files.locked(out):
+            _predict(argv[1:], out)
+    except output_files.OutFolderError as e:
+        _fail(str(e))
+    except runner.Interrupted as e:
+        print(e, file=sys.stderr)
+        sys.exit(e.code)
+    except stopping.STOPS as e:
+        print(
+            "interrupted while loading the model; nothing new was predicted",
+            file=sys.stderr,
+        )
+        sys.exit(stopping.exit_code(e))
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -390,8 +390,11 @@ def whole_part() -> dict:
         walls, calls = [], []
         for round_ in range(_ROUNDS.value + 1):
             started = time.perf_counter()
-            summary = runner.predict_files(
-                predictor, [str(folder)], pathlib.Path(tmp) / "out"
+            summary = runner.predict_files(  # every round predicts all
+                predictor,
+                [str(folder)],
+                pathlib.Path(tmp) / "out",
+                overwrite=True,
             )
             if round_:
                 walls.append(time.perf_counter() - started)

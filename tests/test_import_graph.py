@@ -203,8 +203,13 @@ LAYER_EXCEPTIONS = {
         "detector.data.orientation",
     ),
     # Files written whole (the standard library only): predict.py's
-    # outputs replace their names in one rename.
-    "detector.predict": ("detector.utils", "detector.utils.files"),
+    # outputs replace their names in one rename; train.py's workdir lock
+    # (jax and absl; multihost only when called) locks --out.
+    "detector.predict": (
+        "detector.utils",
+        "detector.utils.files",
+        "detector.utils.workdir_lock",
+    ),
 }
 
 

@@ -2,11 +2,15 @@
 errors, and what `predict.py --exported` imports."""
 
 import json
+import os
 import pathlib
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -148,6 +152,125 @@ def test_an_out_holding_inputs_is_refused_before_loading(photos, tmp_path):
         "inputs; name an --out outside every input folder"
     ]
     assert sorted(p.name for p in photos.iterdir()) == before
+
+
+def test_an_out_that_is_a_file_is_refused_before_loading(tmp_path, photos):
+    """--exported names no folder: the --out line comes first."""
+    (tmp_path / "taken").write_text("")
+    line = commands.error_line(
+        _run(
+            "predict.py",
+            f"--exported={tmp_path / 'none'}",
+            f"--out={tmp_path / 'taken'}",
+            str(photos),
+            blocked=True,
+        )
+    )
+    assert line == (
+        f"error: --out={tmp_path / 'taken'}: {tmp_path / 'taken'} is a "
+        "file, not a folder; name a folder to write into"
+    )
+
+
+def test_an_out_in_use_is_refused_before_loading(tmp_path, photos):
+    """A second predict.py on one --out names the holder; nothing loads."""
+    from detector.predict import output_files
+
+    out = tmp_path / "out"
+    out.mkdir()
+    with output_files.locked(out):
+        line = commands.error_line(
+            _run(
+                "predict.py",
+                f"--exported={tmp_path / 'none'}",
+                f"--out={out}",
+                str(photos),
+                blocked=True,
+            )
+        )
+    assert line.startswith(
+        f"error: --out={out}: another predict.py run is using it (host "
+    ), line
+    assert f"pid {os.getpid()}," in line
+
+
+def test_an_empty_folder_is_an_error_before_loading(tmp_path):
+    (tmp_path / "empty").mkdir()
+    line = commands.error_line(
+        _run(
+            "predict.py",
+            f"--exported={tmp_path / 'none'}",
+            f"--out={tmp_path / 'out'}",
+            str(tmp_path / "empty"),
+            blocked=True,
+        )
+    )
+    assert line == (
+        f"error: no image files in {tmp_path / 'empty'}: name image files "
+        "or folders that hold them"
+    )
+
+
+def test_help_lists_the_flags_of_predict_py():
+    text = _run("predict.py", "--help").stdout
+    for flag in (
+        "workdir",
+        "exported",
+        "out",
+        "batch_size",
+        "nms",
+        "overwrite",
+    ):
+        assert re.search(rf"^  --(\[no\])?{flag}:", text, re.M), flag
+
+
+def test_ctrl_c_keeps_what_finished_and_a_rerun_continues(
+    exported_dir, photos, tmp_path
+):
+    """SIGINT once a batch is on disk: one line, exit 130; the same command
+    predicts only the rest."""
+    out = tmp_path / "out"
+    command = [
+        sys.executable,
+        str(ROOT / "predict.py"),
+        f"--exported={exported_dir}",
+        f"--out={out}",
+        "--batch_size=1",
+        str(photos),
+    ]
+    process = subprocess.Popen(
+        command,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    jsonl = out / "predictions.jsonl"
+    deadline = time.monotonic() + 300
+    while not (jsonl.exists() and jsonl.read_text().count("\n") >= 1):
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 130, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    assert re.fullmatch(
+        r"interrupted: [1-3] of 5 images predicted, kept in "
+        + re.escape(str(jsonl))
+        + "; rerun the same command to continue",
+        last,
+    ), stderr[-3000:]
+    assert "Traceback" not in stderr
+    kept = int(last.split()[1])
+    result = subprocess.run(
+        command, cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (
+        f"4 images predicted ({kept} kept from an earlier run), 1 skipped"
+        in (result.stdout)
+    )
+    _check_outputs(out, photos)
 
 
 def test_blocker_blocks():

@@ -7,9 +7,18 @@ byte of each sample (v >> 8), as TensorFlow's PNG decoder and PIL's 16-bit
 RGB reader do, rather than PIL's conversion, which clips them to white.
 Modes with no 8-bit reading (32-bit integer or float samples) are refused
 in one line naming the file.
+
+Two options are predict's alone (training and evaluation pass neither, and
+read as before): `max_pixels` refuses larger images in one line before
+decoding, in place of Pillow's own guard (MAX_IMAGE_PIXELS, whose warning
+and error give a photo no way in); `needed` decodes a JPEG at the smallest
+of its reduced scales (1/2, 1/4, 1/8: `Image.draft`) that is still at
+least the size the caller will resize it to.
 """
 
+import contextlib
 import dataclasses
+from collections.abc import Callable, Iterator
 
 import numpy as np
 from PIL import Image
@@ -30,6 +39,13 @@ class DecodedImage:
     orientation: int  # EXIF orientation 1..8 (1: as stored)
     stored_size: tuple[int, int]  # (width, height) of the stored pixels
 
+    @property
+    def size(self) -> tuple[int, int]:
+        """(h, w) of the whole image after the orientation (`pixels` is
+        smaller when it was decoded reduced)."""
+        width, height = self.stored_size
+        return orientation_lib.oriented_size(height, width, self.orientation)
+
 
 def _rgb(image: Image.Image) -> np.ndarray:
     """uint8 [h, w, 3] of an opened image (stored orientation)."""
@@ -40,18 +56,79 @@ def _rgb(image: Image.Image) -> np.ndarray:
     return np.asarray(image.convert("RGB"))
 
 
-def read_rgb(path: str) -> DecodedImage:
+@contextlib.contextmanager
+def _pillow_guard_off(max_pixels: int | None) -> Iterator[None]:
+    """Pillow's pixel guard off while `max_pixels` stands in for it."""
+    if max_pixels is None:
+        yield
+        return
+    previous, Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+    try:
+        yield
+    finally:
+        Image.MAX_IMAGE_PIXELS = previous
+
+
+class TooLargeError(ValueError):
+    """An image over `max_pixels`; the message names it and the limit."""
+
+
+def _check_pixels(path: str, image: Image.Image, max_pixels: int | None):
+    width, height = image.size
+    if max_pixels and width * height > max_pixels:
+        raise TooLargeError(
+            f"{path}: {width} x {height} = {width * height} pixels, over "
+            f"--max_pixels={max_pixels}; raise --max_pixels to read it "
+            "(0: no limit)"
+        )
+
+
+def _draft(
+    image: Image.Image,
+    orientation: int,
+    needed: Callable[[tuple[int, int]], tuple[int, int]],
+) -> None:
+    """Asks a JPEG decoder for the smallest scale still >= `needed`."""
+    width, height = image.size
+    turned = orientation_lib.oriented_size(height, width, orientation)
+    rows, cols = needed(turned)
+    if orientation_lib.swaps_axes(orientation):
+        rows, cols = cols, rows
+    if image.format == "JPEG":
+        image.draft(image.mode, (cols, rows))
+
+
+def read_rgb(
+    path: str,
+    *,
+    max_pixels: int | None = None,
+    needed: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
+) -> DecodedImage:
     """Reads `path` (see the module docstring).
+
+    Args:
+      max_pixels: refuse images of more pixels (0: no limit; None:
+        Pillow's own guard, as training reads).
+      needed: (h, w) of the whole turned image -> the (h, w) the caller
+        resizes it to; a JPEG is then decoded at the smallest scale that
+        is at least that (`DecodedImage.size` stays the whole image's).
 
     Raises:
       ValueError: one line naming `path`: the file is no image PIL decodes,
-        or its samples have no 8-bit reading.
+        its samples have no 8-bit reading, or it is over `max_pixels`
+        (TooLargeError).
     """
     try:
-        with Image.open(path) as image:
+        with _pillow_guard_off(max_pixels), Image.open(path) as image:
+            _check_pixels(path, image, max_pixels)
             mode = image.mode
             orientation = orientation_lib.of_image(image)
+            stored_size = image.size
+            if needed is not None:
+                _draft(image, orientation, needed)
             stored = None if mode in _REFUSED_MODES else _rgb(image)
+    except TooLargeError:
+        raise
     except (
         OSError,
         SyntaxError,
@@ -66,7 +143,5 @@ def read_rgb(path: str) -> DecodedImage:
             "per sample"
         )
     return DecodedImage(
-        orientation_lib.orient(stored, orientation),
-        orientation,
-        (stored.shape[1], stored.shape[0]),
+        orientation_lib.orient(stored, orientation), orientation, stored_size
     )

@@ -189,6 +189,7 @@ def export_workdir(
         "pixel_mean": list(config.data.pixel_mean),
         "pixel_std": list(config.data.pixel_std),
         "categories": model.categories,
+        "num_classes": config.data.num_classes,
         "nms_backend": nms_backends,
         "jax_version": jax.__version__,
         "calling_convention_version": exported.calling_convention_version,

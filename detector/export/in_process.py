@@ -34,4 +34,6 @@ def predictor(
             fn(images, resized, sizes)
         ),
         config.eval.mask_paste,
+        f"workdir:{workdir.resolve()} step:{model.step} mask_paste:"
+        f"{config.eval.mask_paste}",
     )

@@ -26,6 +26,15 @@ import numpy as np
 # numpy and PIL only, like this package.
 from detector.data import image_file
 
+# predict.py's --max_pixels default, 100 megapixels: 300 MB decoded, and
+# several times that while a PNG that large is resized and drawn (a JPEG
+# is decoded reduced).
+DEFAULT_MAX_PIXELS = 100_000_000
+
+
+# What `read_decoded` returns: pixels, orientation and the whole size.
+DecodedImage = image_file.DecodedImage
+
 
 class ImageReadError(ValueError):
     """A file that is not a readable image; the message names it."""
@@ -41,8 +50,28 @@ def read_image(path: str | pathlib.Path) -> np.ndarray:
     Raises:
       ImageReadError: the file cannot be opened or decoded (named).
     """
+    return read_decoded(path).pixels
+
+
+def read_decoded(
+    path: str | pathlib.Path,
+    *,
+    max_pixels: int | None = None,
+    needed: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
+) -> DecodedImage:
+    """`read_image` with predict's options (`image_file.read_rgb`): refuse
+    images over `max_pixels` (0: no limit) in one line, and decode a JPEG
+    reduced, at least to the (h, w) `needed` returns for its whole turned
+    (h, w); `.size` is the whole image's (h, w).
+
+    Raises:
+      ImageReadError: the file cannot be opened or decoded, or is over
+        `max_pixels` (named).
+    """
     try:
-        return image_file.read_rgb(str(path)).pixels
+        return image_file.read_rgb(
+            str(path), max_pixels=max_pixels, needed=needed
+        )
     except ValueError as e:
         raise ImageReadError(str(e)) from None
 

@@ -10,8 +10,10 @@ is refused when it is loaded instead of failing deep inside a call.
 predict.json is deliberately not covered by the artifact's sha256 (which is
 recorded inside it, so it cannot cover itself): renaming a category or
 changing the mask pasting rule are edits a user may make, and the schema
-catches every edit that the runtime could not work with. image_size must
-also equal the serialized function's input size (`artifact.load`).
+catches every edit that the runtime could not work with. `categories` must
+list `num_classes` entries (the model's classes: a shorter list would leave
+outputs with ids it does not name), and image_size must equal the
+serialized function's input size (`artifact.load`).
 """
 
 import re
@@ -106,6 +108,7 @@ SCHEMA: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         _categories,
         'a non-empty list of {"id": integer >= 1, "name": string}',
     ),
+    ("num_classes", lambda v: _integer(v, 1), "the model's class count >= 1"),
     (
         "nms_backend",
         _backends,
@@ -144,6 +147,13 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
             raise MetaError(
                 f"{where}: {key}={_shown(meta[key])}: must be {what}"
             )
+    if len(meta["categories"]) != meta["num_classes"]:
+        raise MetaError(
+            f"{where}: categories lists {len(meta['categories'])} classes "
+            f"but the model has {meta['num_classes']} (num_classes); "
+            "restore the exported list (names may be edited, entries not "
+            "added or removed)"
+        )
     if meta["mask_paste"] not in mask_pasters:
         raise MetaError(
             f"{where}: mask_paste={meta['mask_paste']!r}: must be one of "

@@ -1,5 +1,7 @@
 """One overlay PNG per image: masks, boxes and labels over the original.
 
+Masks first, then every box, then every label on its own filled
+background, so that no box edge strikes through a label.
 PIL only, so the exported predictor draws without matplotlib; predict.py
 draws with it in both of its forms. An image whose long side is under
 MIN_DRAWN_SIDE pixels is drawn on a copy upscaled by a whole factor (pixels
@@ -86,9 +88,13 @@ def overlay(
             (drawn.width * k, drawn.height * k), Image.Resampling.NEAREST
         )
     pen = ImageDraw.Draw(drawn)
-    for detection, colour in zip(detections, colours, strict=True):
-        x, y, w, h = (k * v for v in detection["bbox"])
+    boxes = [[k * v for v in d["bbox"]] for d in detections]
+    for (x, y, w, h), colour in zip(boxes, colours, strict=True):
         pen.rectangle([x, y, x + w, y + h], outline=colour, width=2)
+    # Labels after every box, so that no other box's edge crosses one.
+    for detection, (x, y, w, h), colour in zip(
+        detections, boxes, colours, strict=True
+    ):
         label = names.get(
             detection["category_id"], str(detection["category_id"])
         )

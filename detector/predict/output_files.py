@@ -1,9 +1,11 @@
-"""predict.py's output folder: never one that holds an input, and every
-file in it replaced whole.
+"""predict.py's output folder: a folder, never one that holds an input,
+used by one run at a time, and every file in it replaced whole.
 
     output_files.check_out(out, paths)     # before anything is read
-    output_files.write(out / "a.png", png_bytes)
+    with output_files.locked(out):         # creates it; one run at a time
+        output_files.write(out / "a.png", png_bytes)
 
+An --out that is a file or cannot be written into is refused in one line.
 An --out that holds one of the run's input files (the input folder itself,
 or a folder above an input) is refused in one line: an overlay `a.png`
 would replace an input `a.png`, and a later run would predict from the
@@ -12,10 +14,15 @@ name, so a symlink already in --out is replaced, never written through to
 its target, and a run stopped mid-write leaves the old file whole.
 """
 
+import contextlib
 import os
 import pathlib
+from collections.abc import Iterator
 
-from detector.utils import files
+from detector.utils import files, workdir_lock
+
+# Held by the run writing into --out (see `locked`).
+LOCK_NAME = ".predict.lock"
 
 
 class OutFolderError(ValueError):
@@ -23,11 +30,16 @@ class OutFolderError(ValueError):
 
 
 def check_out(out: pathlib.Path, inputs: list[pathlib.Path]) -> None:
-    """Raises OutFolderError when `out` holds any of the `inputs` files.
+    """Raises OutFolderError when `out` is a file or a folder this process
+    cannot write into (or create), or holds any of the `inputs` files.
 
     Both sides are compared resolved (symlinks followed), so `--out=.` with
     `photos/a.jpg` named from inside photos/ is caught too.
     """
+    try:
+        files.check_writable_folder(out, "--out")
+    except ValueError as e:
+        raise OutFolderError(str(e)) from None
     folder = pathlib.Path(os.path.realpath(out))
     for path in inputs:
         # realpath, unlike Path.resolve, stops quietly at a link loop.
@@ -43,3 +55,24 @@ def check_out(out: pathlib.Path, inputs: list[pathlib.Path]) -> None:
 def write(path: pathlib.Path, data: bytes) -> None:
     """Replaces `path` with `data` in one rename (a link there included)."""
     files.write_bytes(path, data)
+
+
+@contextlib.contextmanager
+def locked(out: pathlib.Path) -> Iterator[None]:
+    """Creates `out` and holds its lock file for the block: two runs on one
+    folder would each write predictions.json over the other's.
+
+    Raises:
+      OutFolderError: another run holds it (its host and pid named).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = workdir_lock.WorkdirLock.acquire(
+            out, flag="--out", run="predict.py run", lock_name=LOCK_NAME
+        )
+    except ValueError as e:
+        raise OutFolderError(str(e)) from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -1,15 +1,26 @@
 """Image files -> batches -> predictions.json and one overlay PNG each.
 
-    predictor = Predictor(resize, categories, run, mask_paste)
+    predictor = Predictor(resize, categories, run, mask_paste, identity)
     summary = predict_files(predictor, ["photos/"], pathlib.Path("out"))
 
 Both forms of predict.py end here: `run` is the exported artifact
 (`artifact.run`) or the in-process jitted model (detector/export/). Files
-are read with `images.read_image` (any size and mode, EXIF orientation
-applied), resized in float by the rule eval resizes by (`images.fitted_size`,
-`images.place`: no rounding to uint8), and run `batch_size` at a time.
+are read with `images.read_decoded` (any size and mode, EXIF orientation
+applied; a JPEG at least twice the size it is resized to is decoded at a
+reduced scale, and overlaid at it), resized in float by the rule eval
+resizes by (`images.fitted_size`, `images.place`: no rounding to uint8),
+and run `batch_size` at a time. Images over `max_pixels` are skipped.
 A file that cannot be read is one line on stderr and is skipped; the rest
 are written.
+
+Each batch's results are appended to predictions.jsonl as it ends
+(`results_log`), and predictions.json is made from them, whole, at the
+end: Ctrl-C or SIGTERM (`stopping`) raises `Interrupted`, which says how
+many images are kept, and the same command continues where it stopped
+(images already in predictions.jsonl, unchanged and by the same model,
+are not predicted again unless `overwrite`). A run removes the previous
+run's predictions.json when it starts, so that the file never disagrees
+with the overlays beside it.
 
 predictions.json maps each file (as named on the command line, or
 folder/name) to its detections in COCO results format without image_id:
@@ -29,9 +40,16 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from detector.imaging import images, masks, rle
-from detector.predict import artifact, draw, output_files
+from detector.predict import (
+    artifact,
+    draw,
+    output_files,
+    results_log,
+    stopping,
+)
 
 PREDICTIONS_FILE = "predictions.json"
+RESULTS_FILE = "predictions.jsonl"
 # Detections drawn in the overlays (all are in predictions.json).
 DRAW_SCORE_THRESHOLD = 0.5
 
@@ -44,16 +62,27 @@ class Predictor:
     i32[b, 2])` returns the outputs of `detector.predict.artifact.OUTPUTS`
     as numpy arrays; `mask_paste` names the rule of `masks.MASK_PASTERS`
     (the config's eval.mask_paste). The canvas is `resize.image_size`.
+    `identity` names the model (artifact sha256, checkpoint): results of
+    another identity in predictions.jsonl are not reused.
     """
 
     resize: images.Resize
     categories: list[dict]
     run: Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
     mask_paste: str = "centres"
+    identity: str = ""
 
     @property
     def image_size(self) -> tuple[int, int]:
         return self.resize.image_size
+
+
+class Interrupted(Exception):
+    """Ctrl-C or SIGTERM stopped the run; the message says what is kept."""
+
+    def __init__(self, message: str, code: int):
+        super().__init__(message)
+        self.code = code  # the exit status: 130 (SIGINT) or 143 (SIGTERM)
 
 
 def list_images(args: list[str]) -> list[pathlib.Path]:
@@ -62,7 +91,8 @@ def list_images(args: list[str]) -> list[pathlib.Path]:
     listed too, so that it is reported as skipped rather than dropped.
 
     Raises:
-      ValueError: nothing named, or a path that does not exist.
+      ValueError: nothing named, a path that does not exist, or folders
+        that hold no file.
     """
     if not args:
         raise ValueError("no images given: name image files or folders")
@@ -80,6 +110,11 @@ def list_images(args: list[str]) -> list[pathlib.Path]:
             found.append(path)
         else:
             raise ValueError(f"{arg}: no such file or folder")
+    if not found:
+        raise ValueError(
+            f"no image files in {', '.join(args)}: name image files or "
+            "folders that hold them"
+        )
     return list(dict.fromkeys(found))
 
 
@@ -113,20 +148,30 @@ def image_detections(
 
 
 def _readable(
-    paths: list[pathlib.Path],
-) -> Iterator[tuple[pathlib.Path, np.ndarray]]:
+    paths: list[pathlib.Path], predictor: Predictor, max_pixels: int
+) -> Iterator[tuple[pathlib.Path, images.DecodedImage]]:
+    """Each readable file, a JPEG decoded reduced to no less than the size
+    it is resized to; the others one `skipped:` line each."""
+    canvas = predictor.image_size
+
+    def needed(size: tuple[int, int]) -> tuple[int, int]:
+        return images.fitted_size(size, predictor.resize, canvas)
+
     for path in paths:
         try:
-            yield path, images.read_image(path)
+            yield (
+                path,
+                images.read_decoded(path, max_pixels=max_pixels, needed=needed),
+            )
         except images.ImageReadError as e:
             print(f"skipped: {e}", file=sys.stderr)
 
 
 def _batches(
-    paths: list[pathlib.Path], size: int
-) -> Iterator[list[tuple[pathlib.Path, np.ndarray]]]:
+    items: Iterator[tuple[pathlib.Path, images.DecodedImage]], size: int
+) -> Iterator[list[tuple[pathlib.Path, images.DecodedImage]]]:
     batch = []
-    for item in _readable(paths):
+    for item in items:
         batch.append(item)
         if len(batch) == size:
             yield batch
@@ -143,66 +188,158 @@ def _overlay_name(path: pathlib.Path, used: set[str]) -> str:
     return name
 
 
+def _overlay_detections(
+    outputs: dict[str, np.ndarray],
+    i: int,
+    results: list[dict],
+    pasted: masks.BoxMasks,
+    shown: np.ndarray,
+    decoded: images.DecodedImage,
+    mask_paste: str,
+) -> tuple[list[dict], np.ndarray]:
+    """(detections, bool[D, h, w] masks) to draw on `decoded.pixels`: the
+    shown ones, moved onto a reduced decode where there was one."""
+    drawn = [r for r, s in zip(results, shown, strict=True) if s]
+    small, whole = decoded.pixels.shape[:2], decoded.size
+    if small == whole:
+        return drawn, pasted.full(shown)
+    sy, sx = small[0] / whole[0], small[1] / whole[1]
+    count = int(outputs["num_valid"][i])
+    boxes = np.asarray(outputs["boxes"][i][:count], np.float64)[shown]
+    on_small = masks.MASK_PASTERS[mask_paste](
+        outputs["masks"][i][:count][shown], boxes * [sx, sy, sx, sy], *small
+    )
+    scale = (sx, sy, sx, sy)
+    return [
+        {**r, "bbox": [v * f for v, f in zip(r["bbox"], scale, strict=True)]}
+        for r in drawn
+    ], on_small.full()
+
+
+def _predict_batch(
+    predictor: Predictor,
+    batch: list[tuple[pathlib.Path, images.DecodedImage]],
+    out: pathlib.Path,
+    overlays: dict[pathlib.Path, str],
+) -> list[tuple[pathlib.Path, list[dict]]]:
+    """Runs one batch and writes its overlays; (path, results) of each.
+
+    The model is told each whole image's size, so that its boxes are in
+    whole-image pixels; the pixels it sees are resized from the decode
+    (reduced for a large JPEG)."""
+    names = {c["id"]: c["name"] for c in predictor.categories}
+    sizes = np.asarray([d.size for _, d in batch], np.int32)
+    canvas = predictor.image_size
+    resized = np.asarray(
+        [
+            images.fitted_size(d.size, predictor.resize, canvas)
+            for _, d in batch
+        ],
+        np.int32,
+    )
+    inputs = np.stack(
+        [
+            images.place(d.pixels, tuple(size), canvas)
+            for (_, d), size in zip(batch, resized, strict=True)
+        ]
+    )
+    outputs = predictor.run(inputs, resized, sizes)
+    finished = []
+    for i, (path, decoded) in enumerate(batch):
+        results, pasted = image_detections(
+            outputs, i, *decoded.size, predictor.mask_paste
+        )
+        shown = np.asarray(
+            [r["score"] >= DRAW_SCORE_THRESHOLD for r in results], bool
+        )
+        drawn, drawn_masks = _overlay_detections(
+            outputs, i, results, pasted, shown, decoded, predictor.mask_paste
+        )
+        draw.save_overlay(
+            out / overlays[path], decoded.pixels, drawn, drawn_masks, names
+        )
+        finished.append((path, results))
+    return finished
+
+
 def predict_files(
     predictor: Predictor,
     args: list[str],
     out: pathlib.Path,
     *,
     batch_size: int = 8,
+    overwrite: bool = False,
+    max_pixels: int = images.DEFAULT_MAX_PIXELS,
 ) -> dict:
-    """Predicts every image of `args`; writes out/predictions.json and
-    out/<stem>.png. Returns {"images", "skipped", "predict_seconds"}.
+    """Predicts every image of `args` not already in out/predictions.jsonl
+    (all of them with `overwrite`); writes out/predictions.json and
+    out/<stem>.png; images over `max_pixels` (0: no limit) are skipped.
+    Returns {"images", "skipped", "resumed", "predict_seconds"}.
 
     Raises:
-      ValueError: no images, a missing path or batch_size < 1.
+      ValueError: no images, a missing path, batch_size < 1, or no image
+        predicted (all skipped).
+      Interrupted: Ctrl-C or SIGTERM (`stopping`); what finished is kept.
     """
     if batch_size < 1:
         raise ValueError(f"--batch_size={batch_size}: must be >= 1")
     paths = list_images(args)
     output_files.check_out(out, paths)
     out.mkdir(parents=True, exist_ok=True)
-    names = {c["id"]: c["name"] for c in predictor.categories}
-    predictions, used, seconds = {}, set(), 0.0
-    for batch in _batches(paths, batch_size):
-        sizes = np.asarray([im.shape[:2] for _, im in batch], np.int32)
-        canvas = predictor.image_size
-        resized = np.asarray(
-            [
-                images.fitted_size(im.shape[:2], predictor.resize, canvas)
-                for _, im in batch
-            ],
-            np.int32,
+    used: set[str] = set()
+    overlays = {path: _overlay_name(path, used) for path in paths}
+    log = results_log.ResultsLog.open(
+        out / RESULTS_FILE, predictor.identity, fresh=overwrite
+    )
+    try:
+        (out / PREDICTIONS_FILE).unlink(missing_ok=True)
+        todo = [path for path in paths if log.done(path) is None]
+        seconds = 0.0
+        try:
+            readable = _readable(todo, predictor, max_pixels)
+            for batch in _batches(readable, batch_size):
+                started = time.perf_counter()
+                log.append(_predict_batch(predictor, batch, out, overlays))
+                seconds += time.perf_counter() - started
+            predictions = {
+                str(path): log.done(path)
+                for path in paths
+                if log.done(path) is not None
+            }
+            output_files.write(
+                out / PREDICTIONS_FILE, json.dumps(predictions).encode()
+            )
+        except stopping.STOPS as e:
+            done = sum(log.done(path) is not None for path in paths)
+            raise Interrupted(
+                f"interrupted: {done} of {len(paths)} images predicted, "
+                f"kept in {log.path}; rerun the same command to continue",
+                stopping.exit_code(e),
+            ) from None
+    finally:
+        log.close()
+    if not predictions:
+        raise ValueError(
+            f"no image predicted: all {len(paths)} files were skipped (see "
+            "the skipped: lines above)"
         )
-        inputs = np.stack(
-            [
-                images.place(im, tuple(size), canvas)
-                for (_, im), size in zip(batch, resized, strict=True)
-            ]
-        )
-        started = time.perf_counter()
-        outputs = predictor.run(inputs, resized, sizes)
-        seconds += time.perf_counter() - started
-        for i, (path, image) in enumerate(batch):
-            results, pasted = image_detections(
-                outputs, i, *image.shape[:2], predictor.mask_paste
-            )
-            predictions[str(path)] = results
-            shown = np.asarray(
-                [r["score"] >= DRAW_SCORE_THRESHOLD for r in results], bool
-            )
-            draw.save_overlay(
-                out / _overlay_name(path, used),
-                image,
-                [r for r, s in zip(results, shown, strict=True) if s],
-                pasted.full(shown),
-                names,
-            )
-    output_files.write(out / PREDICTIONS_FILE, json.dumps(predictions).encode())
     return {
         "images": len(predictions),
         "skipped": len(paths) - len(predictions),
+        "resumed": len(paths) - len(todo),
         "predict_seconds": seconds,
     }
+
+
+def summary_line(summary: dict, out: pathlib.Path) -> str:
+    """predict.py's last line: how many images were predicted (and kept
+    from an earlier run), how many skipped, and the file written."""
+    line = f"{summary['images']} images predicted"
+    if summary["resumed"]:
+        line += f" ({summary['resumed']} kept from an earlier run)"
+    if summary["skipped"]:
+        line += f", {summary['skipped']} skipped (see the skipped: lines above)"
+    return f"{line}; wrote {out / PREDICTIONS_FILE}"
 
 
 def artifact_predictor(loaded: artifact.Artifact) -> Predictor:
@@ -214,4 +351,6 @@ def artifact_predictor(loaded: artifact.Artifact) -> Predictor:
             loaded, batch, resized, sizes
         ),
         loaded.meta["mask_paste"],
+        f"sha256:{loaded.meta['sha256']} mask_paste:"
+        f"{loaded.meta['mask_paste']}",
     )

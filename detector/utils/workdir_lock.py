@@ -3,6 +3,9 @@
     with workdir_lock.held(workdir):   # raises WorkdirLockedError if taken
         train(...)
 
+`WorkdirLock.acquire` locks any folder for one process (predict.py's
+--out holds `.predict.lock` the same way).
+
 Two runs on one workdir would delete each other's checkpoints and trim each
 other's metrics, so a run holds `<workdir>/.train.lock` from before it
 writes anything until it ends. The lock is an OS lock (`fcntl.flock`) on the
@@ -29,7 +32,6 @@ from collections.abc import Iterator
 import jax
 from absl import logging
 
-from detector.distributed import multihost
 from detector.utils import files
 
 LOCK_NAME = ".train.lock"
@@ -65,13 +67,21 @@ class WorkdirLock:
         self.path, self._fd = path, fd
 
     @classmethod
-    def acquire(cls, workdir: str | pathlib.Path) -> "WorkdirLock":
-        """Takes the lock of `workdir` (which must exist) without waiting.
+    def acquire(
+        cls,
+        workdir: str | pathlib.Path,
+        *,
+        flag: str = "--workdir",
+        run: str = "training run",
+        lock_name: str = LOCK_NAME,
+    ) -> "WorkdirLock":
+        """Takes the lock of `workdir` (which must exist) without waiting;
+        `flag` names the folder and `run` its user in the error lines.
 
         Raises:
           WorkdirLockedError: a live run holds it; names its host and pid.
         """
-        path = pathlib.Path(workdir) / LOCK_NAME
+        path = pathlib.Path(workdir) / lock_name
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -82,9 +92,9 @@ class WorkdirLock:
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     raise
                 raise WorkdirLockedError(
-                    f"--workdir={workdir}: another training run is using it "
+                    f"{flag}={workdir}: another {run} is using it "
                     f"({_holder_text(record)}; lock file {path}); wait for "
-                    "it to end or choose another --workdir"
+                    f"it to end or choose another {flag}"
                 ) from None
             # A releasing holder may have removed the file between our open
             # and our lock: then we hold a lock on a file no one sees.
@@ -116,7 +126,7 @@ class WorkdirLock:
             lock = cls(path, fd)
             lock.release()
             raise ValueError(
-                f"--workdir={workdir}: cannot write its lock file {path} "
+                f"{flag}={workdir}: cannot write its lock file {path} "
                 f"({e.strerror}); {files.free_space(path.parent)} free there"
             ) from None
         return cls(path, fd)
@@ -139,6 +149,8 @@ def held(workdir: str | pathlib.Path) -> Iterator[None]:
     Raises:
       WorkdirLockedError: another run holds the lock.
     """
+    from detector.distributed import multihost  # not for one-process users
+
     lock, message = None, ""
     if jax.process_index() == 0:
         try:

@@ -19,6 +19,7 @@ META = {
     "pixel_mean": [123.675, 116.28, 103.53],
     "pixel_std": [58.395, 57.12, 57.375],
     "categories": [{"id": 1, "name": "square"}],
+    "num_classes": 1,
     "nms_backend": {
         "cpu": {"rpn": "cpu", "detection": "cpu"},
         "cuda": {"rpn": "pallas", "detection": "pallas"},
@@ -59,6 +60,7 @@ def test_the_exporters_meta_passes():
         ("sha256", "abc"),
         ("jax_version", 10),
         ("batch_sizes", 8),
+        ("num_classes", 0),
     ],
 )
 def test_a_bad_value_names_the_key(key, value):
@@ -80,3 +82,20 @@ def test_a_missing_key_is_named():
     meta = {k: v for k, v in META.items() if k != "categories"}
     with pytest.raises(artifact_meta.MetaError, match=r": lacks categories$"):
         artifact_meta.check(meta, "predict.json", PASTERS)
+
+
+@pytest.mark.parametrize("count", [1, 3])
+def test_a_category_count_other_than_the_models_names_both(count):
+    """An edited list would leave model outputs with ids it does not name."""
+    meta = copy.deepcopy(META)
+    meta["num_classes"] = 2
+    meta["categories"] = [
+        {"id": i, "name": f"c{i}"} for i in range(1, 1 + count)
+    ]
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value) == (
+        f"predict.json: categories lists {count} classes but the model has "
+        "2 (num_classes); restore the exported list (names may be edited, "
+        "entries not added or removed)"
+    )

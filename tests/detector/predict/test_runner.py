@@ -1,14 +1,18 @@
 """predict_files with a stand-in model: what it reads, writes and counts."""
 
+import dataclasses
 import json
 import os
+import re
+import signal
+import socket
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from detector.imaging import images
-from detector.predict import draw, output_files, runner
+from detector.predict import draw, output_files, runner, stopping
 
 IMAGE_SIZE = (64, 64)
 
@@ -64,13 +68,13 @@ def test_links_in_out_are_replaced_not_written_through(photos, tmp_path):
     out, outside = tmp_path / "out", tmp_path / "outside"
     out.mkdir()
     outside.mkdir()
-    for name in ("a.png", "predictions.json"):
+    names = ("a.png", "predictions.json", "predictions.jsonl")
+    for name in names:
         (outside / name).write_text("keep")
         (out / name).symlink_to(outside / name)
     runner.predict_files(PREDICTOR, [str(photos / "a.png")], out)
-    assert [p.read_text() for p in sorted(outside.iterdir())] == ["keep"] * 2
-    assert not (out / "a.png").is_symlink()
-    assert not (out / "predictions.json").is_symlink()
+    assert [p.read_text() for p in sorted(outside.iterdir())] == ["keep"] * 3
+    assert not any((out / name).is_symlink() for name in names)
     assert Image.open(out / "a.png").format == "PNG"
     assert json.loads((out / "predictions.json").read_text())
 
@@ -133,3 +137,233 @@ def test_small_images_are_drawn_upscaled_with_labels_inside():
 )
 def test_label_origin_keeps_labels_inside(box, expected):
     assert draw.label_origin(box, (40, 12), (100, 100)) == expected
+
+
+def test_a_second_run_on_one_out_is_refused_naming_the_holder(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with (
+        output_files.locked(out),
+        pytest.raises(output_files.OutFolderError) as error,
+        output_files.locked(out),
+    ):
+        pass
+    assert re.fullmatch(
+        re.escape(
+            f"--out={out}: another predict.py run is using it (host "
+            f"{socket.gethostname()} pid {os.getpid()}, started "
+        )
+        + r"[^;]+"
+        + re.escape(
+            f"; lock file {out / '.predict.lock'}); wait for it to end or "
+            "choose another --out"
+        ),
+        str(error.value),
+    ), str(error.value)
+    assert not (out / ".predict.lock").exists()  # released
+
+
+def _stopping(at: int, stop) -> tuple:
+    """A stand-in run that calls `stop` on its `at`-th batch (1-based)."""
+    calls = []
+
+    def run(batch, image_sizes, orig_sizes):
+        calls.append(len(batch))
+        if len(calls) == at:
+            stop()
+        return _run(batch, image_sizes, orig_sizes)
+
+    return dataclasses.replace(PREDICTOR, run=run), calls
+
+
+def _interrupt() -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.fixture
+def three(photos):
+    Image.fromarray(np.full((30, 40, 3), 60, np.uint8)).save(photos / "c.png")
+    return photos
+
+
+def _lines(out) -> list[dict]:
+    text = (out / runner.RESULTS_FILE).read_text()
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def test_ctrl_c_keeps_the_finished_images_and_a_rerun_continues(
+    three, tmp_path
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "predictions.json").write_text('{"old.png": []}')
+    predictor, _ = _stopping(2, _interrupt)
+    with pytest.raises(runner.Interrupted) as stopped:
+        runner.predict_files(predictor, [str(three)], out, batch_size=1)
+    assert stopped.value.code == 130
+    assert str(stopped.value) == (
+        f"interrupted: 1 of 3 images predicted, kept in "
+        f"{out / 'predictions.jsonl'}; rerun the same command to continue"
+    )
+    # The old run's file never sits beside this run's overlays.
+    assert not (out / "predictions.json").exists()
+    assert [line["file"] for line in _lines(out)] == [str(three / "a.png")]
+    assert sorted(p.name for p in out.glob("*.png")) == ["a.png"]
+    predictor, calls = _stopping(0, _interrupt)
+    summary = runner.predict_files(predictor, [str(three)], out, batch_size=1)
+    assert calls == [1, 1]
+    assert (summary["images"], summary["resumed"]) == (3, 1)
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert sorted(predictions) == [
+        str(three / n) for n in ["a.png", "b.png", "c.png"]
+    ]
+    assert predictions[str(three / "a.png")][0]["bbox"] == [
+        0.0,
+        0.0,
+        20.0,
+        10.0,
+    ]
+
+
+def test_sigterm_stops_with_exit_code_143_keeping_the_finished(three, tmp_path):
+    predictor, _ = _stopping(3, lambda: os.kill(os.getpid(), signal.SIGTERM))
+    with stopping.sigterm_raises(), pytest.raises(runner.Interrupted) as e:
+        runner.predict_files(
+            predictor, [str(three)], tmp_path / "o", batch_size=1
+        )
+    assert e.value.code == 143
+    assert str(e.value).startswith("interrupted: 2 of 3 images predicted")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_rerun_redoes_only_changed_files_other_models_and_overwrite(
+    three, tmp_path
+):
+    runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
+
+    def calls(**kwargs) -> list[int]:
+        predictor, counted = _stopping(0, _interrupt)
+        predictor = dataclasses.replace(
+            predictor, identity=kwargs.pop("identity", "")
+        )
+        runner.predict_files(predictor, [str(three)], tmp_path / "o", **kwargs)
+        return counted
+
+    assert calls() == []
+    Image.fromarray(np.full((40, 30, 3), 7, np.uint8)).save(three / "b.png")
+    os.utime(three / "b.png", ns=(1, 1))  # another size and mtime
+    assert calls() == [1]
+    assert calls(overwrite=True) == [3]
+    assert len(_lines(tmp_path / "o")) == 3  # --overwrite starts the file anew
+    assert calls(identity="another artifact") == [3]
+
+
+def test_a_line_cut_short_by_a_kill_is_dropped(three, tmp_path):
+    runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
+    with open(tmp_path / "o" / runner.RESULTS_FILE, "a") as f:
+        f.write('{"file": "cut sh')
+    os.utime(three / "c.png", ns=(1, 1))
+    summary = runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
+    assert (summary["images"], summary["resumed"]) == (3, 2)
+    assert len(_lines(tmp_path / "o")) == 4  # every line whole again
+
+
+def test_an_empty_folder_is_an_error(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError) as error:
+        runner.list_images([str(tmp_path / "empty")])
+    assert str(error.value) == (
+        f"no image files in {tmp_path / 'empty'}: name image files or "
+        "folders that hold them"
+    )
+
+
+def test_nothing_predicted_is_an_error(tmp_path):
+    (tmp_path / "in").mkdir()
+    for name in ("a.jpg", "b.jpg"):
+        (tmp_path / "in" / name).write_bytes(b"not an image")
+    with pytest.raises(ValueError) as error:
+        runner.predict_files(PREDICTOR, [str(tmp_path / "in")], tmp_path / "o")
+    assert str(error.value) == (
+        "no image predicted: all 2 files were skipped (see the skipped: "
+        "lines above)"
+    )
+
+
+@pytest.mark.parametrize(
+    "summary, line",
+    [
+        ({"images": 3, "skipped": 0, "resumed": 0}, "3 images predicted"),
+        (
+            {"images": 3, "skipped": 2, "resumed": 1},
+            "3 images predicted (1 kept from an earlier run), 2 skipped "
+            "(see the skipped: lines above)",
+        ),
+    ],
+)
+def test_the_last_line_says_what_was_skipped(summary, line, tmp_path):
+    assert runner.summary_line(summary, tmp_path) == (
+        f"{line}; wrote {tmp_path / 'predictions.json'}"
+    )
+
+
+def test_labels_are_drawn_over_every_box_edge():
+    """Box 2's left edge crosses box 1's label: the label stays whole."""
+    image = np.zeros((512, 512, 3), np.uint8)
+    first = {"bbox": [40, 40, 60, 60], "category_id": 1, "score": 0.84}
+    second = {"bbox": [60, 20, 140, 180], "category_id": 2, "score": 0.9}
+    names = {1: "triangle", 2: "square"}
+    alone = np.asarray(
+        draw.overlay(image, [first], np.zeros((1, 512, 512), bool), names)
+    )
+    both = np.asarray(
+        draw.overlay(
+            image, [first, second], np.zeros((2, 512, 512), bool), names
+        )
+    )
+    # The label: box 1's colour above its top edge (y = 40).
+    rows, cols = np.nonzero((alone[:40] == draw.PALETTE[1]).all(-1))
+    region = (slice(rows.min(), 40), slice(cols.min(), cols.max() + 1))
+    assert cols.min() < 60 < cols.max()  # box 2's left edge crosses it
+    np.testing.assert_array_equal(both[region], alone[region])
+
+
+def test_images_over_max_pixels_are_skipped_and_counted(photos, capsys):
+    Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(photos / "c.png")
+    summary = runner.predict_files(
+        PREDICTOR, [str(photos)], photos.parent / "out", max_pixels=1000
+    )
+    assert (summary["images"], summary["skipped"]) == (1, 2)
+    assert capsys.readouterr().err.splitlines() == [
+        f"skipped: {photos / n}: 30 x 40 = 1200 pixels, over "
+        "--max_pixels=1000; raise --max_pixels to read it (0: no limit)"
+        for n in ("a.png", "b.png")
+    ]
+
+
+def test_a_large_jpeg_is_predicted_at_full_size_from_a_reduced_decode(
+    tmp_path,
+):
+    """1200 x 1600 onto a 64 x 64 canvas: decoded at 1/8 (150 x 200), the
+    model told the whole size, results in whole-image pixels, the overlay
+    drawn on the reduced decode."""
+    (tmp_path / "in").mkdir()
+    path = tmp_path / "in" / "big.jpg"
+    Image.fromarray(np.full((1200, 1600, 3), 90, np.uint8)).save(path)
+    seen = []
+
+    def run(batch, image_sizes, orig_sizes):
+        seen.append((image_sizes.tolist(), orig_sizes.tolist()))
+        return _run(batch, image_sizes, orig_sizes)
+
+    predictor = dataclasses.replace(PREDICTOR, run=run)
+    runner.predict_files(predictor, [str(path)], tmp_path / "out")
+    assert seen == [([[48, 64]], [[1200, 1600]])]
+    (result,) = json.loads((tmp_path / "out" / "predictions.json").read_text())[
+        str(path)
+    ]
+    assert result["bbox"] == [0.0, 0.0, 20.0, 10.0]
+    assert result["segmentation"]["size"] == [1200, 1600]
+    k = draw.upscale_factor(150, 200)
+    overlay = Image.open(tmp_path / "out" / "big.png")
+    assert overlay.size == (200 * k, 150 * k)
