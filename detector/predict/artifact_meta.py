@@ -141,7 +141,10 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
         raise MetaError(f"{where}: not a JSON object")
     missing = [key for key in REQUIRED_KEYS if key not in meta]
     if missing:
-        raise MetaError(f"{where}: lacks {', '.join(missing)}")
+        raise MetaError(
+            f"{where}: lacks {', '.join(missing)} (an export of another "
+            "version? run export.py on the workdir again)"
+        )
     for key, test, what in SCHEMA:
         if not test(meta[key]):
             raise MetaError(

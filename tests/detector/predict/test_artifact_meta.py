@@ -80,7 +80,11 @@ def test_every_schema_key_is_tested():
 
 def test_a_missing_key_is_named():
     meta = {k: v for k, v in META.items() if k != "categories"}
-    with pytest.raises(artifact_meta.MetaError, match=r": lacks categories$"):
+    with pytest.raises(
+        artifact_meta.MetaError,
+        match=r": lacks categories \(an export of another version\? run "
+        r"export.py on the workdir again\)$",
+    ):
         artifact_meta.check(meta, "predict.json", PASTERS)
 
 
