@@ -1,13 +1,5 @@
-"""Image files as uint8 RGB pixels, turned by their EXIF orientation.
-
-Whatever PIL opens becomes uint8 [h, w, 3] (h, w after the EXIF
-orientation, `detector.data.orientation`): grayscale, palette, CMYK and
-alpha images through PIL's conversion to RGB; 16-bit images keep the high
-byte of each sample (v >> 8), as TensorFlow's PNG decoder and PIL's 16-bit
-RGB reader do, rather than PIL's conversion, which clips them to white.
-Modes with no 8-bit reading (32-bit integer or float samples) are refused
-in one line naming the file.
-"""
+"""Image files as uint8 RGB pixels, turned by their EXIF orientation; 16-bit
+samples keep their high byte, deeper ones are refused (docs/bad-input.md)."""
 
 import dataclasses
 

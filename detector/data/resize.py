@@ -1,7 +1,5 @@
-"""The resize rule by name (`data.resize`): an image's scale and size.
-
-Pure Python and numpy, so tf.data (transforms.py, lsj.py) and the host
-(imaging/images.py) size every image with the same arithmetic.
+"""The resize rule by name (`data.resize`): an image's scale and size, in pure
+Python and numpy, for tf.data (transforms.py, lsj.py) and imaging/images.py.
 """
 
 import math

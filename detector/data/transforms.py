@@ -1,5 +1,4 @@
 """Per-example TensorFlow transforms: flip, resize, crop, pad, GT mask crops.
-
 Shapes: h, w original image; H, W model input; N instances; M
 data.max_instances; S data.gt_mask_size (docs/architecture.md, "Resizing").
 """

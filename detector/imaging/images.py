@@ -1,8 +1,6 @@
-"""Image files -> RGB uint8 arrays -> resized, placed model inputs (numpy).
-
-Sizes come from detector/data/resize.py; pixels resize with TensorFlow's
-bilinear kernel, so predict's inputs are eval's (tests/detector/imaging/).
-"""
+"""Image files -> RGB uint8 arrays -> resized, placed model inputs (numpy):
+sizes by detector/data/resize.py, pixels by TensorFlow's bilinear kernel, so
+predict's inputs are eval's (tests/detector/imaging/)."""
 
 import pathlib
 from typing import NamedTuple
