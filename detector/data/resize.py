@@ -19,7 +19,7 @@ class Options(NamedTuple):
     max_size: float = 1333.0  # shortest_edge: the long side at most
 
 
-EVAL = Options()
+DEFAULTS = Options()
 
 
 def resized_size(hw: Size, scale: float) -> np.ndarray:
@@ -29,7 +29,7 @@ def resized_size(hw: Size, scale: float) -> np.ndarray:
 
 
 def letterbox(
-    hw: Size, canvas: tuple[int, int], options: Options = EVAL
+    hw: Size, canvas: tuple[int, int], options: Options = DEFAULTS
 ) -> tuple[np.float32, np.ndarray]:
     """(scale, f32[2] size): scale = min(H / h, W / w) * jitter, float32."""
     hw = np.asarray(hw, np.float32)
@@ -57,7 +57,7 @@ def shortest_edge_size(
 
 
 def shortest_edge(
-    hw: Size, canvas: tuple[int, int], options: Options = EVAL
+    hw: Size, canvas: tuple[int, int], options: Options = DEFAULTS
 ) -> tuple[np.float32, np.ndarray]:
     """(scale, f32[2] size): `shortest_edge_size`, or letterboxed onto
     `canvas` where that is larger."""
@@ -88,7 +88,7 @@ def check_rule(name: str, key: str) -> None:
 
 
 def scale_and_size(
-    rule: str, hw: Size, canvas: tuple[int, int], options: Options = EVAL
+    rule: str, hw: Size, canvas: tuple[int, int], options: Options = DEFAULTS
 ) -> tuple[np.float32, np.ndarray]:
     """(scale f32, size f32[2]) of an h x w image by `RULES[rule]`."""
     return RULES[rule](hw, canvas, options)

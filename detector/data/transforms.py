@@ -163,9 +163,9 @@ def _scale_and_size(
     rule: str,
     hw: tf.Tensor,
     canvas: tuple[int, int],
-    jitter: tf.Tensor | float = resize.EVAL.jitter,
-    min_size: tf.Tensor | float = resize.EVAL.min_size,
-    max_size: float = resize.EVAL.max_size,
+    jitter: tf.Tensor | float = resize.DEFAULTS.jitter,
+    min_size: tf.Tensor | float = resize.DEFAULTS.min_size,
+    max_size: float = resize.DEFAULTS.max_size,
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """(scale f32[], resized f32[2]) by `resize.RULES[rule]`, on the host."""
     canvas = tuple(int(v) for v in canvas)
