@@ -77,6 +77,7 @@ def main(argv: list[str]) -> None:
     import jax
 
     from detector.engine import train_lib
+    from detector.launch import config_history
     from ops import host_audit
 
     try:
@@ -91,6 +92,11 @@ def main(argv: list[str]) -> None:
             results = train_lib.train_and_evaluate(
                 config,
                 workdir,
+                hooks=train_lib.LaunchHooks(
+                    check_resume=config_history.check_resume,
+                    save_config=config_history.save,
+                    complete_key=next_steps.COMPLETE,
+                ),
                 strict_device=_STRICT.value,
                 stop=stop,
                 evaluate_finished=_EVALUATE_FINISHED.value,

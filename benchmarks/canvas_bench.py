@@ -32,6 +32,7 @@ sys.path.insert(0, str(_REPO))
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from detector.data import resize as resize_lib  # noqa: E402
 from detector.imaging import images  # noqa: E402
 
 # name -> (config variant, canvas) of the predict timings.
@@ -97,7 +98,7 @@ SETUPS = {
 def measure(sizes: list[tuple[int, int]]) -> dict:
     """Per setup: padded fraction, pixels vs torchvision's, programs."""
     torchvision = sum(
-        np.prod(_round_up(images.shortest_edge_size(s, 800, 1333)))
+        np.prod(_round_up(resize_lib.shortest_edge_size(s, 800, 1333)))
         for s in sizes
     )
     results = {}

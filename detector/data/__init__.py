@@ -1,6 +1,2 @@
-"""Input data: sources (COCO folder, TFDS, synthetic shapes), tf.data pipelines.
-
-Import the submodule you need (`detector.data.pipeline`, ...); this package
-imports nothing, so `python -m detector.data.shapes_writer` stays
-TensorFlow-free.
-"""
+"""Input data: sources and tf.data pipelines. The package imports nothing:
+import the submodule you need (the shapes writer stays TensorFlow-free)."""

@@ -1,12 +1,6 @@
-"""The training augmentations by name (config data.augment).
-
-    example = AUGMENTS[data.augment](example, key, data, has_masks)
-
-Each maps one decoded training example and its stateless key to the
-fixed-shape model input and targets (transforms.transform's keys);
-adding one is a function and one entry (and its name in
-config/data.py AUGMENTS, which is read without TensorFlow).
-"""
+"""The training augmentations by name (`data.augment`): an example and its
+stateless key -> model input and targets (transforms.transform's keys); a
+new one is also named in config/data.py AUGMENTS."""
 
 from collections.abc import Callable
 

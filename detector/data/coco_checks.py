@@ -1,22 +1,6 @@
-"""Checks of a COCO instances JSON, shared by the COCO folder and TFDS.
-
-Records the loader cannot read raise one-line `ValueError`s naming the file
-and the record (`check_records`), and so does a value of the wrong type or
-range (`FIELDS`: `iscrowd: "0"` would make pycocotools and detectron2 treat
-the instance as a crowd region, a polygon of strings stops pycocotools
-without naming the record); annotations that cannot be used are skipped and
-logged (`SkipLog`, `segmentation_problem`, `rle_problem`), an odd-length
-polygon included, as detectron2 drops one; the ground truth COCOeval reads
-gets positive unique annotation ids (`renumber_if_needed`) and COCO's
-`iscrowd` / `area` defaults where they lack (`fill_eval_defaults`).
-
-A zero or negative `area` is recomputed there as a missing one is (the
-segmentation's pixels, else box w * h), with a log count: COCOeval would
-silently ignore a ground truth whose area lies outside every area range
-(AP counts it neither found nor missed), while pycocotools' `loadRes` and
-detectron2's COCO conversion both derive an area from the mask or box
-rather than trust one; recomputing gives the area they would.
-"""
+"""Checks of a COCO instances JSON, shared by the COCO folder and TFDS: one
+error line per unreadable record or bad field, skips logged, COCOeval's
+defaults filled (docs/bad-input.md)."""
 
 import math
 import os

@@ -1,30 +1,6 @@
-"""COCO-format folders: instances JSON + images, validated and decoded.
-
-`CocoFolder` hands the pipeline this per-image example, in original image
-pixels:
-
-  image    uint8   [h, w, 3]  (turned by its EXIF orientation, as COCO's
-                              tools and detectron2 read it; `image_file`)
-  boxes    float32 [N, 4]   (x1, y1, x2, y2), x2/y2 exclusive
-  classes  int32   [N]      1..C (COCO category ids sorted ascending -> 1..C)
-  masks    uint8   [N, h, w] 0/1 (with segmentations only)
-
-N counts the non-crowd instances (crowd regions stay in the ground truth for
-evaluation only). The folder also builds the `pycocotools.COCO` ground truth
-of the images it reads, crowd regions included. The split syntax and the
-skip log (`coco_checks`) are shared with the TFDS source (`sources/tfds`).
-
-Bad input raises one-line `FileNotFoundError` / `ValueError`s naming the file
-(a record lacking a key the loader reads, an id that is not an integer and
-an image id given twice also name the records); annotations that cannot be
-used (a non-finite, zero, negative or wholly outside box, empty segmentation,
-an RLE whose size is not its image's, unknown image or category) are skipped
-and logged. Boxes running over the image edge are clipped to it, in the
-training targets and the ground truth alike (`gt_boxes`), and logged.
-Annotations without `iscrowd` or `area` get COCO's defaults in the ground
-truth (iscrowd 0; area the segmentation's pixel count, else box w * h), with
-one logged count per file.
-"""
+"""COCO-format folders (instances JSON + images) checked and decoded into
+examples in original pixels, and their COCOeval ground truth with crowd
+regions (docs/bad-input.md; the example's keys: sources/base.py)."""
 
 import contextlib
 import dataclasses

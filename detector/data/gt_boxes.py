@@ -1,14 +1,5 @@
-"""Ground-truth boxes checked and fitted to their image, for both uses.
-
-A COCO box [x, y, w, h] is used as the part of it inside its image: the
-training targets and the COCOeval ground truth get the same clipped box,
-so a model that predicts exactly the visible objects scores AP 1.0
-(predictions are clipped to the image too, see
-`detector.evaluation.postprocess`). A box that is not four finite numbers,
-has no positive width and height, or has nothing inside the image is
-skipped in both. Sources log the skips (`coco_checks.SkipLog`) and the clips
-(`ClipLog`).
-"""
+"""Ground-truth boxes checked and clipped to their image: one box for the
+training targets and the COCOeval ground truth (docs/architecture.md)."""
 
 import math
 

@@ -1,20 +1,7 @@
-"""Image files as uint8 RGB pixels, turned by their EXIF orientation.
-
-Whatever PIL opens becomes uint8 [h, w, 3] (h, w after the EXIF
-orientation, `detector.data.orientation`): grayscale, palette, CMYK and
-alpha images through PIL's conversion to RGB; 16-bit images keep the high
-byte of each sample (v >> 8), as TensorFlow's PNG decoder and PIL's 16-bit
-RGB reader do, rather than PIL's conversion, which clips them to white.
-Modes with no 8-bit reading (32-bit integer or float samples) are refused
-in one line naming the file.
-
-Two options are predict's alone (training and evaluation pass neither, and
-read as before): `max_pixels` refuses larger images in one line before
-decoding, in place of Pillow's own guard (MAX_IMAGE_PIXELS, whose warning
-and error give a photo no way in); `needed` decodes a JPEG at the smallest
-of its reduced scales (1/2, 1/4, 1/8: `Image.draft`) that is still at
-least the size the caller will resize it to.
-"""
+"""Image files as uint8 RGB pixels, turned by their EXIF orientation; 16-bit
+samples keep their high byte, deeper ones are refused (docs/bad-input.md);
+predict alone bounds the pixels and drafts large JPEGs
+(docs/export-and-predict.md)."""
 
 import contextlib
 import dataclasses

@@ -1,26 +1,5 @@
-"""EXIF orientation: read the tag of an encoded image and apply it.
-
-Cameras store pixels as the sensor saw them and record in the EXIF
-Orientation tag (0x0112) how to turn them for display. COCO's annotation
-tools and detectron2 (`detection_utils.read_image`, through PIL's
-`ImageOps.exif_transpose`) annotate and train on the turned image, so every
-image this project decodes is turned the same way before anything else
-sees it: the COCO-folder loader (PIL, `orient`) and the TFDS decoder
-(TensorFlow, `orient_tf`) share the one table below.
-
-Shapes: h, w stored pixels; an orientation of 5..8 swaps them.
-
-Orientation n -> (transpose, flip rows, flip columns), applied in that order
-to an array [h, w, ...]:
-
-  1 as stored            5 transpose
-  2 mirror left-right    6 rotate 90 clockwise
-  3 rotate 180           7 transverse (transpose, then rotate 180)
-  4 mirror top-bottom    8 rotate 90 counter-clockwise
-
-A missing, unreadable or out-of-range tag is 1. The pure part (reading the
-tag, sizes, numpy) does not import TensorFlow; `orient_tf` and
-`orientation_tf` import it when called.
+"""EXIF orientation read from an encoded image and applied, by one table for
+PIL (`orient`) and TensorFlow (`orient_tf`, which imports it when called).
 """
 
 import io
@@ -29,16 +8,17 @@ import numpy as np
 from PIL import Image
 
 ORIENTATION_TAG = 0x0112
-# orientation -> (transpose, flip rows, flip columns); see the docstring.
+# orientation -> (transpose, flip rows, flip columns), applied in that order
+# to an array [h, w, ...]; a missing, unreadable or out-of-range tag is 1.
 _STEPS: dict[int, tuple[bool, bool, bool]] = {
-    1: (False, False, False),
-    2: (False, False, True),
-    3: (False, True, True),
-    4: (False, True, False),
-    5: (True, False, False),
-    6: (True, False, True),
-    7: (True, True, True),
-    8: (True, True, False),
+    1: (False, False, False),  # as stored
+    2: (False, False, True),  # mirror left-right
+    3: (False, True, True),  # rotate 180
+    4: (False, True, False),  # mirror top-bottom
+    5: (True, False, False),  # transpose
+    6: (True, False, True),  # rotate 90 clockwise
+    7: (True, True, True),  # transverse
+    8: (True, True, False),  # rotate 90 counter-clockwise
 }
 
 

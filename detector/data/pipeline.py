@@ -1,28 +1,6 @@
-"""tf.data input pipelines: per-host numpy batches for training and eval.
-
-Shapes: B per-process batch, H x W `data.image_size`, M `data.max_instances`,
-S `data.gt_mask_size`.
-
-Train batch: image f32[B,H,W,3], boxes f32[B,M,4] (x1,y1,x2,y2 in input
-pixels), classes i32[B,M], valid bool[B,M], masks u8[B,M,S,S], mask_valid
-bool[B,M], image_id i64[B], orig_size i32[B,2], scale f32[B], image_valid
-bool[B]. Eval batch: image, image_id, orig_size, scale, image_valid; the last
-batch is padded with image_valid=False rows (image_id -1).
-
-Order, determinism and resume. Every training example has a global position
-g = step * global_batch + j; process p of P takes the rows j in
-[p * B, (p + 1) * B). Its augmentation (flip, scale jitter, crop) comes from
-stateless random ops keyed by (config.seed, g), never from iterator state.
-The source maps this process's positions to records (`Source.train_records`:
-the folder sources shuffle per epoch by a stateless permutation, TFDS reads
-the process's share epoch by epoch; see their modules), so the batch of
-step s is the same whether the run started at 0 or resumed at any
-start_step <= s.
-
-Sources are registered in `SOURCES` by `data.source`; the pipeline has no
-per-source code. TensorFlow is set up at the first dataset built, not at
-import (`_set_up_tensorflow`).
-"""
+"""tf.data input pipelines: per-process numpy batches for training and eval,
+each step's batch a function of its position (docs/architecture.md, "Data
+flow" and "Data sources")."""
 
 import atexit
 import dataclasses

@@ -1,29 +1,5 @@
-"""A deterministic synthetic instance-segmentation dataset in COCO format.
-
-Each image is a plain, lightly textured background with 0-6 filled shapes of
-three classes (circle, rectangle, triangle) in distinct random colours. Shapes
-may overlap; an instance's segmentation is its visible part after the shapes
-drawn later are painted on top, and a placement that covers no pixel or would
-leave an earlier shape less than `MIN_VISIBLE_FRACTION` visible is retried or
-dropped, so every visible shape is annotated. Segmentations are compressed
-RLE; boxes are the tight box of the visible mask, [x, y, w, h] in pixels
-(x + w exclusive).
-
-Layout written under OUT (the layout `data.source='coco_json'` reads):
-
-  OUT/annotations/instances_train.json   OUT/train/000001.png ...
-  OUT/annotations/instances_val.json     OUT/val/000001.png ...
-
-  python -m detector.data.shapes_writer --out OUT --num_train 2000 --num_val 200
-
-Image i of a split depends only on (seed, split, i), never on the number of
-images, so a larger set extends a smaller one. An existing instances JSON is
-replaced only when its `info` names it a shapes file.
-
-Shapes: S image side (`image_size`, >= MIN_IMAGE_SIZE); N instances of an
-image (0..MAX_OBJECTS). `render_image` gives the image uint8[S, S, 3] and N
-(category id, visible mask bool[S, S]) pairs; the JSON stores each image as
-S x S and each instance as an RLE of size [S, S] with its box [x, y, w, h].
+"""The synthetic shapes set written in COCO format (`data.source='shapes'`):
+python -m detector.data.shapes_writer --out OUT --num_train N --num_val M
 """
 
 import argparse
@@ -144,8 +120,11 @@ def render_image(
 ) -> tuple[np.ndarray, list[tuple[int, np.ndarray]]]:
     """Draws one image; returns it (uint8 [size, size, 3]) and its instances.
 
-    Instances are (category id, visible bool mask) in drawing order; every
-    visible mask covers at least one pixel.
+    A lightly textured background with 0..MAX_OBJECTS filled shapes in
+    distinct colours. Instances are (category id, visible bool mask) in
+    drawing order: a shape's visible part once later shapes are painted
+    on top; a placement that covers no pixel, or would leave an earlier
+    shape under MIN_VISIBLE_FRACTION visible, is retried or dropped.
     """
     image = _background(rng, size)
     colours = [image.reshape(-1, 3).mean(axis=0)]

@@ -1,9 +1,5 @@
-"""Split names with an optional slice: 'val2017', 'val2017[:500]',
-'train[10%:20%]' (the TFDS slicing syntax, shared by every source).
-
-Pure Python, so that code that only needs a split's name (the categories of
-an export) does not import the COCO tools.
-"""
+"""Split names with an optional TFDS-style slice ('val2017[:500]'); pure
+Python, so what needs only a split's name imports no COCO tools."""
 
 import re
 

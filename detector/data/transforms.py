@@ -1,27 +1,14 @@
-"""Per-example TensorFlow transforms: augment, resize, pad, crop GT masks.
-
-Shapes: h, w original image; H, W model input (`data.image_size`); N
-instances of the example; M `data.max_instances`; S `data.gt_mask_size`.
-
-Geometry (the contract the model relies on): the image is optionally flipped
-left-right, resized by the rule `data.resize` names (`GEOMETRIES`), cropped
-at a random offset when it exceeds H x W (letterbox's jitter), placed at
-the top left and padded bottom/right. 'letterbox' resizes by
-`scale = min(H / h, W / w) * jitter` (jitter = 1 at eval) to
-max(round([h, w] * scale), 1) per axis (float32, half to even);
-'shortest_edge' is torchvision's rule (`_shortest_edge_geometry`). Boxes
-follow the same map, are clipped to the visible image and dropped when
-empty. Each kept instance's mask is resampled from the full-resolution
-original mask over exactly its final box, S x S. Boxes scale by
-resized / [h, w] per axis; evaluation maps them back with that same factor
-from the example's `image_size` (its visible height and width on the
-canvas, i32[2]) and `orig_size`.
+"""Per-example TensorFlow transforms: flip, resize, crop, pad, GT mask crops.
+Shapes: h, w original image; H, W model input; N instances; M
+data.max_instances; S data.gt_mask_size (docs/architecture.md, "Resizing").
 """
 
 import ml_collections
 import numpy as np
 import tensorflow as tf
 from absl import logging
+
+from detector.data import resize
 
 
 class TruncationLog:
@@ -75,7 +62,7 @@ def limit_instances(example: dict, log: TruncationLog) -> dict:
     return out
 
 
-def _place_image(
+def place_image(
     image: tf.Tensor,
     resized_hw: tf.Tensor,
     offset: tf.Tensor,
@@ -84,7 +71,7 @@ def _place_image(
 ) -> tf.Tensor:
     """Flip, resize, crop at `offset`, normalise, zero-pad: f32 [H, W, 3]."""
     height, width = data.image_size
-    image = tf.where(flip, tf.reverse(image, axis=[1]), image)
+    image = flip_x(image, flip, 1)
     image = tf.image.resize(image, resized_hw, method="bilinear")
     image = image[offset[0] : offset[0] + height, offset[1] : offset[1] + width]
     mean = tf.constant(data.pixel_mean, tf.float32)
@@ -131,46 +118,37 @@ def _crop_masks(
     crops = tf.image.crop_and_resize(
         masks[..., None], crop_boxes, tf.cast(indices, tf.int32), [size, size]
     )
-    crops = tf.where(flip, tf.reverse(crops, axis=[2]), crops)
+    crops = flip_x(crops, flip, 2)
     return tf.cast(crops[..., 0] >= 0.5, tf.uint8)
 
 
-def _pad_rows(tensor: tf.Tensor, rows: int) -> tf.Tensor:
+def pad_rows(tensor: tf.Tensor, rows: int) -> tf.Tensor:
     """Zero-pads the leading dimension to `rows`."""
     pad = rows - tf.shape(tensor)[0]
     paddings = [[0, pad]] + [[0, 0]] * (tensor.shape.rank - 1)
     return tf.pad(tensor, paddings)
 
 
-def _letterbox_geometry(
-    hw: tf.Tensor,
-    key: tf.Tensor | None,
-    data: ml_collections.ConfigDict,
-    training: bool,
-) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """'letterbox': the long side fitted to H x W, jittered and cropped.
+def flip_boxes(
+    boxes: tf.Tensor, flip: tf.Tensor, width: tf.Tensor
+) -> tf.Tensor:
+    """f32[N, 4] boxes mirrored left-right in an image `width` wide, when
+    `flip`."""
+    x1, y1, x2, y2 = tf.unstack(boxes, axis=1)
+    return tf.stack(
+        [
+            tf.where(flip, width - x2, x1),
+            y1,
+            tf.where(flip, width - x1, x2),
+            y2,
+        ],
+        axis=1,
+    )
 
-    Training scales by `data.scale_jitter` and crops at a random offset;
-    the size is max(round(hw * scale), 1) in float32 (half to even).
-    """
-    height, width = data.image_size
-    base = tf.minimum(height / hw[0], width / hw[1])
-    if not training:
-        resized = tf.maximum(tf.round(hw * base), 1.0)
-        return tf.constant(False), base, resized, tf.zeros([2], tf.int32)
-    flip_key, jitter_key, crop_key = tf.unstack(
-        tf.random.experimental.stateless_split(key, 3)
-    )
-    flip = _flip(flip_key, data)
-    low, high = data.scale_jitter
-    scale = base * tf.random.stateless_uniform([], jitter_key, low, high)
-    resized = tf.maximum(tf.round(hw * scale), 1.0)
-    room = tf.maximum(resized - tf.constant([height, width], tf.float32), 0.0)
-    offset = tf.cast(
-        tf.floor(tf.random.stateless_uniform([2], crop_key) * (room + 1.0)),
-        tf.int32,
-    )
-    return flip, scale, resized, offset
+
+def flip_x(tensor: tf.Tensor, flip: tf.Tensor, axis: int) -> tf.Tensor:
+    """`tensor` reversed along its x `axis` when `flip` (images, masks)."""
+    return tf.where(flip, tf.reverse(tensor, axis=[axis]), tensor)
 
 
 def _flip(key: tf.Tensor, data: ml_collections.ConfigDict) -> tf.Tensor:
@@ -181,21 +159,70 @@ def _flip(key: tf.Tensor, data: ml_collections.ConfigDict) -> tf.Tensor:
     )
 
 
+def _scale_and_size(
+    rule: str,
+    hw: tf.Tensor,
+    canvas: tuple[int, int],
+    jitter: tf.Tensor | float = resize.DEFAULTS.jitter,
+    min_size: tf.Tensor | float = resize.DEFAULTS.min_size,
+    max_size: float = resize.DEFAULTS.max_size,
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """(scale f32[], resized f32[2]) by `resize.RULES[rule]`, on the host."""
+    canvas = tuple(int(v) for v in canvas)
+
+    def size(hw, jitter, min_size):
+        options = resize.Options(jitter, min_size, float(max_size))
+        return resize.scale_and_size(rule, hw, canvas, options)
+
+    scale, resized = tf.numpy_function(
+        size,
+        [hw, tf.cast(jitter, tf.float32), tf.cast(min_size, tf.float64)],
+        [tf.float32, tf.float32],
+        stateful=False,
+    )
+    return tf.ensure_shape(scale, []), tf.ensure_shape(resized, [2])
+
+
+def letterbox_geometry(
+    hw: tf.Tensor,
+    key: tf.Tensor | None,
+    data: ml_collections.ConfigDict,
+    jitter: tuple[float, float],
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+    """'letterbox': a jitter factor in `jitter` drawn from `key`, then a
+    random crop where the image exceeds H x W; at eval (no key) neither."""
+    height, width = data.image_size
+    if key is None:
+        scale, resized = _scale_and_size("letterbox", hw, data.image_size)
+        return tf.constant(False), scale, resized, tf.zeros([2], tf.int32)
+    flip_key, jitter_key, crop_key = tf.unstack(
+        tf.random.experimental.stateless_split(key, 3)
+    )
+    flip = _flip(flip_key, data)
+    low, high = jitter
+    factor = tf.random.stateless_uniform([], jitter_key, low, high)
+    scale, resized = _scale_and_size(
+        "letterbox", hw, data.image_size, jitter=factor
+    )
+    room = tf.maximum(resized - tf.constant([height, width], tf.float32), 0.0)
+    offset = tf.cast(
+        tf.floor(tf.random.stateless_uniform([2], crop_key) * (room + 1.0)),
+        tf.int32,
+    )
+    return flip, scale, resized, offset
+
+
 def _shortest_edge_geometry(
     hw: tf.Tensor,
     key: tf.Tensor | None,
     data: ml_collections.ConfigDict,
-    training: bool,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """'shortest_edge': torchvision's and detectron2's resize.
-
-    scale = min(s / short, data.max_size / long) with s one of
-    `data.min_size` drawn per image in training (the last one at eval),
-    size floor(hw * scale) in float64 (`images.shortest_edge_size`). An
-    image larger than H x W is letterboxed onto it. No jitter, no crop.
-    """
+    """'shortest_edge': one of `data.min_size` drawn from `key` (the last
+    at eval); no jitter, no crop."""
     sides = tf.constant(data.min_size, tf.float64)
-    if training:
+    if key is None:
+        flip, side = tf.constant(False), sides[-1]
+    else:
         flip_key, size_key = tf.unstack(
             tf.random.experimental.stateless_split(key, 2)
         )
@@ -204,26 +231,22 @@ def _shortest_edge_geometry(
             [], size_key, 0, len(data.min_size), tf.int32
         )
         side = sides[pick]
-    else:
-        flip, side = tf.constant(False), sides[-1]
-    hw64 = tf.cast(hw, tf.float64)
-    scale = tf.minimum(
-        side / tf.reduce_min(hw64),
-        float(data.max_size) / tf.reduce_max(hw64),
+    scale, resized = _scale_and_size(
+        "shortest_edge",
+        hw,
+        data.image_size,
+        min_size=side,
+        max_size=data.max_size,
     )
-    resized = tf.cast(tf.maximum(tf.floor(hw64 * scale), 1.0), tf.float32)
-    canvas = tf.constant(data.image_size, tf.float32)
-    fit = tf.reduce_min(canvas / hw)
-    over = tf.reduce_any(resized > canvas)
-    resized = tf.where(over, tf.maximum(tf.round(hw * fit), 1.0), resized)
-    scale = tf.where(over, fit, tf.cast(scale, tf.float32))
     return flip, scale, resized, tf.zeros([2], tf.int32)
 
 
-# data.resize -> (hw, key, data, training) -> (flip, scale, resized,
-# offset); imaging/images.py's RESIZE_RULES computes the same sizes.
+# data.resize -> (hw, key or None, data) -> (flip, scale, resized, offset):
+# each rule's training draws; resize.RULES sizes the image.
 GEOMETRIES = {
-    "letterbox": _letterbox_geometry,
+    "letterbox": lambda hw, key, data: letterbox_geometry(
+        hw, key, data, data.scale_jitter
+    ),
     "shortest_edge": _shortest_edge_geometry,
 }
 
@@ -234,14 +257,12 @@ def sample_geometry(
     data: ml_collections.ConfigDict,
     training: bool,
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-    """(flip, scale, resized [h', w'], crop offset [y, x]) of an example.
+    """(flip bool[], scale f32[], resized f32[2], crop offset i32[2]).
 
-    flip bool[], scale f32[], resized f32[2] (by the rule `data.resize`
-    of `GEOMETRIES`), offset i32[2]. Training draws them from the
-    stateless `key`; eval uses no flip, no jitter and no crop. Boxes map
-    with the per-axis factor resized / hw, not with `scale`.
+    Training draws them from the stateless `key`; eval uses no flip, no
+    jitter and no crop. Boxes map with the per-axis factor resized / hw.
     """
-    return GEOMETRIES[data.resize](hw, key, data, training)
+    return GEOMETRIES[data.resize](hw, key if training else None, data)
 
 
 def transform(
@@ -259,16 +280,7 @@ def transform(
     """
     hw = tf.cast(tf.shape(example["image"])[:2], tf.float32)
     flip, scale, resized, offset = sample_geometry(hw, key, data, training)
-    out = {
-        "image": _place_image(
-            example["image"], tf.cast(resized, tf.int32), offset, flip, data
-        ),
-        "image_id": tf.cast(example["image_id"], tf.int64),
-        "orig_size": tf.cast(hw, tf.int32),
-        "scale": tf.cast(scale, tf.float32),
-        "image_size": _visible_size(resized, offset, data),
-        "image_valid": tf.constant(True),
-    }
+    out = model_input(example, hw, flip, scale, resized, offset, data)
     if training:
         out.update(
             _transform_targets(
@@ -278,7 +290,29 @@ def transform(
     return out
 
 
-def _visible_size(
+def model_input(
+    example: dict,
+    hw: tf.Tensor,
+    flip: tf.Tensor,
+    scale: tf.Tensor,
+    resized: tf.Tensor,
+    offset: tf.Tensor,
+    data: ml_collections.ConfigDict,
+) -> dict:
+    """The input keys of an example placed by its geometry (no targets)."""
+    return {
+        "image": place_image(
+            example["image"], tf.cast(resized, tf.int32), offset, flip, data
+        ),
+        "image_id": tf.cast(example["image_id"], tf.int64),
+        "orig_size": tf.cast(hw, tf.int32),
+        "scale": tf.cast(scale, tf.float32),
+        "image_size": visible_size(resized, offset, data),
+        "image_valid": tf.constant(True),
+    }
+
+
+def visible_size(
     resized: tf.Tensor, offset: tf.Tensor, data: ml_collections.ConfigDict
 ) -> tf.Tensor:
     """i32[2]: the image's (height, width) on the canvas, past the crop."""
@@ -298,52 +332,76 @@ def _transform_targets(
     has_masks: bool,
 ) -> dict:
     """Maps boxes and masks through the geometry; pads them to M."""
+    factor, shift, limit = box_map(hw, resized, offset, data)
+    boxes = flip_boxes(example["boxes"], flip, hw[1]) * factor - shift
+    boxes = tf.clip_by_value(boxes, 0.0, limit)
+    keep = tf.where((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))[
+        :, 0
+    ]
+    return targets(
+        example,
+        tf.gather(boxes, keep),
+        keep,
+        hw,
+        flip,
+        factor,
+        shift,
+        data,
+        has_masks,
+    )
+
+
+def box_map(
+    hw: tf.Tensor,
+    resized: tf.Tensor,
+    offset: tf.Tensor,
+    data: ml_collections.ConfigDict,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """(factor, shift, limit), each f32[4] in (x, y, x, y) order: a flipped
+    original box maps to the input as box * factor - shift, clipped to
+    [0, limit]."""
     height, width = data.image_size
-    rows, size = data.max_instances, data.gt_mask_size
-    x1, y1, x2, y2 = tf.unstack(example["boxes"], axis=1)
-    x1, x2 = (tf.where(flip, hw[1] - x2, x1), tf.where(flip, hw[1] - x1, x2))
     # Per-axis factors keep the boxes on the (integer-sized) resized image.
-    factor = tf.tile(tf.reverse(resized / hw, [0]), [2])  # sx, sy, sx, sy
+    factor = tf.tile(tf.reverse(resized / hw, [0]), [2])
     shift = tf.cast(tf.tile(tf.reverse(offset, [0]), [2]), tf.float32)
     limit = tf.minimum(
         tf.tile(tf.reverse(resized, [0]), [2]) - shift,
         tf.constant([width, height] * 2, tf.float32),
     )
-    boxes = tf.stack([x1, y1, x2, y2], axis=1) * factor - shift
-    boxes = tf.clip_by_value(boxes, 0.0, limit)
-    keep = tf.where((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))[
-        :, 0
-    ]
-    boxes = tf.gather(boxes, keep)
-    count = tf.shape(boxes)[0]
-    valid = tf.range(rows) < count
+    return factor, shift, limit
+
+
+def targets(
+    example: dict,
+    boxes: tf.Tensor,
+    keep: tf.Tensor,
+    hw: tf.Tensor,
+    flip: tf.Tensor,
+    factor: tf.Tensor,
+    shift: tf.Tensor,
+    data: ml_collections.ConfigDict,
+    has_masks: bool,
+) -> dict:
+    """The kept instances (`keep`, at input `boxes` f32[K, 4]) padded to M:
+    boxes, classes, valid, and masks cropped over their boxes."""
+    rows, size = data.max_instances, data.gt_mask_size
+    valid = tf.range(rows) < tf.shape(boxes)[0]
     out = {
-        "boxes": tf.ensure_shape(_pad_rows(boxes, rows), [rows, 4]),
+        "boxes": tf.ensure_shape(pad_rows(boxes, rows), [rows, 4]),
         "classes": tf.ensure_shape(
-            _pad_rows(tf.gather(example["classes"], keep), rows), [rows]
+            pad_rows(tf.gather(example["classes"], keep), rows), [rows]
         ),
         "valid": valid,
     }
-    if has_masks:
-        source = (boxes + shift) / factor  # flipped original pixels
-        sx1, sy1, sx2, sy2 = tf.unstack(source, axis=1)
-        sx1, sx2 = (
-            tf.where(flip, hw[1] - sx2, sx1),
-            tf.where(flip, hw[1] - sx1, sx2),
-        )
-        crops = _crop_masks(
-            example["masks"],
-            tf.stack([sx1, sy1, sx2, sy2], axis=1),
-            keep,
-            flip,
-            size,
-        )
-        masks = tf.ensure_shape(_pad_rows(crops, rows), [rows, size, size])
-        out["masks"] = masks
-        out["mask_valid"] = valid & tf.reduce_any(masks > 0, axis=[1, 2])
-    else:
+    if not has_masks:
         out["masks"] = tf.zeros([rows, size, size], tf.uint8)
         out["mask_valid"] = tf.zeros([rows], tf.bool)
+        return out
+    source = flip_boxes((boxes + shift) / factor, flip, hw[1])  # original
+    crops = _crop_masks(example["masks"], source, keep, flip, size)
+    masks = tf.ensure_shape(pad_rows(crops, rows), [rows, size, size])
+    out["masks"] = masks
+    out["mask_valid"] = valid & tf.reduce_any(masks > 0, axis=[1, 2])
     return out
 
 

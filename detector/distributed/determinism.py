@@ -1,16 +1,6 @@
-"""Deterministic GPU runs: the XLA flag, set before JAX starts a backend.
-
-    determinism.apply(config.train.deterministic)   # first thing in main()
-
-On a GPU, XLA picks reduction and scatter kernels that accumulate in a
-run-dependent order (atomics), so the same step twice can differ in the
-last bits and a run drifts apart after some steps.
-`--xla_gpu_deterministic_ops=true` makes it choose deterministic kernels
-instead, at a cost in step time. XLA reads XLA_FLAGS once, when JAX starts
-its first backend, so the flag must be in the environment before that:
-`apply` appends it to any XLA_FLAGS already set and refuses to run once a
-backend is up. CPU and TPU programs are unaffected.
-"""
+"""Deterministic GPU runs: `apply(config.train.deterministic)`, first in
+main(), puts XLA's deterministic-ops flag in XLA_FLAGS before JAX starts a
+backend (docs/training.md)."""
 
 import os
 

@@ -1,19 +1,5 @@
-"""Several JAX processes as one job: start-up, and what they exchange.
-
-    cluster = resolve_cluster("10.0.0.1:1234", 2, 1, os.environ)
-    initialize(cluster, timeout_s=300)  # before anything touches a device
-    check_same_config(config)           # every process runs the same config
-    per_process = gather_json(results)  # one entry per process, in order
-
-A plain cluster needs three settings, from flags or their environment
-equivalents: the coordinator's HOST:PORT (JAX_COORDINATOR_ADDRESS), the
-process count (JAX_NUM_PROCESSES) and this process's id (JAX_PROCESS_ID).
-Process 0 hosts the coordinator on that port. Settings left unset are found
-by JAX's cluster detection (Cloud TPU, SLURM, Open MPI).
-
-The exchanges are collectives (gloo on CPU, NCCL on GPU, ICI/DCN on TPU):
-every process must call them, in the same order.
-"""
+"""Several JAX processes as one job: start-up (docs/multi-host.md) and the
+collectives they exchange, which every process calls in the same order."""
 
 import dataclasses
 import hashlib

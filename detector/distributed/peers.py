@@ -1,31 +1,6 @@
-"""A process of the job that is lost ends the others in one line.
-
-    peers.watch(on_lost=cli.fail_now)   # right after jax.distributed starts
-
-Once jax.distributed has started, every process writes a heartbeat counter
-to the coordination service's key-value store each HEARTBEAT_S seconds and
-reads its peers' counters. A peer whose counter has not moved for
-LOST_AFTER_S seconds (SIGKILL, out of memory, a lost host), or a
-coordination service that stops answering (process 0, which hosts it, is
-gone), makes the watch call `on_lost` with one line naming the lost
-process; `on_lost` ends this process at once (`os._exit`, no clean-up):
-its main thread is then most likely blocked in a collective with the lost
-process, and JAX's own detection would abort it only after its 100 s
-heartbeat timeout, with a C++ stack. So a survivor ends within
-LOST_AFTER_S + HEARTBEAT_S seconds (about 16 s) of the loss.
-
-An uncaught exception in the main thread (a collective that failed because
-its peer vanished) waits up to that long for the watch's verdict before its
-traceback is printed, so a loss is one line, not a traceback.
-
-A process whose work is done says so (`finished`, called by the entry
-points on success and on an agreed SIGTERM stop) and is then never counted
-lost; one that ends with an error of its own is, once it has stopped
-answering, so that its peers do not wait for it. Checkpoints are written
-to a temporary folder and renamed when complete (orbax): a run stopped this
-way keeps its last complete checkpoint, and resumes from it when every
-process starts again.
-"""
+"""A lost process of the job ends the others in one line, within about 16 s,
+by heartbeats in the coordination service (docs/faults.md; design:
+docs/architecture.md, "Processes")."""
 
 import atexit
 import contextlib

@@ -1,28 +1,6 @@
-"""Stops a run cleanly on SIGTERM or SIGINT: save at an agreed step, exit.
-
-    watch = preemption.Watch.install()        # before the first step
-    ...
-    if watch.stop_requested():                # after each step, every process
-        save(step); wait()
-        raise preemption.Preempted(step, watch.signum)
-
-Cloud VMs announce a preemption with SIGTERM some seconds before they stop;
-Ctrl-C sends SIGINT. The first signal only sets a flag (one log line says
-so); the training loop finishes the step it is in, saves a checkpoint at it,
-waits for the save and raises `Preempted`, which train.py turns into one line
-(`preempted at step N: checkpoint saved`) and exit code 128 + the signal
-number (143 for SIGTERM, 130 for SIGINT), as a shell reports a process the
-signal ended. A second signal ends the process at once, without saving.
-
-The signals are taken by a thread of their own (through Python's signal
-wakeup fd), so a signal is seen at once even while the main thread is
-inside a long compile or a device wait.
-
-With several processes, the signal may reach them at different steps, or
-reach only some of them. `stop_requested` is a collective: every process
-contributes its flag after each step and all of them see the same answer
-(any flag set), so all save the same step and stop together.
-"""
+"""SIGTERM/SIGINT stop a run cleanly: every process saves the same agreed
+step, then exits 128 + the signal (docs/faults.md; design:
+docs/architecture.md, "Processes")."""
 
 import os
 import signal

@@ -1,15 +1,5 @@
-"""Data parallelism: the device mesh and explicit placement of batches/state.
-
-One mesh axis, 'data', over every device of every process: batches are
-sharded along it, the training state is replicated. All placement here is
-an explicit transfer, so it works under `jax.transfer_guard("disallow")`.
-
-Multi-process: every function here is called by every process with its own
-values, and builds (or reads back) a global array from this process's part
-only; no process ever addresses another's devices. The mesh lists the
-devices process by process, so process p of P holds rows
-[p * B, (p + 1) * B) of a global batch of P * B rows.
-"""
+"""Data parallelism: one 'data' mesh axis over every device, listed process
+by process; batches sharded, state replicated, every placement explicit."""
 
 from collections.abc import Sequence
 from typing import Any

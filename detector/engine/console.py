@@ -1,25 +1,5 @@
-"""The one console line a training run prints per log step.
-
-    step 40/1800 (2%)  eta 0:14:41  total 2.5969  rpn_cls 0.6217
-    rpn_box 0.0135  cls 1.1131  box 0.1562  mask 0.6924 | 502.1 ms/step
-    15.9 img/s  data 5.0 ms  lr 1.00e-02  nms pallas  mem 3.21 GiB
-
-(one line on the console; wrapped here). What detectron2 users read from
-its `CommonMetricPrinter`, from the fields of the step's metrics.jsonl line:
-
-- `step s/N (p%)` and `eta H:MM:SS`: the steps left times the wall-clock
-  time per step over the last logging window (data, step, logging and
-  checkpoints included; evaluations, run inside `paused()`, left out, as
-  detectron2 leaves them out, so the ETA does not jump after each one);
-- `total` and each loss term (`losses.TERM_NAMES`);
-- `ms/step` (median device-synchronised step time of the window), `img/s`,
-  `data` (mean wait for the next batch), `lr`, `nms` (the backend);
-- `mem`: peak memory of the busiest local device, from
-  `jax.Device.memory_stats()` ('peak_bytes_in_use'); left out where the
-  platform does not report it (CPU).
-
-metrics.jsonl and TensorBoard keep every field; this is only their summary.
-"""
+"""The one console line a training run prints per log step: a summary of the
+step's metrics.jsonl line, as detectron2's CommonMetricPrinter prints it."""
 
 import contextlib
 import datetime
@@ -64,6 +44,15 @@ def format_eta(seconds: float) -> str:
 
 class StepLine:
     """Formats the console line of each logged step, tracking the ETA.
+
+      step 40/1800 (2%)  eta 0:14:41  total 2.5969  rpn_cls 0.6217 ...
+      | 502.1 ms/step  15.9 img/s  data 5.0 ms  lr 1.00e-02  nms pallas
+      mem 3.21 GiB
+
+    The ETA is the steps left times the wall-clock time per step of the
+    last window (evaluations, run inside `paused()`, left out, as
+    detectron2 does); `mem` is the busiest local device's peak memory,
+    left out where the platform reports none (CPU).
 
     Args:
       num_steps: the run's last step (None: unknown; no total, no ETA).

@@ -1,50 +1,12 @@
-"""The training loop: data-parallel jitted step, logging, checkpoints, audit.
-
-    train_and_evaluate(config, workdir)
-
-- Data parallel over every device with a `jax.sharding.Mesh` (axis 'data'):
-  the batch is sharded, params are replicated; the step (train_step.py) is
-  a `shard_map` whose gradients, losses and BatchNorm statistics are
-  averaged across devices.
-- The loop runs under `jax.transfer_guard("disallow")`: batches move by an
-  explicit `jax.device_put`, metrics by an explicit `jax.device_get`.
-- Before step 1 it compiles the train step (and, when the run evaluates,
-  the predict program) once and audits the compiled programs for host
-  round-trips (ops/host_audit.py), logs them op by op, and reports the
-  step's count as `host_roundtrips_per_step` on every metrics line;
-  `strict_device=True` turns any finding in either program into an error
-  before step 1.
-- `<workdir>/config.json` (and `config.<start step>.json`, kept: see
-  config_history.py) is written once the checkpoint restore and the audits
-  have passed, so a run that fails them leaves the workdir as it was. A
-  resume logs every config field changed since, and a checkpoint beyond
-  `num_steps` is an error.
-- One run per workdir (workdir_lock.py); SIGTERM/SIGINT save the current
-  step and stop (preemption.py); a failed background save stops the run at
-  the next step in one line (checkpoint.py).
-- A non-finite total loss, gradient norm or updated weight stops the run
-  before that step's state is checkpointed. On any error the in-flight
-  checkpoint saves finish and the metric writers close.
-- Every `log_every` steps: clu metric writers (TensorBoard + log) and one JSON
-  line in `<workdir>/metrics.jsonl` (see train_metrics.py).
-- Checkpoints (orbax) every `checkpoint_every` steps and at the end. A
-  restarted run resumes from the newest intact checkpoint (checkpoint.py
-  verifies each): same step, params, optimizer state, and data position (the
-  pipeline derives the batch of step s from (seed, s), so it restarts exactly
-  where the checkpoint left off); metrics lines of later steps are dropped.
-- The config's counts and sizes are validated before anything is written;
-  a start that fails leaves no new (empty) workdir or checkpoints folder.
-- A workdir already trained to `num_steps` is restored and checked against
-  the config, then reported complete (`COMPLETE` in the result, with the
-  saved evaluation of its eval split where there is one) without compiling
-  or evaluating again, unless `evaluate_finished`.
+"""The training loop: restore or init, compile and audit, then steps, logs,
+checkpoints and evaluations (docs/training.md, docs/architecture.md).
 """
 
 import dataclasses
 import json
 import pathlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import jax
 import ml_collections
@@ -60,15 +22,10 @@ from detector.distributed import determinism, multihost, preemption, sharding
 from detector.engine import train_metrics
 from detector.engine import train_step as step_lib
 from detector.evaluation import eval_lib
-from detector.launch import config_history, next_steps
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from detector.utils import workdir_lock
 from ops import host_audit
-
-# Key of train_and_evaluate's result for a workdir found trained to the end:
-# the step it holds.
-COMPLETE = next_steps.COMPLETE
 
 
 def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -86,6 +43,22 @@ def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
             f"--workdir={workdir}: not writable ({e.strerror or e})"
         ) from None
     return path
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchHooks:
+    """What the entry point does inside a run (detector/launch/, passed in
+    by train.py: the loop imports nothing of launch/)."""
+
+    # (config, workdir, start step, checkpoints folder), after the restore:
+    # a resume logs what changed; a checkpoint past num_steps raises.
+    check_resume: Callable[
+        [ml_collections.ConfigDict, pathlib.Path, int, pathlib.Path], None
+    ]
+    # (workdir, config, start step), once the restore and the audits pass.
+    save_config: Callable[[pathlib.Path, ml_collections.ConfigDict, int], None]
+    # The result's key, holding the step, for a workdir trained to the end.
+    complete_key: str
 
 
 @dataclasses.dataclass
@@ -106,6 +79,7 @@ def train_and_evaluate(
     config: ml_collections.ConfigDict,
     workdir: str | pathlib.Path,
     *,
+    hooks: LaunchHooks,
     strict_device: bool = False,
     evaluate: bool = True,
     stop: preemption.Watch | None = None,
@@ -117,8 +91,8 @@ def train_and_evaluate(
     eval_every steps) and returns {}. With `stop`, a SIGTERM/SIGINT it
     caught ends the run after the current step with a checkpoint of it:
     raises `preemption.Preempted`. A workdir trained to num_steps returns
-    {COMPLETE: step, ...its saved evaluation} without evaluating again,
-    unless `evaluate_finished`.
+    {hooks.complete_key: step, ...its saved evaluation} without evaluating
+    again, unless `evaluate_finished`.
     """
     multihost.check_same_config(config)
     config_lib.validate(config)  # before anything is written
@@ -150,6 +124,7 @@ def train_and_evaluate(
                     ckpt,
                     tx,
                     schedule,
+                    hooks,
                     strict=strict_device,
                     evaluate=evaluate,
                     stop=stop,
@@ -191,6 +166,7 @@ def _train(
     ckpt: checkpoint.Checkpointer,
     tx: optax.GradientTransformation,
     schedule: optax.Schedule,
+    hooks: LaunchHooks,
     *,
     strict: bool,
     evaluate: bool,
@@ -205,9 +181,9 @@ def _train(
     batches = pipeline.train_batches(config, start_step=latest)
     graphdef, state = state_lib.restore_or_init(config, mesh, ckpt, tx)
     start_step = int(jax.device_get(state.step))
-    config_history.check_resume(config, workdir, start_step, ckpt.directory)
+    hooks.check_resume(config, workdir, start_step, ckpt.directory)
     if start_step == config.train.num_steps and not evaluate_finished:
-        return {COMPLETE: start_step, **_saved_eval(workdir, config)}
+        return {hooks.complete_key: start_step, **_saved_eval(workdir, config)}
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
@@ -232,7 +208,7 @@ def _train(
         advice=config_lib.host_nms_advice,
     )
     # The restore and the audits passed: config.json, config.<step>.json.
-    config_history.save(workdir, config, start_step)
+    hooks.save_config(workdir, config, start_step)
     run.log = train_metrics.MetricsLog(
         workdir,
         backend=config_lib.nms_backend_name(config),

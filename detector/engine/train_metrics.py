@@ -1,21 +1,5 @@
-"""Training metrics: TensorBoard, `metrics.jsonl`, the console, NaN stop.
-
-Every logged step appends one JSON object to `<workdir>/metrics.jsonl`:
-`step`, the losses (`losses.LOSS_NAMES`),
-`learning_rate`, `grad_norm`, `step_time_ms` (median over the logging window
-of device-synchronised step times), `step_time_p90_ms`, `data_wait_ms`
-(mean per step over the window of the time the loop waited for the next
-batch, host to device included: near the step time means input-bound),
-`images_per_sec`, `nms_backend`, `host_roundtrips_per_step` (host
-round-trip ops the audit found in the compiled step) and `deterministic`
-(whether XLA ran with deterministic GPU ops,
-detector/distributed/determinism.py).
-Evaluations append a line with `"eval": true`. TensorBoard (process 0)
-gets the same scalars through clu's summary writer; the console gets one
-line per logged step (console.py), not every field.
-A non-finite total loss, gradient norm or updated weight stops the run
-(FloatingPointError).
-"""
+"""Training metrics: metrics.jsonl (its fields: docs/training.md), TensorBoard,
+the console line, and the stop on a non-finite loss, gradient or weight."""
 
 import json
 import math

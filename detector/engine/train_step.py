@@ -1,15 +1,5 @@
-"""The data-parallel train step: (state, batch, key) -> (state, metrics).
-
-    step = make_train_step(graphdef, tx, schedule, mesh)
-    state, metrics = step(state, batch, key)
-
-A `shard_map` over the mesh's 'data' axis: the batch is sharded, params are
-replicated, and gradients, losses and BatchNorm statistics are averaged
-across devices. Each device folds the step and its index into the PRNG key;
-the model splits that per image. This module needs only JAX, Flax and optax
-(no input pipeline, no evaluation), so the step can be built and timed where
-TensorFlow is not installed (benchmarks/step_bench.py --batches).
-"""
+"""The data-parallel train step, a `shard_map` over 'data': (state, batch,
+key) -> (state, metrics). JAX, Flax and optax only (no TensorFlow)."""
 
 from typing import Any
 

@@ -1,19 +1,5 @@
-"""Host work on one batch while the device predicts the next.
-
-    with overlap.InOrder() as host:
-        for batch in batches:
-            outputs = predict(batch)                 # the device
-            host.submit(to_results, outputs, batch)  # a host thread
-        parts = host.results()                       # in submission order
-
-One worker thread runs the submitted calls one at a time, in order, so the
-results are those of running them in the loop, deterministically. A
-thread suffices: the main thread waits for the device with the GIL
-released, and numpy releases it in its array operations (pycocotools' C
-functions keep it, briefly: one call per image). At most `depth` calls
-wait or run at once; `submit` blocks on the oldest beyond that, so host
-memory stays bounded when the host is the slower side.
-"""
+"""Host work on batch k, on one thread and in order, while the device
+predicts batch k + 1; at most `depth` calls in flight."""
 
 import collections
 import concurrent.futures
@@ -22,7 +8,17 @@ from typing import Any
 
 
 class InOrder:
-    """A one-thread queue of host calls whose results keep their order."""
+    """A one-thread queue of host calls whose results keep their order.
+
+        with overlap.InOrder() as host:
+            for batch in batches:
+                host.submit(to_results, predict(batch), batch)
+            parts = host.results()  # in submission order
+
+    A thread suffices: the main thread waits for the device with the GIL
+    released, and numpy releases it in its array operations. `submit`
+    blocks on the oldest call beyond `depth`, so host memory stays bounded.
+    """
 
     def __init__(self, depth: int = 2):
         if depth < 1:

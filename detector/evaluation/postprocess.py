@@ -1,15 +1,6 @@
-"""Host-side post-processing: paste masks, undo the resize, COCO results.
-
-Runs on numpy arrays fetched from the device after predict (masks are
-pasted by detector/imaging/masks.py, the rule eval.mask_paste names, and
-encoded from their box crops by detector/imaging/rle.py). The data
-pipeline resizes each h x w image to h' x w' pixels (the batch's
-`image_size`, by the rule data.resize names) and pads it right and down, so
-original pixels are input pixels divided by the per-axis factor
-[h', w'] / [h, w] (see `resize_factors`).
-
-Shapes: D detections, T mask size (28), H, W image size in pixels,
-B batch.
+"""Host side of predict: boxes mapped back to original pixels (per-axis
+`resize_factors`), masks pasted, COCO results.
+Shapes: D detections, T mask size (28), H, W image size, B batch.
 """
 
 import numpy as np

@@ -1,10 +1,5 @@
-"""The categories a trained model names: COCO ids and names of classes 1..C.
-
-Read from where training read them, without building the input pipeline:
-the train split's annotation file of a folder source (`coco_json`,
-`shapes`; the shapes generator's own list where its files are not there),
-or the TFDS builder's label names (`tfds`).
-"""
+"""The categories a trained model names (COCO ids and names of classes
+1..C), read where training read them, without the input pipeline."""
 
 import json
 import pathlib

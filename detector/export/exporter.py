@@ -1,16 +1,6 @@
-"""Serializes a workdir's predict function with `jax.export`.
-
-    meta = export_workdir(config, workdir, out, platforms=("cpu", "tpu"))
-
-Writes `out/predict.jax` and `out/predict.json`
-(`detector.predict.artifact` describes both). The batch dimension is
-symbolic (`b`): one artifact takes any batch size on every platform. The
-Mosaic (TPU) and interpret-mode (CPU) NMS kernels take a symbolic grid;
-the Triton (CUDA) kernel's grid must be static, so on CUDA the exported
-program runs the kernel once per image in a loop (ops/nms/pallas.py).
-Each platform's NMS kernel is lowered for that platform only
-(ops/nms/dispatch.py), so one artifact holds them all.
-"""
+"""A workdir's predict function serialized with `jax.export`: predict.jax and
+predict.json, one symbolic batch dimension, several platforms in one file
+(docs/export-and-predict.md)."""
 
 import dataclasses
 import json

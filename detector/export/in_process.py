@@ -1,8 +1,5 @@
-"""predict.py --workdir: the model restored and jitted in this process.
-
-The same function the exporter serializes (`serving.serving_fn`), with the
-same weights closed over, so on one platform its outputs are those of the
-exported artifact (tests/detector/export/).
+"""predict.py --workdir: the exporter's served function restored and jitted
+in this process, so its outputs are the artifact's (tests/detector/export/).
 """
 
 import pathlib

@@ -1,21 +1,5 @@
-"""The predict function served to users, in-process or exported.
-
-    fn = serving_fn(config, graphdef, params, rest, category_ids)
-    outputs = jax.jit(fn)(images, image_sizes, orig_sizes)
-
-images f32[b, H, W, 3]: each image resized in float by the config's rule
-(`detector.imaging.images.fitted_size` and `place`, the eval pipeline's
-resize, unrounded) at the top left of the canvas; image_sizes i32[b, 2] its
-resized (height, width); orig_sizes i32[b, 2] the original's. Inside:
-normalise with data.pixel_mean/std, zero the padding (as the eval pipeline
-pads after normalising), run the model's predict with each image's size
-(boxes clip to it), map boxes back to original pixels with eval's per-axis
-factor resized / original (`detector.evaluation.postprocess`), drop any box
-left empty there and move the rest to the front, map classes to category
-ids. Outputs are `detector.predict.artifact.OUTPUTS`. The weights are closed
-over, so they are constants of the program (and inside an exported
-artifact).
-
+"""The predict function served in process or exported: resized float images
+-> detections in original pixels (`serving_fn`; docs/export-and-predict.md).
 Shapes: b batch, H, W model input, K detection slots, T mask size.
 """
 
@@ -121,9 +105,18 @@ def serving_fn(
     rest: nnx.State,
     category_ids: list[int],
 ) -> ServingFn:
-    """(images f32[b, H, W, 3], image_sizes i32[b, 2], orig_sizes
-    i32[b, 2]) -> OUTPUTS (module docstring), with `graphdef` (eval mode)
-    and the weights closed over."""
+    """(images, image_sizes, orig_sizes) -> `artifact.OUTPUTS`, with
+    `graphdef` (eval mode) and the weights closed over (constants of the
+    program, and so inside an exported artifact).
+
+    images f32[b, H, W, 3] are resized in float by the config's rule
+    (`images.fitted_size` and `place`: eval's resize, unrounded) at the top
+    left of the canvas; image_sizes i32[b, 2] their resized (height, width),
+    orig_sizes i32[b, 2] the originals'. Inside: normalise and zero the
+    padding (as eval pads after normalising), predict with each image's
+    size, map boxes back with eval's per-axis factor, drop boxes left
+    empty there (`drop_empty`), map classes to category ids.
+    """
     mean, std = tuple(config.data.pixel_mean), tuple(config.data.pixel_std)
     id_of_class = jnp.asarray([0, *category_ids], jnp.int32)
 

@@ -1,22 +1,7 @@
-"""Image files -> RGB uint8 arrays -> resized model inputs (numpy).
+"""Image files -> RGB uint8 arrays -> resized, placed model inputs (numpy):
+sizes by detector/data/resize.py, pixels by TensorFlow's bilinear kernel, so
+predict's inputs are eval's (tests/detector/imaging/)."""
 
-The resize rules are the eval pipeline's (detector/data/transforms.py)
-written in numpy, one per `data.resize` (`RESIZE_RULES`):
-- 'letterbox': scale = min(H / h, W / w), resized size
-  max(round([h, w] * scale), 1) per axis (float32, half to even);
-- 'shortest_edge': torchvision's GeneralizedRCNNTransform, scale =
-  min(min_size / short side, max_size / long side) and size
-  floor([h, w] * scale) per axis, in float64 (Python floats).
-An image a rule makes larger than its canvas is letterboxed onto it.
-Both resize with TensorFlow's (and torch's `interpolate`) bilinear kernel:
-half-pixel centres, no antialiasing, in float32 from the decoded uint8
-pixels. The image is placed at the top left and zero-padded right and
-down. tests/detector/imaging/ checks this against the pipeline's output.
-
-Shapes: h, w original image; H, W model input (a canvas).
-"""
-
-import math
 import pathlib
 from collections.abc import Callable
 from typing import NamedTuple
@@ -24,7 +9,10 @@ from typing import NamedTuple
 import numpy as np
 
 # numpy and PIL only, like this package.
-from detector.data import image_file
+from detector.data import image_file, resize
+
+# The rule names, for predict/ (which imports only imaging/ of detector/).
+RESIZE_RULES = resize.RULES
 
 # predict.py's --max_pixels default, 100 megapixels: 300 MB decoded, and
 # several times that while a PNG that large is resized and drawn (a JPEG
@@ -76,75 +64,22 @@ def read_decoded(
         raise ImageReadError(str(e)) from None
 
 
-def resized_size(orig_size: np.ndarray, scale: float) -> np.ndarray:
-    """(height, width) of an image resized by `scale`, before the padding.
-
-    As the data pipeline computes it, in float32 with rounding half to even
-    (TensorFlow's and numpy's `round`): max(round([h, w] * scale), 1).
-
-    Args:
-      orig_size: (height, width) of the original image.
-      scale: the resize factor (float32 in an eval batch).
-
-    Returns:
-      f32[2]: resized (height, width) in input pixels.
-    """
-    hw = np.asarray(orig_size, np.float32)
-    return np.maximum(np.round(hw * np.float32(scale)), np.float32(1.0))
-
-
-def letterbox_size(
-    orig_size: tuple[int, int], image_size: tuple[int, int]
-) -> tuple[int, int]:
-    """(h', w') of an h x w image resized to fit H x W, as eval resizes it."""
-    hw = np.asarray(orig_size, np.float32)
-    height, width = (np.float32(v) for v in image_size)
-    resized = resized_size(hw, np.minimum(height / hw[0], width / hw[1]))
-    return int(resized[0]), int(resized[1])
-
-
 class Resize(NamedTuple):
     """A resize rule and its settings (`data.resize`, predict.json)."""
 
-    rule: str  # a key of RESIZE_RULES
-    image_size: tuple[int, int]  # letterbox: the (H, W) fitted
+    rule: str  # a key of resize.RULES
+    image_size: tuple[int, int]  # the canvas (H, W)
     min_size: int = 800  # shortest_edge: the short side (eval's)
     max_size: int = 1333  # shortest_edge: the long side at most
 
 
-def shortest_edge_size(
-    orig_size: tuple[int, int], min_size: float, max_size: float
-) -> tuple[int, int]:
-    """(h', w') as torchvision's GeneralizedRCNNTransform resizes h x w.
-
-    scale = min(min_size / short, max_size / long) and floor(side * scale)
-    per axis, in Python floats (float64) as torch's `interpolate` computes
-    an output size from a scale factor; at least 1 pixel.
-    """
-    h, w = (int(v) for v in orig_size)
-    scale = min(min_size / min(h, w), max_size / max(h, w))
-    return max(math.floor(h * scale), 1), max(math.floor(w * scale), 1)
-
-
-# data.resize -> (original (h, w), settings) -> resized (h', w').
-RESIZE_RULES: dict[
-    str, Callable[[tuple[int, int], Resize], tuple[int, int]]
-] = {
-    "letterbox": lambda hw, r: letterbox_size(hw, r.image_size),
-    "shortest_edge": lambda hw, r: shortest_edge_size(
-        hw, r.min_size, r.max_size
-    ),
-}
-
-
 def fitted_size(
-    orig_size: tuple[int, int], resize: Resize, canvas: tuple[int, int]
+    orig_size: tuple[int, int], rule: Resize, canvas: tuple[int, int]
 ) -> tuple[int, int]:
-    """(h', w') by `resize.rule`; letterboxed onto `canvas` if larger."""
-    size = RESIZE_RULES[resize.rule](tuple(orig_size), resize)
-    if size[0] > canvas[0] or size[1] > canvas[1]:
-        return letterbox_size(orig_size, canvas)
-    return size
+    """(h', w') of an h x w image by `rule`, as eval sizes it on `canvas`."""
+    options = resize.Options(1.0, rule.min_size, rule.max_size)
+    _, size = resize.scale_and_size(rule.rule, orig_size, canvas, options)
+    return int(size[0]), int(size[1])
 
 
 def place(

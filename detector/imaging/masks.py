@@ -1,34 +1,5 @@
-"""Box-relative masks -> masks pasted into the image (their box crops).
-
-    pasted = masks.MASK_PASTERS[rule](masks, boxes, height, width)
-    segmentations = rle.encode(pasted)   # COCO RLE from the crops
-    full = pasted.full()                 # bool[D, H, W], where needed
-
-Numpy only, shared by evaluation (`detector.evaluation.postprocess`) and the
-exported predictor. Two pasting rules (config eval.mask_paste, recorded in
-an export's predict.json): 'centres' samples each mask bilinearly at the
-centres of the pixels inside its box (>= 0.5 is foreground); 'torchvision'
-is torchvision's paste_masks_in_image (a one-cell zero border, the box
-grown to match and truncated to integer pixels, a bilinear resize, > 0.5).
-
-Pasting costs the pixels of the boxes, not of the image: a `BoxMasks`
-holds each detection's crop (its pixels inside the image and its box), laid
-out as COCO's RLE reads them, and `rle.py` encodes them without a
-full-image mask. The interpolation is separable, float32, with weights of
-float64 pixel coordinates, one small matrix product pair per box. The
-output is bit for bit that of the float64 matrix products, one box at a
-time, that define both rules (`_centres_exact`, `_torchvision_exact`):
-float32 rounding moves a value by under 7 * 2**-24 of the mask's largest
-magnitude, so float32 decides every pixel further than `_BAND` of that
-from the threshold; a pixel nearer is recomputed in float64 from its four
-cells, and a box with a pixel within `_BAND_64` of the threshold even
-then, or with a non-finite box or mask value, goes through the float64
-matrix products.
-
-Shapes: D detections, T mask size (28), S the interpolated mask's size (T,
-or T + 2 with torchvision's border), H, W target image size in pixels, n
-pixels along one axis of every box together.
-"""
+"""Box-relative masks pasted into image pixels by the rule `eval.mask_paste`
+names ('centres', 'torchvision'), kept as box crops (numpy only)."""
 
 import dataclasses
 import functools

@@ -1,20 +1,5 @@
-"""COCO run-length encoding of pasted masks, built from their box crops.
-
-    segmentations = rle.encode(pasted)   # pasted: masks.BoxMasks
-
-COCO's RLE counts alternating runs of 0 and 1 down the columns of the
-H x W image, starting with a (possibly empty) run of 0. A column outside a
-detection's box is H zeros and a column through it is zeros, the crop's
-column, zeros, so every run boundary lies in a crop: the counts of all the
-detections of an image are found at once from `BoxMasks.pixels` (the crops
-column by column, a False between columns and crops), without a full-image
-mask. The result equals `masks.encode_rle` of the full mask bit for bit:
-compressed (pycocotools' string form, counts a str) where pycocotools is
-installed, else COCO's uncompressed form (counts a list).
-
-Shapes: D detections, H, W the image size, c run boundaries of all the
-detections together.
-"""
+"""COCO RLE of pasted masks, from their box crops without a full-image mask;
+bit for bit `masks.encode_rle` of the full mask."""
 
 import numpy as np
 
@@ -41,7 +26,14 @@ def _changes(pixels: np.ndarray) -> np.ndarray:
 
 def _boundaries(pasted: masks.BoxMasks) -> tuple[np.ndarray, np.ndarray]:
     """Run boundaries of every mask: detection i64[c] and image position
-    i64[c] (column-major: column * H + row), in order."""
+    i64[c] (column-major: column * H + row), in order.
+
+    COCO's RLE counts alternating runs of 0 and 1 down the columns, from a
+    run of 0. A column outside a box is zeros and one through it is zeros,
+    the crop's column, zeros, so every boundary lies in a crop: all are
+    found at once from `pasted.pixels` (crops column by column, a False
+    between columns and crops).
+    """
     height = pasted.height
     top, bottom, left, _ = pasted.spans.T
     starts, pixels = pasted.starts, pasted.pixels

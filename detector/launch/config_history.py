@@ -1,20 +1,5 @@
-"""The configs a workdir was trained with, kept; a resume says what changed.
-
-    config_history.check_resume(config, workdir, step, checkpoints)
-    config_history.save(workdir, config, step)
-
-- A resume (a restored checkpoint at step > 0) logs every config field that
-  differs from the stored `config.json`, one line per field
-  (`config changed since the stored config.json: train.batch_size 8 -> 16`).
-- A checkpoint beyond `train.num_steps` is one error: the run would evaluate
-  a model of a later step and log it as the last one.
-- `save` writes `config.json` (the latest, which eval.py reads) and keeps
-  each start's config as `config.<step>.json`, where step is the step it
-  started from (0 for a fresh run). An existing history file is never
-  overwritten: a different config started from the same step goes to
-  `config.<step>.1.json`, and so on. A config.json from before the
-  history was kept is kept as `config.before-<step>.json`.
-"""
+"""The configs a workdir was trained with, kept as config.<step>.json; a
+resume logs what changed (docs/faults.md)."""
 
 import json
 import pathlib

@@ -1,27 +1,5 @@
-"""Console hygiene: third-party chatter off by default, warnings kept.
-
-    logs.quiet_libraries(verbosity)   # once, right after the flags are parsed
-
-A default run's console holds this project's own lines (one per log step,
-the evaluations, errors); the libraries underneath log hundreds of
-informational lines of their own. `quiet_libraries` drops records below
-WARNING that come from:
-
-- orbax (checkpoint internals: threads, tmp folders, metadata stores) and
-  clu ("Setting work unit notes"), which log through absl's logger and are
-  recognised by the file a record comes from;
-- asyncio, matplotlib (the font cache) and JAX's backend probe ("Unable to
-  initialize backend 'tpu'"), recognised by their logger names;
-- TensorFlow's Python logger;
-- native (C++) INFO lines on file descriptor 2, absl's "before
-  InitializeLog" notice and Grappler's `op_level_cost_estimator` warnings
-  (stderr_filter.py: TensorFlow 2.20+ ignores `TF_CPP_MIN_LOG_LEVEL` for
-  them). `TF_CPP_MIN_LOG_LEVEL=1` is set too, where the environment does not
-  set it, for the native loggers that still read it.
-
-Warnings and errors of every library still reach the console. absl's
-`--verbosity=1` (or `-v 1`) turns all of this off and shows everything.
-"""
+"""Console hygiene: third-party informational logging off, warnings kept;
+absl's --verbosity=1 shows everything (docs/training.md, "Console")."""
 
 import importlib.util
 import logging

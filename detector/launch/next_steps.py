@@ -1,15 +1,5 @@
-"""train.py's last line: what the run made and what to run next.
-
-    print(next_steps.final_line(workdir, results, num_steps))
-
-  trained workdirs/shapes to step 2000: bbox AP 0.812, segm AP 0.790; next:
-  python eval.py --workdir=workdirs/shapes, python export.py
-  --workdir=workdirs/shapes, python predict.py --workdir=workdirs/shapes
-  IMAGES...
-
-(one line). A workdir that was already complete says so and points to
-eval.py for a new evaluation.
-"""
+"""train.py's last line: the workdir, its final AP and the commands to run
+next (eval.py, export.py, predict.py)."""
 
 import shlex
 

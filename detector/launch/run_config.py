@@ -1,19 +1,5 @@
-"""A run's config as train.py stores it and eval.py / export.py read it.
-
-- train.py: `absolute_paths(config)` turns relative paths of the config
-  (`data.root`, ...) into absolute ones against the folder train.py runs
-  from, so config.json names the same files from any folder (eval.py run
-  elsewhere does not write a second shapes dataset there).
-- eval.py, export.py: `workdir_config_argv(argv)` makes a workdir's
-  config.json a config file like any other. Without `--config`,
-  `--config=<workdir>/config.json` is assumed; a `--config=*.json` is read
-  as JSON (`load_json`), not executed as Python. Either way
-  `--config.a.b=v` overrides apply on top, with the same checks as
-  train.py's.
-- `load(flag, workdir)`: the config those entry points then run.
-- This file is also the config file config_flags loads for a `.json`:
-  `--config=detector/launch/run_config.py:W/config.json` calls `get_config`.
-"""
+"""A run's config: paths made absolute for config.json (train.py), and a
+workdir's config.json read as eval.py's and export.py's config file."""
 
 import os
 import pathlib

@@ -1,27 +1,6 @@
-"""Native libraries' informational stderr lines, filtered out.
-
-TensorFlow (2.20 and later) logs from C++ through absl before anything
-calls `absl::InitializeLog()`: such lines go to file descriptor 2
-whatever `TF_CPP_MIN_LOG_LEVEL` says (the oneDNN notice at import,
-Grappler's `op_level_cost_estimator` "Error in PredictCost()" warnings),
-and no Python API reaches that logger. `install()` therefore routes file
-descriptor 2 through a small child process (this file, run as a script)
-that drops
-
-- native INFO lines (absl's `I<mmdd> <time> <thread> <file>:<line>]`
-  format), what `TF_CPP_MIN_LOG_LEVEL=1` used to drop;
-- absl's "All log messages before absl::InitializeLog() is called are
-  written to STDERR" notice;
-- Grappler's `op_level_cost_estimator` "Error in PredictCost()" warnings
-  (a cost model gap for ops like CropAndResize; the op still runs);
-
-and passes every other byte on. Python's own stderr (logging, tracebacks,
-error lines, progress bars) is moved to a copy of the original descriptor
-first, so it never goes through the child. The child ignores SIGINT,
-SIGTERM and SIGHUP and ends when the last writer closes the pipe, so a
-crash's last native lines (a failed CHECK, a fatal error) still come out.
-At exit the parent puts descriptor 2 back and waits briefly for the child.
-"""
+"""Native libraries' INFO lines and known noise dropped from file descriptor
+2 by a child process: TensorFlow 2.20+ logs there whatever
+TF_CPP_MIN_LOG_LEVEL says (docs/training.md, "Console")."""
 
 import atexit
 import contextlib
@@ -68,6 +47,13 @@ def filter_stream(read_fd: int, write_fd: int) -> None:
 
 def install() -> subprocess.Popen | None:
     """Routes file descriptor 2 through the filter; returns the child.
+
+    The child (this file as a script) drops native INFO lines (absl's
+    `I<mmdd> <time> <thread> <file>:<line>]`), absl's "before
+    InitializeLog" notice and Grappler's `op_level_cost_estimator`
+    warnings, and passes every other byte on. It ignores SIGINT, SIGTERM
+    and SIGHUP and ends when the last writer closes the pipe, so a crash's
+    last native lines still come out; at exit descriptor 2 is put back.
 
     Python's sys.stderr (and absl's log handler on it) move to a copy of
     the original descriptor. Returns None (and changes nothing) where the

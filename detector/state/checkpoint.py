@@ -1,16 +1,5 @@
-"""Orbax checkpoints of nested-dict trees, verified when they are restored.
-
-orbax keeps no checksum of the array data, so a flipped byte on disk would be
-restored silently. Each save therefore records a 64-bit content checksum per
-array (computed from the arrays' bits, `content_checksums`: by one device
-program, or by NumPy where every array is in host memory, which gives the
-same values without compiling anything) in the step's orbax metadata, and
-every restore checks the restored arrays against it and for non-finite
-values. A checkpoint that fails any check (missing or cut files, an empty
-step folder, changed bytes) is reported in one log line and the newest
-intact one is used instead (`restore_latest`); a trainer moves the damaged
-one aside to `<step>.damaged` so it is neither resumed nor overwritten.
-"""
+"""Orbax checkpoints of nested-dict trees, each array's content checksum saved
+and checked on restore; a damaged one is skipped (docs/training.md)."""
 
 import contextlib
 import gc

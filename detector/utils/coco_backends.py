@@ -1,20 +1,5 @@
-"""COCOeval backends: the 12 COCO numbers of a set of detections, by name.
-
-    stats = coco_backends.evaluate(name, coco_gt, detections, iou_type,
-                                   image_ids)
-
-config.eval.coco_backend names the backend (`BACKENDS`):
-- 'faster_coco_eval' (the default): faster-coco-eval's C++ COCOeval. It
-  gives pycocotools' 12 numbers (to 1e-9: tests/detector/evaluation/
-  test_coco_backends.py, on the shapes run and on a COCO-format set with
-  crowd regions and empty images) at a fraction of its time
-  (benchmarks/eval_bench.py).
-- 'pycocotools': pycocotools' COCOeval, the reference.
-
-Where the named backend cannot be imported, pycocotools evaluates, with one
-log line. Each prints COCO's standard 12-line summary. Backends import
-their library when called, so this module imports with neither.
-"""
+"""COCOeval backends by name (`eval.coco_backend`): faster-coco-eval's C++
+or pycocotools, which evaluates where the named one cannot be imported."""
 
 import contextlib
 import dataclasses

@@ -1,14 +1,5 @@
-"""Filesystem helpers: files written whole or not at all, free space.
-
-    files.write_text(workdir / "eval_val.json", text)
-
-The text goes to a temporary file in the same folder, is flushed to disk,
-and then replaces the target in one rename, so a reader (or a run killed
-mid-write, or a full disk) never leaves a cut file where the old one was.
-The rename replaces a symlink at the path, never the file it points to, and
-the file takes the process umask like any other created file (mkstemp's
-0600 would keep a teammate or a TensorBoard running as another user out).
-"""
+"""Files written whole or not at all (a temporary file, fsync, one rename;
+the process umask), and free space."""
 
 import contextlib
 import os

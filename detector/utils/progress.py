@@ -1,13 +1,5 @@
-"""Progress bars where a person waits without a log line.
-
-    for item in progress.bar(items, total=n, desc="Writing shapes train"):
-
-A tqdm bar on stderr, shown only where stdout is a terminal (a run logged
-to a file or a pipe gets no bar, just the log lines) and only on process 0
-of a multi-host job; `delay_s` keeps short loops bar-free (tqdm's `delay`:
-the bar appears once the loop has run that long). tqdm's own `TQDM_DISABLE=1`
-turns every bar off.
-"""
+"""tqdm bars where a person waits without a log line: on a terminal, on
+process 0, once a loop has run `delay_s` (docs/training.md)."""
 
 import sys
 from collections.abc import Iterable, Iterator

@@ -1,23 +1,5 @@
-"""One training run per workdir: an exclusive lock file in it.
-
-    with workdir_lock.held(workdir):   # raises WorkdirLockedError if taken
-        train(...)
-
-`WorkdirLock.acquire` locks any folder for one process (predict.py's
---out holds `.predict.lock` the same way).
-
-Two runs on one workdir would delete each other's checkpoints and trim each
-other's metrics, so a run holds `<workdir>/.train.lock` from before it
-writes anything until it ends. The lock is an OS lock (`fcntl.flock`) on the
-file, which the OS drops when its process ends however it ends; the file
-holds the holder's host, pid and start time for the message of a run that
-finds the lock taken. A lock file whose lock nobody holds but which still
-names a holder was left by a process that died: it is taken over, with one
-log line naming the dead holder. A run that ends removes the file.
-
-With several processes (multi-host), process 0 takes the lock and tells
-the others whether it got it, so every process fails with the same line.
-"""
+"""One run per folder: an OS lock on `<workdir>/.train.lock` (predict.py's
+--out: `.predict.lock`), taken by process 0 for all (docs/faults.md)."""
 
 import contextlib
 import errno

@@ -1,21 +1,5 @@
-"""The data-source seam: what the input pipeline needs from a dataset.
-
-A source is one split of one dataset (`data.source`, registered in
-`detector.data.pipeline.SOURCES`). The pipeline owns batching, augmentation,
-the split of eval images between processes and padding; a source says which
-training records exist (only this process's, so it reads no other
-process's share), how to decode them, and what the ground truth is.
-Examples are in original image pixels (h, w; N instances):
-
-  training example  image u8[h, w, 3], boxes f32[N, 4] (x1, y1, x2, y2),
-                    classes i32[N] 1..C, masks u8[N, h, w] (N x 0 x 0
-                    without masks), image_id i64
-  eval example      image u8[h, w, 3], image_id i64
-
-Adding a dataset is one module with a class that satisfies `Source` (and a
-`prepare(config)` static method, usually a no-op) plus one line in
-`pipeline.SOURCES`; see docs/architecture.md.
-"""
+"""The data-source seam: what the pipeline needs from one split of a dataset
+(the examples and adding a source: docs/architecture.md)."""
 
 from collections.abc import Iterator
 from typing import Protocol

@@ -1,14 +1,6 @@
-"""The `coco_json` source: a COCO-format folder (instances JSON + images).
-
-Layout: ROOT/annotations/instances_<name>.json and ROOT/<name>/<file_name>
-(`data.root`). Images are decoded by `coco_folder.CocoFolder` on the host inside
-tf.data; records are image indices, so a position costs nothing to skip.
-
-Training order: position g is image perm_e[g mod n] of epoch e = g // n,
-where perm_e is a stateless shuffle keyed by (config.seed, e); epochs run
-into each other, and resuming at position s decodes nothing before it. The
-order is the same for any process count; each process loads only the images
-of its own rows.
+"""The `coco_json` source: ROOT/annotations/instances_<split>.json and
+ROOT/<split>/ images, decoded on the host inside tf.data; training records
+are image indices in a stateless per-epoch shuffle of (config.seed, epoch).
 """
 
 from collections.abc import Iterator

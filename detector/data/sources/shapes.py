@@ -1,9 +1,5 @@
-"""The `shapes` source: the synthetic shapes set, written when missing.
-
-It reads like `coco_json` (it is a COCO-format folder under `data.root`);
-`prepare` first writes the splits that are missing or stale (see
-`detector.data.shapes_writer`).
-"""
+"""The `shapes` source: the synthetic set under `data.root`, read as
+`coco_json` once `prepare` has written its missing or stale splits."""
 
 import time
 

@@ -1,25 +1,5 @@
-"""The `tfds` source: TFDS coco/2017 records, decoding, COCO ground truth.
-
-TFDS coco/2017 carries boxes, labels and crowd flags but no segmentation, so
-this source has no masks (`has_masks=False`). Records are read with the image
-left encoded, so skipping records (resume, host sharding) costs no decoding.
-
-Shapes: h, w original image; N objects of a record (crowd regions and empty
-boxes included); C classes (the builder's labels).
-
-  record   image string (encoded), image/id int64, image/filename string,
-           objects: bbox f32[N, 4] normalised (ymin, xmin, ymax, xmax),
-           label i64[N] 0..C-1, is_crowd bool[N], area i64[N]
-  example  image uint8[h, w, 3], image_id int64; when training also
-           boxes f32[N', 4] (x1, y1, x2, y2) pixels, classes i32[N'] 1..C
-
-A record whose image bytes are no known image format, and an image/id that
-two records share, fail with one line naming image/filename and image/id.
-Images are turned by their EXIF orientation; boxes are clipped to their
-image or skipped (non-finite, empty) alike in training and in the ground
-truth (`gt_boxes`), with a log line. `TfdsCoco` wraps the builder;
-`TfdsSource` is the `detector.data.sources.base.Source` over one of its splits.
-"""
+"""The `tfds` source: TFDS coco/2017 records (boxes, no masks) read with the
+image still encoded, decoded, and their COCOeval ground truth."""
 
 import functools
 from collections.abc import Iterable, Iterator, Mapping, Sequence

@@ -38,7 +38,7 @@ def _rendered_box(mask, resized, offset, flip, data):
     """The mask drawn through the image path (bilinear, > 0.5): its tight
     box in input pixels, or None where nothing is visible."""
     image = tf.repeat(tf.constant(mask[..., None] * 255, tf.uint8), 3, -1)
-    drawn = transforms._place_image(image, resized, offset, flip, data)
+    drawn = transforms.place_image(image, resized, offset, flip, data)
     ys, xs = np.nonzero(drawn.numpy()[..., 0] > 127.5)
     if not len(xs):
         return None

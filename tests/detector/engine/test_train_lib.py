@@ -25,7 +25,7 @@ from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from ops import host_audit
 from tests.detector.helpers import tiny_config
-from tests.helpers import checkpoint_faults, groups
+from tests.helpers import checkpoint_faults, groups, launch_hooks
 
 pytestmark = groups.TINY_SHAPES_TRAINING
 
@@ -95,11 +95,18 @@ def resumed_and_straight(shapes_config, tmp_path_factory):
     """One run stopped at step 2 and resumed to 4; one run straight to 4."""
     resumed = tmp_path_factory.mktemp("resumed")
     train_lib.train_and_evaluate(
-        _with(shapes_config, **{"train.num_steps": 2}), resumed, evaluate=False
+        _with(shapes_config, **{"train.num_steps": 2}),
+        resumed,
+        hooks=launch_hooks.TRAIN_PY,
+        evaluate=False,
     )
-    train_lib.train_and_evaluate(shapes_config, resumed, evaluate=False)
+    train_lib.train_and_evaluate(
+        shapes_config, resumed, hooks=launch_hooks.TRAIN_PY, evaluate=False
+    )
     straight = tmp_path_factory.mktemp("straight")
-    train_lib.train_and_evaluate(shapes_config, straight, evaluate=False)
+    train_lib.train_and_evaluate(
+        shapes_config, straight, hooks=launch_hooks.TRAIN_PY, evaluate=False
+    )
     return resumed, straight
 
 
@@ -157,7 +164,9 @@ def test_checkpoint_from_another_config_is_one_clear_error(
         r"with shape .* but this config needs .*: written by "
         r"a different config",
     ):
-        train_lib.train_and_evaluate(other, straight, evaluate=False)
+        train_lib.train_and_evaluate(
+            other, straight, hooks=launch_hooks.TRAIN_PY, evaluate=False
+        )
     # The failed run left the workdir's config (what eval.py reads) alone.
     assert (straight / "config.json").read_text() == saved
 
@@ -173,9 +182,11 @@ def test_a_finished_workdir_is_reported_complete_not_evaluated_again(
 
     monkeypatch.setattr(eval_lib, "compile_predict", never)
     monkeypatch.setattr(eval_lib, "evaluate", never)
-    results = train_lib.train_and_evaluate(shapes_config, straight)
+    results = train_lib.train_and_evaluate(
+        shapes_config, straight, hooks=launch_hooks.TRAIN_PY
+    )
     assert results == {
-        train_lib.COMPLETE: 4,
+        launch_hooks.TRAIN_PY.complete_key: 4,
         "split": "val",
         "bbox": {},
     }
@@ -228,7 +239,11 @@ def test_strict_device_refuses_host_nms_before_step_one(
         r"--nms=pallas",
     ):
         train_lib.train_and_evaluate(
-            config, tmp_path, strict_device=True, evaluate=False
+            config,
+            tmp_path,
+            hooks=launch_hooks.TRAIN_PY,
+            strict_device=True,
+            evaluate=False,
         )
     assert not (tmp_path / "checkpoints").exists()  # no empty folder left
     assert (tmp_path / "config.json").read_text() == "{}"
@@ -244,7 +259,9 @@ def test_strict_device_audits_predict_before_step_one(shapes_config, tmp_path):
         match=r"^predict is not device-only: host callback "
         r"`pure_callback` at detection/nms/pure_callback",
     ):
-        train_lib.train_and_evaluate(config, tmp_path, strict_device=True)
+        train_lib.train_and_evaluate(
+            config, tmp_path, hooks=launch_hooks.TRAIN_PY, strict_device=True
+        )
     assert not (tmp_path / "checkpoints").exists()
     assert not (tmp_path / "config.json").exists()
     assert not (tmp_path / "metrics.jsonl").exists()
@@ -276,7 +293,9 @@ def test_guard_stops_planted_transfer_and_closes_cleanly(
         shapes_config, **{"train.num_steps": 2, "train.checkpoint_every": 1}
     )
     with pytest.raises(Exception, match="Disallowed host-to-device transfer"):
-        train_lib.train_and_evaluate(config, tmp_path, evaluate=False)
+        train_lib.train_and_evaluate(
+            config, tmp_path, hooks=launch_hooks.TRAIN_PY, evaluate=False
+        )
     assert len(calls) == 2  # stopped by the guard at step 2
     assert sorted(closed) == ["Checkpointer", "MetricsLog"]
     # Step 1's async save finished before the checkpointer closed.
@@ -332,7 +351,9 @@ def test_nan_loss_stops_the_run_with_its_step(shapes_config, tmp_path):
         match=r"((total loss|gradient norm) is (nan|inf) at "
         r"step|the update of step) [1-4]\b",
     ):
-        train_lib.train_and_evaluate(config, tmp_path, evaluate=False)
+        train_lib.train_and_evaluate(
+            config, tmp_path, hooks=launch_hooks.TRAIN_PY, evaluate=False
+        )
     # Whatever was checkpointed before the stop (maybe nothing, and then no
     # checkpoints folder) holds finite weights.
     for step_dir in (tmp_path / "checkpoints").glob("*"):
@@ -349,7 +370,9 @@ def test_unwritable_workdir_is_one_clear_error(shapes_config, tmp_path):
         match=r"--workdir=.*/file/run: not "
         r"writable",
     ):
-        train_lib.train_and_evaluate(shapes_config, blocker / "run")
+        train_lib.train_and_evaluate(
+            shapes_config, blocker / "run", hooks=launch_hooks.TRAIN_PY
+        )
 
 
 def test_check_finite_names_the_intact_checkpoint_or_none():
@@ -467,7 +490,9 @@ def test_training_past_a_damaged_checkpoint_resumes_exactly(
     _, straight = resumed_and_straight
     run = _copy_run(straight, tmp_path)
     checkpoint_faults.change_one_value(run / "checkpoints", 4)
-    train_lib.train_and_evaluate(shapes_config, run, evaluate=False)
+    train_lib.train_and_evaluate(
+        shapes_config, run, hooks=launch_hooks.TRAIN_PY, evaluate=False
+    )
     # Resumed from step 2 and re-ran steps 3 and 4 exactly.
     for got, want in zip(
         _params_at(run, 4), _params_at(straight, 4), strict=True
@@ -569,7 +594,9 @@ def test_bad_counts_and_sizes_fail_before_anything_is_written(
 ):
     config = _with(shapes_config, **{key: value})
     with pytest.raises(ValueError, match=rf"^{message}"):
-        train_lib.train_and_evaluate(config, tmp_path / "new")
+        train_lib.train_and_evaluate(
+            config, tmp_path / "new", hooks=launch_hooks.TRAIN_PY
+        )
     assert not (tmp_path / "new").exists()
 
 
@@ -579,7 +606,9 @@ def test_failed_start_leaves_no_new_workdir(shapes_config, tmp_path):
         **{"data.source": "coco_json", "data.root": str(tmp_path / "none")},
     )
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        train_lib.train_and_evaluate(config, tmp_path / "new" / "run")
+        train_lib.train_and_evaluate(
+            config, tmp_path / "new" / "run", hooks=launch_hooks.TRAIN_PY
+        )
     assert not (tmp_path / "new").exists()
 
 
@@ -636,7 +665,9 @@ def test_another_splits_eval_result_fails_before_step_one(
     with pytest.raises(
         ValueError, match=r"eval_val\.json: holds the result of split 'other'"
     ):
-        train_lib.train_and_evaluate(shapes_config, tmp_path)
+        train_lib.train_and_evaluate(
+            shapes_config, tmp_path, hooks=launch_hooks.TRAIN_PY
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_val.json"]
 
 
@@ -660,6 +691,8 @@ def test_each_start_keeps_its_config_and_a_resume_past_the_end_fails(
         r"config\.train\.num_steps=3; set --config\.train\.num_steps=4",
     ):
         train_lib.train_and_evaluate(
-            _with(shapes_config, **{"train.num_steps": 3}), copy
+            _with(shapes_config, **{"train.num_steps": 3}),
+            copy,
+            hooks=launch_hooks.TRAIN_PY,
         )
     assert sorted(p.name for p in copy.iterdir()) == before

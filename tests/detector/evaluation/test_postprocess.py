@@ -11,7 +11,6 @@ tf = pytest.importorskip("tensorflow")
 from configs import shapes as shapes_config
 from detector.data import transforms
 from detector.evaluation import postprocess
-from detector.imaging import images
 from detector.imaging import masks as mask_paste
 
 
@@ -119,16 +118,6 @@ def test_boxes_map_back_with_the_pipeline_rounded_resize():
     np.testing.assert_allclose(result["bbox"], [3.0, 1.0, 37.0, 4.0], atol=1e-5)
     # Dividing by the unrounded scale would miss the bottom edge.
     assert abs(train["boxes"].numpy()[0, 3] / scale - 5.0) > 0.2
-
-
-def test_letterbox_sizes_round_half_to_even_in_float32():
-    # 3 * 1.5 = 4.5 rounds to 4 and 5 * 1.5 = 7.5 to 8, as in TensorFlow.
-    np.testing.assert_allclose(images.resized_size([3, 5], 1.5), [4, 8])
-    hw = tf.constant([3.0, 5.0])
-    resized = tf.maximum(tf.round(hw * tf.constant(1.5)), 1.0).numpy()
-    np.testing.assert_allclose(resized, images.resized_size([3, 5], 1.5))
-    # A tiny image never resizes below one pixel.
-    np.testing.assert_allclose(images.resized_size([1, 400], 0.1), [1, 40])
 
 
 def test_boxes_in_the_padding_never_become_detections():

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from detector.data import resize
 from detector.imaging import images
 
 SIZE = (128, 128)
@@ -42,7 +43,9 @@ def test_letterbox_is_the_eval_pipelines(hw):
     data = _shapes_data()
     picture = _picture(*hw)
     expected = _eval_input(picture, data)["image"]
-    resized = images.resize_bilinear(picture, images.letterbox_size(hw, SIZE))
+    resized = images.resize_bilinear(
+        picture, images.fitted_size(hw, images.Resize("letterbox", SIZE), SIZE)
+    )
     mean, std = np.asarray(data.pixel_mean), np.asarray(data.pixel_std)
     ours = np.zeros_like(expected)
     rows, cols = resized.shape[:2]
@@ -126,7 +129,7 @@ TORCHVISION_SIZES = {
 
 @pytest.mark.parametrize("hw", sorted(TORCHVISION_SIZES))
 def test_shortest_edge_size_is_torchvisions(hw):
-    assert images.shortest_edge_size(hw, 800, 1333) == TORCHVISION_SIZES[hw]
+    assert resize.shortest_edge_size(hw, 800, 1333) == TORCHVISION_SIZES[hw]
 
 
 @pytest.mark.parametrize("hw", sorted(TORCHVISION_SIZES))
@@ -141,7 +144,7 @@ def test_shortest_edge_size_against_torch(hw):
         recompute_scale_factor=True,
         align_corners=False,
     )
-    assert images.shortest_edge_size(hw, 800, 1333) == tuple(out.shape[-2:])
+    assert resize.shortest_edge_size(hw, 800, 1333) == tuple(out.shape[-2:])
 
 
 def test_resize_bilinear_is_torchs_interpolate():
@@ -149,7 +152,7 @@ def test_resize_bilinear_is_torchs_interpolate():
     no antialias) to 1e-3 of 255 on CPU (float32 summation order)."""
     torch = pytest.importorskip("torch")
     picture = _picture(37, 53)
-    size = images.shortest_edge_size((37, 53), 800, 1333)
+    size = resize.shortest_edge_size((37, 53), 800, 1333)
     ours = images.resize_bilinear(picture, size)
     theirs = torch.nn.functional.interpolate(
         torch.from_numpy(picture).permute(2, 0, 1)[None].float(),

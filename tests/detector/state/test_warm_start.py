@@ -23,7 +23,7 @@ from detector.engine import train_lib
 from detector.modeling import model as model_lib
 from detector.state import warm_start
 from tests.detector.helpers import tiny_config
-from tests.helpers import checkpoint_faults, groups
+from tests.helpers import checkpoint_faults, groups, launch_hooks
 
 pytestmark = groups.TINY_SHAPES_TRAINING
 
@@ -75,7 +75,12 @@ def runs(tmp_path_factory):
     """(source workdir, fine-tune workdir, fine-tune config, its log)."""
     base = tmp_path_factory.mktemp("warm_start")
     source_config = _source_config(base / "shapes")
-    train_lib.train_and_evaluate(source_config, base / "source", evaluate=False)
+    train_lib.train_and_evaluate(
+        source_config,
+        base / "source",
+        hooks=launch_hooks.TRAIN_PY,
+        evaluate=False,
+    )
     _relabel(base / "shapes", base / "shapes2")
     config = _fine_tune_config(source_config, base / "shapes2", base / "source")
     records = _Records()
@@ -84,7 +89,9 @@ def runs(tmp_path_factory):
     absl_logger.addHandler(records)
     absl_logger.setLevel(logging.INFO)
     try:
-        train_lib.train_and_evaluate(config, base / "tuned", evaluate=False)
+        train_lib.train_and_evaluate(
+            config, base / "tuned", hooks=launch_hooks.TRAIN_PY, evaluate=False
+        )
     finally:
         absl_logger.removeHandler(records)
         absl_logger.setLevel(level)
@@ -193,7 +200,9 @@ def test_a_fine_tune_run_resumes_its_own_checkpoint(runs, monkeypatch):
     )
     config = config.copy_and_resolve_references()
     config.train.num_steps = 3
-    train_lib.train_and_evaluate(config, tuned, evaluate=False)
+    train_lib.train_and_evaluate(
+        config, tuned, hooks=launch_hooks.TRAIN_PY, evaluate=False
+    )
     assert not called
     assert int(_checkpoint(tuned, 3)["step"]) == 3
 
@@ -226,7 +235,9 @@ def test_a_failed_warm_start_writes_nothing(runs, tmp_path, key, match, error):
     config.model[key.split(".")[1]] = str(tmp_path / "nowhere")
     workdir = tmp_path / "run"
     with pytest.raises(error, match=match):
-        train_lib.train_and_evaluate(config, workdir, evaluate=False)
+        train_lib.train_and_evaluate(
+            config, workdir, hooks=launch_hooks.TRAIN_PY, evaluate=False
+        )
     # A failed start removes the folders it created: nothing is left.
     assert not workdir.exists()
 
