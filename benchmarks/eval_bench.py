@@ -234,7 +234,7 @@ def _coco_rows() -> dict:
     import io
 
     from detector.data import coco_folder
-    from detector.utils import coco_backends
+    from detector.evaluation import coco_backends
 
     rows = {}
     for count in DETECTIONS:

@@ -4,8 +4,8 @@ import ml_collections
 
 from detector.config import ranges
 from detector.config.checks import check
+from detector.evaluation import coco_backends
 from detector.imaging import masks as mask_paste
-from detector.utils import coco_backends
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {

@@ -14,8 +14,8 @@ in a file name):
      "predict_latency_ms_per_image": median, "nms_backend": ...,
      "host_roundtrips_per_predict": n, "deterministic": bool}
 and `<workdir>/eval_<slug>.png` with the predictions drawn over the first
-images. The COCOeval backend (eval.coco_backend, utils/coco_backends.py) prints
-the standard 12-number summaries.
+images. The COCOeval backend (eval.coco_backend, coco_backends.py) prints the
+standard 12-number summaries.
 """
 
 import dataclasses
@@ -38,9 +38,14 @@ from pycocotools import coco as coco_lib
 from detector import config as config_lib
 from detector.data import pipeline
 from detector.distributed import determinism, multihost, sharding
-from detector.evaluation import overlap, postprocess, visualize
+from detector.evaluation import (
+    coco_backends,
+    overlap,
+    postprocess,
+    visualize,
+)
 from detector.state import train_state as state_lib
-from detector.utils import coco_backends, files, progress
+from detector.utils import files, progress
 from ops import host_audit
 
 METRIC_NAMES = (
