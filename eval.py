@@ -15,9 +15,8 @@ import pathlib
 
 from absl import app, flags
 
-from detector import config as config_lib
 from detector.distributed import peers
-from detector.launch import cli, logs, run_config
+from detector.launch import cli, logs, run_config, validate
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run.", required=True
@@ -25,9 +24,7 @@ _WORKDIR = flags.DEFINE_string(
 _CONFIG = cli.define_config(
     "config", None, "Config file (default: <workdir>/config.json)."
 )
-_NMS = flags.DEFINE_enum(
-    "nms", None, config_lib.NMS_BACKENDS, "NMS backend for both NMS sites."
-)
+_NMS = cli.define_nms("NMS backend for both NMS sites.")
 _SPLIT = flags.DEFINE_string(
     "split",
     None,
@@ -50,9 +47,9 @@ def main(argv: list[str]) -> None:
     from detector.evaluation import eval_lib
 
     with cli.one_line_errors():
-        with config.unlocked():
-            if _NMS.value:
-                config_lib.set_nms_backend(config, _NMS.value)
+        if _NMS.value:
+            cli.set_nms_backend(config, _NMS.value)
+        validate.validate(config)  # before anything is read or written
         eval_lib.evaluate_checkpoint(
             config, workdir, split=_SPLIT.value, max_images=_MAX_IMAGES.value
         )

@@ -17,8 +17,7 @@ import pathlib
 
 from absl import app, flags
 
-from detector import config as config_lib
-from detector.launch import cli, logs, run_config
+from detector.launch import cli, logs, run_config, validate
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run.", required=True
@@ -34,12 +33,9 @@ _PLATFORMS = flags.DEFINE_list(
     "cpu,cuda,tpu",
     "Platforms to lower for, in one artifact: any of cpu, cuda, tpu.",
 )
-_NMS = flags.DEFINE_enum(
-    "nms",
-    None,
-    config_lib.NMS_BACKENDS,
+_NMS = cli.define_nms(
     "NMS backend for both NMS sites (default: the config's); cpu cannot "
-    "be exported.",
+    "be exported."
 )
 
 
@@ -50,6 +46,9 @@ def main(argv: list[str]) -> None:
     workdir = pathlib.Path(_WORKDIR.value).expanduser()
     config = run_config.load(_CONFIG, workdir)
     with cli.one_line_errors():
+        if _NMS.value:
+            cli.set_nms_backend(config, _NMS.value)
+        validate.validate(config)  # before anything is read or written
         from detector.export import exporter
 
         out = pathlib.Path(_OUT.value or workdir / "export")

@@ -52,11 +52,11 @@ _MAX_PIXELS = flags.DEFINE_integer(
     "it replaces Pillow's decompression-bomb guard).",
     lower_bound=0,
 )
-_NMS = flags.DEFINE_enum(
+_NMS = flags.DEFINE_string(
     "nms",
     None,
-    ("auto", "cpu", "while_loop", "pallas"),
-    "With --workdir: NMS backend for both NMS sites (default: the config's).",
+    "With --workdir: NMS backend for both NMS sites, a name of "
+    "ops.nms.BACKENDS (default: the config's).",
 )
 
 
@@ -68,15 +68,15 @@ def _in_process_predictor(workdir: pathlib.Path):
     """The model of `workdir`, restored and jitted here (imports it)."""
     from detector import config as config_lib
     from detector.export import in_process
-    from detector.launch import cli, logs
+    from detector.launch import cli, logs, validate
 
     logs.quiet_libraries()
 
     with cli.one_line_errors():
         config = config_lib.load_json(workdir / "config.json")
-        with config.unlocked():
-            if _NMS.value:
-                config_lib.set_nms_backend(config, _NMS.value)
+        if _NMS.value:
+            cli.set_nms_backend(config, _NMS.value)
+        validate.validate(config)
         return in_process.predictor(config, workdir)
 
 

@@ -21,9 +21,8 @@ import sys
 from absl import app, flags
 from ml_collections import config_flags
 
-from detector import config as config_lib
 from detector.distributed import peers, preemption
-from detector.launch import cli, logs, next_steps, run_config
+from detector.launch import cli, logs, next_steps, run_config, validate
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _CONFIG = cli.define_config(
@@ -34,12 +33,7 @@ _CONFIG = cli.define_config(
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Output folder (default: workdirs/<config name>)."
 )
-_NMS = flags.DEFINE_enum(
-    "nms",
-    None,
-    config_lib.NMS_BACKENDS,
-    "NMS backend for both NMS sites (default: the config's).",
-)
+_NMS = cli.define_nms("NMS backend for both NMS sites (default: the config's).")
 _STRICT = flags.DEFINE_bool(
     "strict_device",
     False,
@@ -84,10 +78,11 @@ def main(argv: list[str]) -> None:
         with cli.one_line_errors(
             FloatingPointError, host_audit.HostRoundTripError
         ):
+            if _NMS.value:
+                cli.set_nms_backend(config, _NMS.value)
             with config.unlocked():
-                if _NMS.value:
-                    config_lib.set_nms_backend(config, _NMS.value)
                 run_config.absolute_paths(config)  # config.json: from anywhere
+            validate.validate(config)  # before anything is built or written
             workdir = _WORKDIR.value or default_workdir()
             results = train_lib.train_and_evaluate(
                 config,

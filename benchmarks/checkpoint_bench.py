@@ -34,9 +34,8 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from detector import config as config_lib  # noqa: E402
-from detector.config import factory  # noqa: E402
-from detector.launch import cli  # noqa: E402
+from detector.build import model as factory  # noqa: E402
+from detector.launch import cli, validate  # noqa: E402
 from detector.state import checkpoint, optimizer  # noqa: E402
 from detector.state import train_state as state_lib  # noqa: E402
 
@@ -91,7 +90,7 @@ def main(argv: list[str]) -> None:
     del argv
     config = cli.config_value(_CONFIG)
     with cli.one_line_errors():
-        config_lib.validate(config)
+        validate.validate(config)
     tree = state_tree(config)
     reps = _REPS.value
     work = pathlib.Path(tempfile.mkdtemp())

@@ -234,7 +234,7 @@ def _coco_rows() -> dict:
     import io
 
     from detector.data import coco_folder
-    from detector.utils import coco_backends
+    from detector.evaluation import coco_backends
 
     rows = {}
     for count in DETECTIONS:
@@ -311,6 +311,7 @@ def whole_part() -> dict:
     from detector.data import shapes_writer as shapes
     from detector.evaluation import eval_lib
     from detector.export import in_process
+    from detector.launch import validate
     from detector.predict import runner
 
     # input_bench.py's flags clash with predict_bench.py's: another process.
@@ -333,6 +334,7 @@ def whole_part() -> dict:
     config.data.train_split = config.data.eval_split = "train"
     config.model.detection.score_threshold = 0.0
     config.model.detection.max_detections = 100
+    validate.validate(config)
     timed = {"compile_s": 0.0, "coco_s": 0.0, "device_s": 0.0}
     compile_predict, run_predict = (
         eval_lib.compile_predict,

@@ -37,8 +37,8 @@ from absl import app, flags  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from configs import coco_r50_fpn, shapes  # noqa: E402
-from detector import config as config_lib  # noqa: E402
 from detector.export import exporter, in_process, serving  # noqa: E402
+from detector.launch import cli, validate  # noqa: E402
 from detector.predict import artifact, runner  # noqa: E402
 from detector.state import checkpoint, optimizer, train_state  # noqa: E402
 
@@ -57,7 +57,8 @@ def shapes_config(root: pathlib.Path) -> ml_collections.ConfigDict:
     config = shapes.get_config()
     config.data.root = str(root / "no_data")
     config.model.detection.score_threshold = 0.0
-    config_lib.set_nms_backend(config, "auto")
+    cli.set_nms_backend(config, "auto")
+    validate.validate(config)
     return config
 
 

@@ -46,10 +46,9 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import batch_file, nms_bench, step_parts  # noqa: E402
-from detector import config as config_lib  # noqa: E402
 from detector.distributed import determinism, sharding  # noqa: E402
 from detector.engine import train_step as step_lib  # noqa: E402
-from detector.launch import cli  # noqa: E402
+from detector.launch import cli, validate  # noqa: E402
 from detector.state import optimizer  # noqa: E402
 from detector.state import train_state as state_lib  # noqa: E402
 from ops import host_audit  # noqa: E402
@@ -97,7 +96,7 @@ _TRACE = flags.DEFINE_string(
 def time_backend(config, backend: str, batches, mesh) -> dict:
     """Compiles and times the train step with one NMS backend."""
     config = copy.deepcopy(config)
-    config_lib.set_nms_backend(config, backend, allow_baselines=True)
+    cli.set_nms_backend(config, backend, allow_baselines=True)
     tx, schedule = optimizer.make_optimizer(config)
     graphdef, params, rest = state_lib.create_model(config, config.seed)
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
@@ -250,7 +249,7 @@ def main(argv) -> None:
     del argv
     config = cli.config_value(_CONFIG)
     with cli.one_line_errors():
-        config_lib.validate(config)
+        validate.validate(config)
     determinism.apply(config.train.deterministic)  # before any backend
     if _FLOPS_ONLY.value:
         for name, gflop in step_parts.count_parts(

@@ -44,6 +44,7 @@ from benchmarks import flops as flops_lib
 from detector import config as config_lib
 from detector.distributed import sharding
 from detector.engine import train_step as step_lib
+from detector.launch import cli
 from detector.state import optimizer
 from detector.state import train_state as state_lib
 from ops import roi_align
@@ -230,7 +231,7 @@ def _with_backend(
     config: ml_collections.ConfigDict, backend: str
 ) -> ml_collections.ConfigDict:
     config = copy.deepcopy(config)
-    config_lib.set_nms_backend(config, backend, allow_baselines=True)
+    cli.set_nms_backend(config, backend, allow_baselines=True)
     return config
 
 

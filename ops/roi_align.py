@@ -282,14 +282,20 @@ def resolve_implementation(name: str) -> str:
     Raises:
       ValueError: one line naming the unknown implementation.
     """
+    check_implementation(name)
     if name == "auto":
         return AUTO_IMPLEMENTATION.get(jax.default_backend(), "gather")
-    if name not in IMPLEMENTATIONS:
-        raise ValueError(
-            f"ROIAlign implementation {name!r} is not known; "
-            f"choose auto or {', '.join(IMPLEMENTATIONS)}"
-        )
     return name
+
+
+def check_implementation(name: str, label: str = "implementation") -> None:
+    """Raises one ValueError line naming `label` (an argument, or a config
+    key given in full) unless `name` is 'auto' or in IMPLEMENTATIONS."""
+    if name != "auto" and name not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"{label}={name!r}: unknown ROIAlign implementation; known: "
+            f"auto, {', '.join(IMPLEMENTATIONS)}"
+        )
 
 
 def roi_align(

@@ -44,6 +44,7 @@ from detector import config as config_lib
 from detector.build import model as factory
 from detector.engine import train_step as step_lib
 from detector.export import serving
+from detector.launch import cli, validate
 from detector.predict import artifact as artifact_lib
 from detector.state import optimizer
 from detector.state import train_state as state_lib
@@ -162,7 +163,7 @@ def model_for(name: str, platform: str, nms: str = "pallas") -> Model:
         config = coco_r50_fpn.get_config()
         config.data.image_size = R50_IMAGE_SIZE
     config.train.batch_size = BATCH
-    config_lib.set_nms_backend(config, nms)
+    cli.set_nms_backend(config, nms)
     default = "gpu" if platform == "cuda" else platform  # jax's name
     model = config.model
     model.dtype = str(config_lib.resolve_dtype(model.dtype, default))
@@ -170,7 +171,7 @@ def model_for(name: str, platform: str, nms: str = "pallas") -> Model:
         model.roi.align_implementation = roi_align.AUTO_IMPLEMENTATION.get(
             default, "gather"
         )
-    config_lib.validate(config)
+    validate.validate(config)
     return Model(config, *nnx.split(_build_model(config), nnx.Param, ...))
 
 

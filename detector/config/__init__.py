@@ -4,7 +4,11 @@ Config files in `configs/` start from `base_config()` and change what they
 need; every field a module reads is declared here, so a typo in an override
 (`--config.model.fpn_chanels=128`) is an error, not a silently ignored key.
 Each section (`data`, `model`, `train`, `eval`) lives in its own module with
-its defaults and its checks; `validate` runs them all.
+its defaults, ranges and the checks that need no registry; `check_schema`
+runs them all. Names that registries define (backbones, NMS backends, ...)
+are checked beside those registries, all at once by
+`detector.launch.validate` where a run starts; this package imports nothing
+of detector/ or ops/.
 
 Box convention everywhere: (x1, y1, x2, y2) in pixels of the padded model
 input, x2 and y2 exclusive (a COCO [x, y, w, h] box is [x, y, x + w, y + h]).
@@ -22,10 +26,7 @@ from detector.config import model as model_section
 from detector.config import ranges
 from detector.config import train as train_section
 from detector.config.checks import check_image_size
-from ops import host_audit
-from ops import nms as nms_lib
 
-NMS_BACKENDS = nms_lib.BACKENDS  # auto, cpu, while_loop, pallas
 resolve_dtype = model_section.resolve_dtype
 
 # Section name -> its module (defaults() and validate(config)).
@@ -40,16 +41,13 @@ SECTIONS = {
 RANGES: ranges.Table = {"seed": ranges.between(0, 2**32 - 1, "random seed")}
 
 __all__ = [
-    "NMS_BACKENDS",
     "SECTIONS",
+    "apply_variants",
     "base_config",
     "check_image_size",
-    "host_nms_advice",
+    "check_schema",
     "load_json",
-    "nms_backend_name",
     "resolve_dtype",
-    "set_nms_backend",
-    "validate",
 ]
 
 
@@ -91,8 +89,8 @@ def apply_variants(
     return config
 
 
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Checks every section before anything is built or written.
+def check_schema(config: ml_collections.ConfigDict) -> None:
+    """Checks every section's ranges and field combinations.
 
     Raises:
       ValueError: one line naming the first bad key, its value and the
@@ -101,33 +99,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
     ranges.check(config, "", RANGES, _top_level())
     for section in SECTIONS.values():
         section.validate(config)
-
-
-def set_nms_backend(
-    config: ml_collections.ConfigDict,
-    backend: str,
-    *,
-    allow_baselines: bool = False,
-) -> None:
-    """Points both NMS sites (RPN proposals, detections) at one backend.
-
-    `allow_baselines` also admits ops.nms.BASELINES ('topk', no suppression),
-    which benchmarks use to measure what NMS costs.
-    """
-    nms_lib.check_backend(backend, name="--nms", baselines=allow_baselines)
-    config.model.rpn.nms_backend = backend
-    config.model.detection.nms_backend = backend
-
-
-def host_nms_advice(finding: host_audit.HostRoundTrip) -> str:
-    """What to do about a host round-trip the audit found: for an NMS op,
-    the flags that keep NMS on the device."""
-    if "nms" not in finding.op_name:
-        return ""
-    return (
-        "the NMS backend 'cpu' runs on the host; use --nms=pallas or "
-        "--nms=while_loop"
-    )
 
 
 def _merge_json(
@@ -159,17 +130,3 @@ def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
     config = base_config()
     _merge_json(config, json.loads(path.read_text()), f"{path}: ")
     return config
-
-
-def nms_backend_name(config: ml_collections.ConfigDict) -> str:
-    """Both NMS sites' backend, with what 'auto' resolves to on this host."""
-    rpn, det = (
-        _resolved(config.model.rpn.nms_backend),
-        _resolved(config.model.detection.nms_backend),
-    )
-    return rpn if rpn == det else f"rpn={rpn},detection={det}"
-
-
-def _resolved(backend: str) -> str:
-    name = nms_lib.resolve_backend(backend)
-    return backend if name == backend else f"{backend} ({name})"

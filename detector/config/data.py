@@ -1,11 +1,12 @@
-"""config.data: the source, splits, input size and augmentation."""
+"""config.data: the source, splits, input size and augmentation.
+
+data.source, data.resize and data.shapes.image_size's lower end are checked
+beside their registries (detector/launch/validate.py)."""
 
 import ml_collections
 
 from detector.config import ranges
 from detector.config.checks import check, check_image_size
-from detector.data import shapes_writer
-from detector.imaging import images
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
@@ -31,15 +32,17 @@ RANGES: ranges.Table = {
     "data.lsj_min_box_size": ranges.at_least(0, "pixels"),
     "data.shapes.num_train": ranges.at_least(1, "images written"),
     "data.shapes.num_val": ranges.at_least(1, "images written"),
-    "data.shapes.image_size": ranges.at_least(
-        shapes_writer.MIN_IMAGE_SIZE, "side of the square images"
-    ),
+    # Its lower end is the writer's: data/shapes_writer.py MIN_IMAGE_SIZE.
+    "data.shapes.image_size": ranges.at_least(1, "side of the square images"),
     "data.shapes.seed": ranges.between(0, 2**32 - 1),
 }
 
 
 def defaults() -> ml_collections.ConfigDict:
-    """config.data: the source, splits, input size and augmentation."""
+    """config.data: the source, splits, input size and augmentation.
+
+    data.source, data.resize and data.shapes.image_size's lower end are checked
+    beside their registries (detector/launch/validate.py)."""
     data = ml_collections.ConfigDict()
     # 'shapes' (synthetic COCO-format folder, generated on demand),
     # 'coco_json' (a COCO-format folder), or 'tfds' (tfds coco/2017).
@@ -58,7 +61,7 @@ def defaults() -> ml_collections.ConfigDict:
     # each image is resized by data.resize and padded. Must be divisible by
     # 2**model.max_level.
     data.image_size = (1024, 1024)
-    # The resize rule (detector/imaging/images.py RESIZE_RULES):
+    # The resize rule (detector/data/resize.py):
     # 'letterbox' fits the long side to data.image_size (scale_jitter and
     # a random crop in training); 'shortest_edge' is torchvision's and
     # detectron2's: short side min_size (one drawn per training image, the
@@ -117,14 +120,3 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"must be in (0, data.lsj_max={data.lsj_max}]",
     )
     check_image_size(config.data.image_size)
-    _check_resize(config.data)
-
-
-def _check_resize(data: ml_collections.ConfigDict) -> None:
-    """data.resize names a rule (its sizes have their ranges in RANGES)."""
-    check(
-        data.resize in images.RESIZE_RULES,
-        "data.resize",
-        data.resize,
-        f"must be one of {', '.join(images.RESIZE_RULES)}",
-    )

@@ -1,11 +1,11 @@
-"""config.eval: batch size, subset, visualisation, pasting, COCOeval."""
+"""config.eval: batch size, subset, visualisation, pasting, COCOeval.
+
+eval.mask_paste and eval.coco_backend are checked beside their registries
+(detector/launch/validate.py)."""
 
 import ml_collections
 
 from detector.config import ranges
-from detector.config.checks import check
-from detector.imaging import masks as mask_paste
-from detector.utils import coco_backends
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
@@ -27,27 +27,13 @@ def defaults() -> ml_collections.ConfigDict:
     # pixel centres inside the box, probability >= 0.5) or 'torchvision'
     # (its paste_masks_in_image: one-cell border, integer box, > 0.5).
     evaluation.mask_paste = "centres"
-    # Which COCOeval computes the metrics: 'faster_coco_eval' (C++, the
-    # same 12 numbers) or 'pycocotools'; pycocotools where the first is
-    # not installed.
-    evaluation.coco_backend = coco_backends.DEFAULT
+    # Which COCOeval computes the metrics (evaluation/coco_backends.py):
+    # 'faster_coco_eval' (C++, the same 12 numbers) or 'pycocotools';
+    # pycocotools where the first is not installed.
+    evaluation.coco_backend = "faster_coco_eval"
     return evaluation
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad eval section."""
     ranges.check(config, "eval", RANGES, defaults())
-    paste = config.eval.mask_paste
-    check(
-        paste in mask_paste.MASK_PASTERS,
-        "eval.mask_paste",
-        paste,
-        f"unknown mask pasting; known: {', '.join(mask_paste.MASK_PASTERS)}",
-    )
-    backend = config.eval.coco_backend
-    check(
-        backend in coco_backends.BACKENDS,
-        "eval.coco_backend",
-        backend,
-        f"unknown COCOeval backend; known: {', '.join(coco_backends.BACKENDS)}",
-    )

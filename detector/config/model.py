@@ -1,8 +1,8 @@
 """config.model: backbone, FPN, anchors, heads, losses and dtype.
 
-The registries the checks read (backbones, norms, ROIAlign implementations,
-NMS backends) live with the code they name; this module only validates the
-config against them.
+The names the registries define (backbones, norms, box heads, ROIAlign
+implementations, NMS backends) are checked beside them
+(detector/launch/validate.py); this module checks ranges and combinations.
 """
 
 import jax
@@ -11,13 +11,13 @@ import ml_collections
 
 from detector.config import ranges
 from detector.config.checks import check, check_image_size, get
-from detector.modeling import backbone, box_heads, fpn, norms
-from ops import nms as nms_lib
-from ops import roi_align
 
 DTYPES = ("auto", "float32", "bfloat16")
 # 'auto' per jax.default_backend(); other platforms get float32.
 _AUTO_DTYPES = {"cpu": "float32", "gpu": "bfloat16", "tpu": "bfloat16"}
+# The backbone norms that an 'auto' FPN output or mask head norm repeats
+# (the 2017 layouts); any other backbone norm gives those layers none.
+_AUTO_HEAD_NORMS = ("group", "batch")
 
 _IOU = ranges.between(0, 1, "an IoU")
 _COUNT = ranges.at_least(1)
@@ -27,10 +27,9 @@ _WEIGHTS = ranges.each(ranges.above(0), length=4, shape="(x, y, w, h)")
 RANGES: ranges.Table = {
     "model.backbone_width": ranges.at_least(1, "channels of the stem"),
     "model.frozen_bn_epsilon": ranges.at_least(0),
-    "model.freeze_at": ranges.between(
-        0,
-        backbone.MAX_FREEZE_AT,
-        "0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...",
+    # Its upper end is the backbone's: modeling/backbone.py MAX_FREEZE_AT.
+    "model.freeze_at": ranges.at_least(
+        0, "0: nothing frozen, 1: the stem, 2: the stem and stage 1, ..."
     ),
     "model.group_norm_groups": ranges.at_least(1, "GroupNorm groups"),
     "model.fpn_channels": ranges.at_least(1, "FPN channels"),
@@ -269,22 +268,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad model section."""
     ranges.check(config, "model", RANGES, defaults())
     model, data = config.model, config.data
-    roi, rpn_cfg, det = model.roi, model.rpn, model.detection
-    levels = backbone.entry(model.backbone)
-    check(
-        model.norm in backbone.NORMS,
-        "model.norm",
-        model.norm,
-        f"unknown norm; known: {', '.join(backbone.NORMS)}",
-    )
+    roi, rpn_cfg = model.roi, model.rpn
     resolve_dtype(model.dtype)
-    check(
-        levels.min_level <= model.min_level <= levels.max_level,
-        "model.min_level",
-        model.min_level,
-        f"must be in [{levels.min_level}, {levels.max_level}] (the "
-        f"feature levels model.backbone={model.backbone!r} provides)",
-    )
     check(
         not (model.backbone_init and model.init_checkpoint),
         "model.init_checkpoint",
@@ -307,12 +292,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"(height, width) must be divisible by "
         f"the coarsest stride 2**model.max_level={stride}",
     )
-    # Baselines (no suppression) are admitted for the benchmarks.
-    for key, backend in (
-        ("model.rpn.nms_backend", rpn_cfg.nms_backend),
-        ("model.detection.nms_backend", det.nms_backend),
-    ):
-        nms_lib.check_backend(backend, name=f"config.{key}")
     if model.norm == "group":
         groups = model.group_norm_groups
         for key, channels in (
@@ -333,14 +312,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
         "must be 2 * model.roi.mask_pool_size",
     )
     check(
-        roi.align_implementation == "auto"
-        or roi.align_implementation in roi_align.IMPLEMENTATIONS,
-        "model.roi.align_implementation",
-        roi.align_implementation,
-        f"unknown implementation; known: auto, "
-        f"{', '.join(roi_align.IMPLEMENTATIONS)}",
-    )
-    check(
         int(roi.num_rois * roi.fg_fraction) >= 1,
         "model.roi.fg_fraction",
         roi.fg_fraction,
@@ -359,42 +330,29 @@ def validate(config: ml_collections.ConfigDict) -> None:
     _validate_heads(model)
 
 
+def _auto_head_norm(norm: str) -> str:
+    """The norm of the layers an 'auto' leaves to the backbone norm `norm`
+    (FPN outputs, mask head): itself where it is 'group' or 'batch'."""
+    return norm if norm in _AUTO_HEAD_NORMS else "none"
+
+
 def fpn_norms(model: ml_collections.ConfigDict) -> tuple[str, str]:
     """(lateral, output) conv norms of the FPN (model.fpn_norm; 'auto':
-    none in the laterals, fpn.head_norm(model.norm) in the outputs)."""
+    none in the laterals, model.norm 'group' or 'batch' in the outputs)."""
     if model.fpn_norm == "auto":
-        return "none", fpn.head_norm(model.norm)
+        return "none", _auto_head_norm(model.norm)
     return model.fpn_norm, model.fpn_norm
 
 
 def mask_head_norm(model: ml_collections.ConfigDict) -> str:
-    """The mask head's conv norm (model.roi.mask_head_norm, 'auto' as
-    fpn.head_norm(model.norm))."""
+    """The mask head's conv norm (model.roi.mask_head_norm; 'auto':
+    model.norm 'group' or 'batch', else none)."""
     norm = model.roi.mask_head_norm
-    return fpn.head_norm(model.norm) if norm == "auto" else norm
+    return _auto_head_norm(model.norm) if norm == "auto" else norm
 
 
 def _validate_heads(model: ml_collections.ConfigDict) -> None:
-    """The norms, depths and kinds of the FPN and the heads."""
-    known = ", ".join(norms.HEAD_NORMS)
-    for key, value, auto in (
-        ("model.fpn_norm", model.fpn_norm, True),
-        ("model.rpn.head_norm", model.rpn.head_norm, False),
-        ("model.roi.box_head_norm", model.roi.box_head_norm, False),
-        ("model.roi.mask_head_norm", model.roi.mask_head_norm, True),
-    ):
-        check(
-            value in norms.HEAD_NORMS or (auto and value == "auto"),
-            key,
-            value,
-            f"unknown norm; known: {'auto, ' if auto else ''}{known}",
-        )
-    check(
-        model.roi.box_head in box_heads.BOX_HEADS,
-        "model.roi.box_head",
-        model.roi.box_head,
-        f"unknown box head; known: {', '.join(box_heads.BOX_HEADS)}",
-    )
+    """GroupNorm channel counts of the FPN and the heads."""
     groups = model.group_norm_groups
     for key, channels, norm in (
         ("fpn_channels", model.fpn_channels, fpn_norms(model)[1]),

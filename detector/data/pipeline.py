@@ -16,7 +16,7 @@ import tensorflow as tf
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import augment, transforms
+from detector.data import augment, sources, transforms
 from detector.data.sources import base as source_lib
 from detector.data.sources import coco_json
 from detector.data.sources import shapes as shapes_source
@@ -28,6 +28,7 @@ SOURCES: dict[str, type[source_lib.Source]] = {
     "coco_json": coco_json.CocoJsonSource,
     "tfds": tfds_coco.TfdsSource,
 }
+assert tuple(SOURCES) == sources.NAMES
 
 
 @functools.cache
@@ -71,12 +72,8 @@ def _per_process(global_size: int, count: int, key: str) -> int:
 
 def _source_class(config: ml_collections.ConfigDict) -> type[source_lib.Source]:
     """The registered class of `data.source`; ValueError names the key."""
-    source = config.data.source
-    if source not in SOURCES:
-        raise ValueError(
-            f"data.source={source!r} is not one of {', '.join(SOURCES)}"
-        )
-    return SOURCES[source]
+    sources.check_name(config.data.source, "data.source")
+    return SOURCES[config.data.source]
 
 
 def prepare(config: ml_collections.ConfigDict) -> None:

@@ -218,6 +218,16 @@ def check_can_write(out_dir: str, split: str) -> None:
         )
 
 
+def check_image_size(size: int, key: str) -> None:
+    """Raises one ValueError line naming config `key` unless `size` is at
+    least MIN_IMAGE_SIZE."""
+    if size < MIN_IMAGE_SIZE:
+        raise ValueError(
+            f"config.{key}={size!r}: must be >= {MIN_IMAGE_SIZE} (side of "
+            "the square shapes images)"
+        )
+
+
 def _check_arguments(split: str, num_images: int, image_size: int) -> None:
     """ValueError naming the first bad argument of `write_split`."""
     if split not in SPLITS:

@@ -16,7 +16,6 @@ from clu import periodic_actions
 from flax import nnx
 from jax.sharding import Mesh
 
-from detector import config as config_lib
 from detector.data import pipeline
 from detector.distributed import determinism, multihost, preemption, sharding
 from detector.engine import train_metrics
@@ -26,6 +25,7 @@ from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from detector.utils import workdir_lock
 from ops import host_audit
+from ops import nms as nms_lib
 
 
 def prepare_workdir(workdir: str | pathlib.Path) -> pathlib.Path:
@@ -92,10 +92,10 @@ def train_and_evaluate(
     caught ends the run after the current step with a checkpoint of it:
     raises `preemption.Preempted`. A workdir trained to num_steps returns
     {hooks.complete_key: step, ...its saved evaluation} without evaluating
-    again, unless `evaluate_finished`.
+    again, unless `evaluate_finished`. The caller validates `config` first
+    (detector/launch/validate.py, where a run starts).
     """
     multihost.check_same_config(config)
-    config_lib.validate(config)  # before anything is written
     mesh = sharding.make_mesh()
     sharding.check_divisible("train.batch_size", config.train.batch_size, mesh)
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
@@ -205,13 +205,15 @@ def _train(
         key,
         program="train_step",
         strict=strict,
-        advice=config_lib.host_nms_advice,
+        advice=nms_lib.host_advice,
     )
     # The restore and the audits passed: config.json, config.<step>.json.
     hooks.save_config(workdir, config, start_step)
     run.log = train_metrics.MetricsLog(
         workdir,
-        backend=config_lib.nms_backend_name(config),
+        backend=nms_lib.backend_name(
+            config.model.rpn.nms_backend, config.model.detection.nms_backend
+        ),
         host_roundtrips=len(findings),
         images_per_step=config.train.batch_size,
         deterministic=determinism.enabled(),

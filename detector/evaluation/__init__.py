@@ -1,1 +1,2 @@
-"""COCO evaluation of a checkpoint and drawing of its detections."""
+"""COCO evaluation of a checkpoint and drawing of its detections; COCOeval
+backends by name (`coco_backends`)."""

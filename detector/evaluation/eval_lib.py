@@ -14,8 +14,8 @@ in a file name):
      "predict_latency_ms_per_image": median, "nms_backend": ...,
      "host_roundtrips_per_predict": n, "deterministic": bool}
 and `<workdir>/eval_<slug>.png` with the predictions drawn over the first
-images. The COCOeval backend (eval.coco_backend, utils/coco_backends.py) prints
-the standard 12-number summaries.
+images. The COCOeval backend (eval.coco_backend, coco_backends.py) prints the
+standard 12-number summaries.
 """
 
 import dataclasses
@@ -35,13 +35,18 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from pycocotools import coco as coco_lib
 
-from detector import config as config_lib
 from detector.data import pipeline
 from detector.distributed import determinism, multihost, sharding
-from detector.evaluation import overlap, postprocess, visualize
+from detector.evaluation import (
+    coco_backends,
+    overlap,
+    postprocess,
+    visualize,
+)
 from detector.state import train_state as state_lib
-from detector.utils import coco_backends, files, progress
+from detector.utils import files, progress
 from ops import host_audit
+from ops import nms as nms_lib
 
 METRIC_NAMES = (
     "AP",
@@ -118,7 +123,7 @@ def compile_predict(
         sizes,
         program="predict",
         strict=strict,
-        advice=config_lib.host_nms_advice,
+        advice=nms_lib.host_advice,
     )
     return CompiledPredict(compiled, findings)
 
@@ -308,7 +313,9 @@ def evaluate(
         )
     summary.update(
         predict_latency_ms_per_image=float(np.median(latencies)),
-        nms_backend=config_lib.nms_backend_name(config),
+        nms_backend=nms_lib.backend_name(
+            config.model.rpn.nms_backend, config.model.detection.nms_backend
+        ),
         host_roundtrips_per_predict=len(predict.findings),
         deterministic=determinism.enabled(),
     )
@@ -347,13 +354,14 @@ def evaluate_checkpoint(
     starts (another run's weights, or a torchvision Mask R-CNN file) is
     evaluated as is.
 
+    The caller validates `config` first (detector/launch/validate.py).
+
     Raises:
-      ValueError: an empty `split`, a negative `max_images` or a bad config
-        value, before anything is read; a split the data does not have,
-        before the checkpoint is read.
+      ValueError: an empty `split` or a negative `max_images`, before
+        anything is read; a split the data does not have, before the
+        checkpoint is read.
     """
     check_request(split, max_images)
-    config_lib.validate(config)
     multihost.check_same_config(config)
     state_lib.check_restorable(config, workdir)
     split = config.data.eval_split if split is None else split

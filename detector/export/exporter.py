@@ -10,7 +10,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
-from detector import config as config_lib
 from detector.distributed import sharding
 from detector.export import categories as categories_lib
 from detector.export import serving
@@ -59,8 +58,8 @@ def nms_per_platform(
     error instead of the config key).
 
     Raises:
-      ValueError: a site resolves to the host 'cpu' backend somewhere: its
-        pure_callback cannot be serialized.
+      ValueError: an unknown backend, or a site that resolves to the host
+        'cpu' backend somewhere: its pure_callback cannot be serialized.
     """
     resolved = {}
     for platform in platforms:
@@ -68,6 +67,7 @@ def nms_per_platform(
         for site in _NMS_SITES:
             name = config.model[site].nms_backend
             key = f"config.model.{site}.nms_backend"
+            nms_lib.check_backend(name, name="--nms" if nms else key)
             backend = nms_lib.resolve_backend(name, platform)
             if backend == "cpu":
                 source = f"--nms={nms}" if nms else f"{key}={name!r}"
@@ -151,20 +151,18 @@ def export_workdir(
 ) -> dict:
     """Exports the newest checkpoint of `workdir` to `out`; returns the meta.
 
-    `nms` (the --nms flag) replaces the config's backend at both sites.
+    `nms` is the --nms flag's value, already set in `config` at both sites
+    by the caller, which also validated `config`
+    (detector/launch/validate.py); errors name the flag.
 
-    Everything that can be checked (platforms, NMS backends, the config,
-    the categories) is checked before the checkpoint is read or anything is
+    Everything else that can be checked (platforms, NMS backends, the
+    categories) is checked before the checkpoint is read or anything is
     written.
 
     Raises:
       ValueError / FileNotFoundError: one line naming the flag, key or file.
     """
     check_platforms(platforms)
-    if nms:
-        with config.unlocked():
-            config_lib.set_nms_backend(config, nms)
-    config_lib.validate(config)
     nms_backends = nms_per_platform(config, platforms, nms)
     files.check_writable_folder(out, "--out")
     model = served(config, workdir)

@@ -7,7 +7,6 @@ import pathlib
 import jax
 import ml_collections
 
-from detector import config as config_lib
 from detector.export import exporter, serving
 from detector.predict import runner
 
@@ -15,13 +14,13 @@ from detector.predict import runner
 def predictor(
     config: ml_collections.ConfigDict, workdir: pathlib.Path
 ) -> runner.Predictor:
-    """A Predictor of the newest intact checkpoint of `workdir`.
+    """A Predictor of the newest intact checkpoint of `workdir` (`config`
+    validated by the caller: detector/launch/validate.py).
 
     Raises:
-      ValueError / FileNotFoundError: a bad config, unreadable categories
-        or no intact checkpoint (one line).
+      ValueError / FileNotFoundError: unreadable categories or no intact
+        checkpoint (one line).
     """
-    config_lib.validate(config)
     model = exporter.served(config, workdir)
     fn = jax.jit(model.fn)
     return runner.Predictor(

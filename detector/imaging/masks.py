@@ -508,6 +508,16 @@ MASK_PASTERS = {
 }
 
 
+def check_paster(name: str, key: str) -> None:
+    """Raises one ValueError line naming config `key` for an unknown
+    pasting rule."""
+    if name not in MASK_PASTERS:
+        raise ValueError(
+            f"config.{key}={name!r}: unknown mask pasting; known: "
+            f"{', '.join(MASK_PASTERS)}"
+        )
+
+
 def uncompressed_rle(mask: np.ndarray) -> dict:
     """COCO's uncompressed RLE of bool[H, W]: {"size", "counts": [int]}.
 

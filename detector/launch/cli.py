@@ -10,6 +10,8 @@
   `jax.distributed.initialize()` before anything touches a device.
 - `start_jax(config, multihost_flags)` does what must come before JAX starts a
   backend: the XLA flags of `config.train.deterministic`, then multi-host.
+- `--nms`: `define_nms` lists ops.nms.BACKENDS; `set_nms_backend` points
+  both NMS sites of a config at one backend.
 """
 
 import contextlib
@@ -23,6 +25,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from detector.distributed import determinism, multihost, peers
+from ops import nms
 
 MULTIHOST_MODES = ("auto", "on", "off")
 MULTIHOST_HELP = (
@@ -150,6 +153,28 @@ def one_line_errors(*errors: type[Exception]) -> Iterator[None]:
         fail(os_error_message(e))
     except (ValueError, *errors) as e:
         fail(_one_line(e))
+
+
+def define_nms(help_text: str) -> flags.FlagHolder:
+    """The --nms flag: a name of ops.nms.BACKENDS, or None (the config's)."""
+    return flags.DEFINE_enum("nms", None, nms.BACKENDS, help_text)
+
+
+def set_nms_backend(
+    config: ml_collections.ConfigDict,
+    backend: str,
+    *,
+    allow_baselines: bool = False,
+) -> None:
+    """Points both NMS sites (RPN proposals, detections) at `backend` (the
+    --nms flag's value; ValueError naming it for an unknown name).
+
+    `allow_baselines` also admits ops.nms.BASELINES ('topk', no
+    suppression), which benchmarks use to measure what NMS costs.
+    """
+    nms.check_backend(backend, name="--nms", baselines=allow_baselines)
+    config.model.rpn.nms_backend = backend
+    config.model.detection.nms_backend = backend
 
 
 def _env_count(env: Mapping[str, str], name: str) -> int:

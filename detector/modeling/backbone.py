@@ -374,13 +374,38 @@ BACKBONES: dict[str, BackboneEntry] = {
 MAX_FREEZE_AT = 5  # stem + four stages
 
 
-def entry(name: str) -> BackboneEntry:
-    """The registry entry of `name` (ValueError naming model.backbone)."""
+def check_name(name: str, key: str) -> None:
+    """Raises one ValueError line naming config `key` for an unknown
+    backbone."""
     if name not in BACKBONES:
         raise ValueError(
-            f"config.model.backbone={name!r}: unknown backbone; "
+            f"config.{key}={name!r}: unknown backbone; "
             f"known: {', '.join(BACKBONES)}"
         )
+
+
+def check_norm(name: str, key: str) -> None:
+    """Raises one ValueError line naming config `key` for an unknown
+    backbone norm."""
+    if name not in NORMS:
+        raise ValueError(
+            f"config.{key}={name!r}: unknown norm; known: {', '.join(NORMS)}"
+        )
+
+
+def check_freeze_at(freeze_at: int, key: str) -> None:
+    """Raises one ValueError line naming config `key` unless `freeze_at`
+    names parts the backbones have (0 to MAX_FREEZE_AT)."""
+    if not 0 <= freeze_at <= MAX_FREEZE_AT:
+        raise ValueError(
+            f"config.{key}={freeze_at!r}: must be in [0, {MAX_FREEZE_AT}] "
+            "(0: nothing frozen, 1: the stem, 2: the stem and stage 1, ...)"
+        )
+
+
+def entry(name: str) -> BackboneEntry:
+    """The registry entry of `name` (ValueError naming model.backbone)."""
+    check_name(name, "model.backbone")
     return BACKBONES[name]
 
 

@@ -136,6 +136,16 @@ BOX_HEADS: dict[str, Callable[..., nnx.Module]] = {
 }
 
 
+def check_name(name: str, key: str) -> None:
+    """Raises one ValueError line naming config `key` for an unknown box
+    head."""
+    if name not in BOX_HEADS:
+        raise ValueError(
+            f"config.{key}={name!r}: unknown box head; "
+            f"known: {', '.join(BOX_HEADS)}"
+        )
+
+
 def build(
     options: BoxHeadOptions,
     num_classes: int,
@@ -144,9 +154,5 @@ def build(
     rngs: nnx.Rngs,
 ) -> nnx.Module:
     """The box head `options.name` (ValueError naming model.roi.box_head)."""
-    if options.name not in BOX_HEADS:
-        raise ValueError(
-            f"config.model.roi.box_head={options.name!r}: unknown box head; "
-            f"known: {', '.join(BOX_HEADS)}"
-        )
+    check_name(options.name, "model.roi.box_head")
     return BOX_HEADS[options.name](options, num_classes, dtype=dtype, rngs=rngs)

@@ -21,12 +21,6 @@ from flax import nnx
 from detector.modeling import extents, norms
 
 
-def head_norm(norm: str) -> str:
-    """The norm of new layers (FPN outputs, mask head) that a backbone norm
-    implies where the config leaves it 'auto' (the 2017 layouts)."""
-    return norm if norm in ("group", "batch") else "none"
-
-
 def _upsample2x(x: jax.Array) -> jax.Array:
     """Nearest-neighbour 2x upsampling of [B, H, W, C]."""
     batch, height, width, channels = x.shape

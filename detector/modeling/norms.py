@@ -158,13 +158,15 @@ HEAD_NORMS: dict[str, Callable[..., nnx.Module | None]] = {
 }
 
 
-def check_name(key: str, name: str) -> None:
-    """Raises one ValueError line naming config `key` for an unknown norm."""
-    if name not in HEAD_NORMS:
-        raise ValueError(
-            f"config.{key}={name!r}: unknown norm; known: "
-            f"{', '.join(HEAD_NORMS)}"
-        )
+def check_name(name: str, key: str, *, auto: bool = False) -> None:
+    """Raises one ValueError line naming config `key` for an unknown head
+    norm; `auto` also admits 'auto' (the config's 2017 layouts)."""
+    if name in HEAD_NORMS or (auto and name == "auto"):
+        return
+    raise ValueError(
+        f"config.{key}={name!r}: unknown norm; known: "
+        f"{'auto, ' if auto else ''}{', '.join(HEAD_NORMS)}"
+    )
 
 
 class ConvNorm(nnx.Module):

@@ -1,3 +1,3 @@
 """Small services with no model in them: result files written whole and
 free space (`files`), one run per workdir (`workdir_lock`), progress
-bars (`progress`), COCOeval backends by name (`coco_backends`)."""
+bars (`progress`)."""

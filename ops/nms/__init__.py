@@ -27,6 +27,7 @@ from absl import logging
 from jax import lax
 from jax.typing import ArrayLike
 
+from ops import host_audit
 from ops.nms import cpu, dispatch, pallas, pallas_gpu, topk, while_loop
 
 _IMPLEMENTATIONS = {
@@ -166,6 +167,30 @@ def resolve_backend(backend: str, platform: str | None = None) -> str:
     if backend != "auto":
         return backend
     return auto_backend(platform or jax.default_backend())
+
+
+def backend_name(rpn: str, detection: str) -> str:
+    """The backends of the two NMS sites for a log line, 'auto' with what it
+    resolves to on this host: 'pallas', or 'rpn=cpu,detection=auto
+    (pallas)' where they differ."""
+    rpn, detection = _resolved(rpn), _resolved(detection)
+    return rpn if rpn == detection else f"rpn={rpn},detection={detection}"
+
+
+def _resolved(backend: str) -> str:
+    name = resolve_backend(backend)
+    return backend if name == backend else f"{backend} ({name})"
+
+
+def host_advice(finding: host_audit.HostRoundTrip) -> str:
+    """What to do about a host round-trip the audit found: for an NMS op,
+    the backends that keep NMS on the device ('' for any other op)."""
+    if "nms" not in finding.op_name:
+        return ""
+    return (
+        "the NMS backend 'cpu' runs on the host; use --nms=pallas or "
+        "--nms=while_loop"
+    )
 
 
 def _auto(boxes, scores, classes, **params):

@@ -3,7 +3,7 @@
 import pytest
 
 from configs import coco_r50_fpn
-from detector import config as config_lib
+from detector.launch.validate import validate
 from detector.modeling import backbone
 from detector.state import optimizer
 
@@ -42,7 +42,7 @@ def test_default_is_the_pretrained_1x_recipe():
         train.warmup_init_factor,
     ) == (16, 0.02, 90_000, 1000, 0.001)
     assert optimizer.step_boundaries(train) == (60_000, 80_000)
-    config_lib.validate(config)
+    validate(config)
 
 
 @pytest.mark.parametrize(
@@ -91,7 +91,7 @@ def test_variants_combine_and_unknown_ones_are_one_line():
     assert (config.model.norm, config.model.backbone) == ("group", "resnet18")
     assert config.train.num_steps == 4
     assert config.data.eval_split == "val2017[:8]"
-    config_lib.validate(config)
+    validate(config)
     shapes = coco_r50_fpn.get_config("shapes,runlocal").data
     assert (shapes.source, shapes.eval_split) == ("shapes", "val[:8]")
     with pytest.raises(

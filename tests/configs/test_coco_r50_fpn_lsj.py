@@ -4,8 +4,8 @@ import pytest
 from flax import nnx
 
 from configs import coco_r50_fpn_lsj
-from detector import config as config_lib
 from detector.build import model as factory
+from detector.launch.validate import validate
 from detector.state import optimizer
 
 
@@ -34,7 +34,7 @@ def test_default_is_detectron2s_100_epoch_lsj_recipe():
     ) == (64, 0.1, 184_375, 500, 0.067, 4e-5, 0.9)
     assert optimizer.step_boundaries(train) == (163_889, 177_546)
     assert train.step_factor == 0.1
-    config_lib.validate(config)
+    validate(config)
 
 
 @pytest.mark.parametrize(
@@ -58,7 +58,7 @@ def test_lr_steps_and_warmup_follow_the_batch(
 @pytest.mark.parametrize("variant", ["imagenet", "runlocal", "shapes"])
 def test_variants_validate_and_build(variant):
     config = coco_r50_fpn_lsj.get_config(variant)
-    config_lib.validate(config)
+    validate(config)
     model = nnx.eval_shape(
         lambda: factory.build_model(config, rngs=nnx.Rngs(0))
     )
@@ -84,7 +84,7 @@ def test_shapes_then_runlocal_is_a_smoke_run_on_the_shapes_set():
         2,
         4,
     )
-    config_lib.validate(config)
+    validate(config)
 
 
 def test_unknown_variant_is_one_line():

@@ -10,6 +10,7 @@ import numpy as np
 from flax import nnx
 
 from detector import config as config_lib
+from detector.launch import cli
 
 IMAGE = 64
 MAX_INSTANCES = 4
@@ -42,7 +43,7 @@ def tiny_config(backend: str = "while_loop") -> ml_collections.ConfigDict:
     roi.max_mask_rois = 8
     model.detection.max_detections = 10
     model.detection.pre_nms_top_k = 64
-    config_lib.set_nms_backend(config, backend)
+    cli.set_nms_backend(config, backend)
     return config
 
 

@@ -310,5 +310,12 @@ def test_bfloat16_gradient_accumulates_in_float32():
 
 
 def test_unknown_implementation_is_one_clear_error():
-    with pytest.raises(ValueError, match="ROIAlign implementation 'dense'"):
+    with pytest.raises(
+        ValueError,
+        match=r"^implementation='dense': unknown ROIAlign implementation; "
+        r"known: auto, gather, matmul$",
+    ):
         roi_align.resolve_implementation("dense")
+    with pytest.raises(ValueError, match=r"^config\.model\.roi\.x='dense'"):
+        roi_align.check_implementation("dense", "config.model.roi.x")
+    roi_align.check_implementation("auto", "config.model.roi.x")

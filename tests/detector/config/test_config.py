@@ -1,17 +1,32 @@
 """detector/config/: the sections' defaults, their one-line checks, and
-config.json read back into the schema's types."""
+config.json read back into the schema's types; the whole check of a run's
+config (detector/launch/validate.py: the schema, then each registry name)."""
 
 import json
 
 import pytest
 
 from detector import config as config_lib
+from detector.config import model as model_config
+from detector.evaluation import coco_backends
+from detector.launch import validate
 
 
 def test_the_schema_is_the_seed_and_one_entry_per_section():
     config = config_lib.base_config()
     assert set(config) == {"seed", *config_lib.SECTIONS}
-    config_lib.validate(config)  # the defaults pass their own checks
+    config_lib.check_schema(config)  # the defaults pass their own checks
+    validate.validate(config)  # and name what the registries hold
+    assert config.eval.coco_backend == coco_backends.DEFAULT
+
+
+def test_the_schema_leaves_names_to_their_registries():
+    """check_schema passes an unknown backbone; validate names it."""
+    config = config_lib.base_config()
+    config.model.backbone = "resnet34"
+    config_lib.check_schema(config)
+    with pytest.raises(ValueError, match=r"^config\.model\.backbone="):
+        validate.validate(config)
 
 
 @pytest.mark.parametrize(
@@ -35,6 +50,17 @@ def test_the_schema_is_the_seed_and_one_entry_per_section():
         ("model.detection.min_box_size", -1.0, "must be >= 0"),
         ("model.roi.level_eps", -1e-6, "must be >= 0"),
         ("model.frozen_bn_epsilon", -1.0, "must be >= 0"),
+        ("data.source", "csv", "is not one of shapes, coco_json, tfds"),
+        ("data.shapes.image_size", 16, "must be >= 32"),
+        ("model.backbone", "resnet34", "unknown backbone; known: resnet18"),
+        ("model.norm", "layer", "unknown norm; known: group"),
+        ("model.freeze_at", 6, "must be in [0, 5]"),
+        ("model.fpn_norm", "layer", "known: auto, none"),
+        ("model.roi.box_head", "2conv", "unknown box head; known: 2fc"),
+        ("model.roi.box_head_norm", "auto", "unknown norm; known: none"),
+        ("model.roi.align_implementation", "dense", "unknown ROIAlign"),
+        ("model.rpn.nms_backend", "fast", "is not a known NMS backend"),
+        ("model.detection.nms_backend", "fast", "known backends: auto"),
     ],
 )
 def test_a_bad_field_of_any_section_is_one_line_naming_it(key, value, words):
@@ -45,7 +71,7 @@ def test_a_bad_field_of_any_section_is_one_line_naming_it(key, value, words):
         node = node[parent]
     node[leaf] = value
     with pytest.raises(ValueError) as error:
-        config_lib.validate(config)
+        validate.validate(config)
     message = str(error.value)
     assert message.startswith(f"config.{key}=") and words in message
     assert "\n" not in message
@@ -57,6 +83,25 @@ def test_unknown_dtype_fails_with_one_line_naming_model_dtype():
     message = str(error.value)
     assert message.startswith("config.model.dtype='fp16'")
     assert "auto" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "norm, fpn, mask",
+    [
+        ("group", ("none", "group"), "group"),
+        ("batch", ("none", "batch"), "batch"),
+        ("sync_batch", ("none", "none"), "none"),
+        ("frozen_batch", ("none", "none"), "none"),
+    ],
+)
+def test_auto_head_norms_follow_the_2017_layouts(norm, fpn, mask):
+    model = config_lib.base_config().model
+    model.norm = norm
+    assert model_config.fpn_norms(model) == fpn
+    assert model_config.mask_head_norm(model) == mask
+    model.fpn_norm = model.roi.mask_head_norm = "sync_batch"
+    assert model_config.fpn_norms(model) == ("sync_batch", "sync_batch")
+    assert model_config.mask_head_norm(model) == "sync_batch"
 
 
 def test_config_json_reads_back_with_tuples(tmp_path):

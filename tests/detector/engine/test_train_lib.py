@@ -21,6 +21,7 @@ from detector.data import pipeline
 from detector.distributed import determinism, sharding
 from detector.engine import train_lib, train_metrics, train_step
 from detector.evaluation import eval_lib
+from detector.launch import cli, validate
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from ops import host_audit
@@ -198,7 +199,7 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
 ):
     _, straight = resumed_and_straight
     config = shapes_config.copy_and_resolve_references()
-    config_lib.set_nms_backend(config, "cpu")
+    cli.set_nms_backend(config, "cpu")
     with caplog.at_level("INFO"):
         summary = eval_lib.evaluate_checkpoint(config, straight)
     assert summary["host_roundtrips_per_predict"] == 2
@@ -230,7 +231,7 @@ def test_strict_device_refuses_host_nms_before_step_one(
     shapes_config, tmp_path
 ):
     config = shapes_config.copy_and_resolve_references()
-    config_lib.set_nms_backend(config, "cpu")
+    cli.set_nms_backend(config, "cpu")
     (tmp_path / "config.json").write_text("{}")  # an earlier run's config
     with pytest.raises(
         host_audit.HostRoundTripError,
@@ -594,10 +595,16 @@ def test_bad_counts_and_sizes_fail_before_anything_is_written(
 ):
     config = _with(shapes_config, **{key: value})
     with pytest.raises(ValueError, match=rf"^{message}"):
-        train_lib.train_and_evaluate(
-            config, tmp_path / "new", hooks=launch_hooks.TRAIN_PY
-        )
+        _start(config, tmp_path / "new")
     assert not (tmp_path / "new").exists()
+
+
+def _start(config, workdir):
+    """A run started as train.py starts it: validated, then trained."""
+    validate.validate(config)
+    return train_lib.train_and_evaluate(
+        config, workdir, hooks=launch_hooks.TRAIN_PY
+    )
 
 
 def test_failed_start_leaves_no_new_workdir(shapes_config, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from detector import config as config_lib
 from detector.export import exporter, in_process
 from detector.imaging import images
+from detector.launch import cli
 from detector.predict import artifact, runner
 from tests.helpers import groups, predict_workdir
 
@@ -115,7 +116,7 @@ def test_meta_and_multi_platform_module(exported_dir):
 def test_host_nms_cannot_be_exported(nms, message):
     config = predict_workdir.config(pathlib.Path("/tmp"))
     if nms:
-        config_lib.set_nms_backend(config, nms)
+        cli.set_nms_backend(config, nms)
         with pytest.raises(ValueError, match=message) as error:
             exporter.nms_per_platform(config, ("cpu", "tpu"), nms)
         assert "host callbacks cannot be exported; use --nms=pallas, " in str(

@@ -6,6 +6,7 @@ import time
 import jax
 import pytest
 
+from detector import config as config_lib
 from detector.distributed import multihost
 from detector.launch import cli
 
@@ -226,3 +227,18 @@ def test_one_line_errors(error, line):
 def test_one_line_errors_lets_other_errors_through():
     with pytest.raises(KeyError), cli.one_line_errors():
         raise KeyError("not a user error")
+
+
+def test_set_nms_backend_points_both_sites_and_names_the_flag():
+    config = config_lib.base_config()
+    cli.set_nms_backend(config, "while_loop")
+    assert (
+        config.model.rpn.nms_backend,
+        config.model.detection.nms_backend,
+    ) == ("while_loop", "while_loop")
+    with pytest.raises(
+        ValueError, match=r"^--nms='topk' is not a known NMS backend"
+    ):
+        cli.set_nms_backend(config, "topk")
+    cli.set_nms_backend(config, "topk", allow_baselines=True)
+    assert config.model.rpn.nms_backend == "topk"

@@ -10,7 +10,7 @@ import pytest
 from flax import nnx
 
 from detector.build.model import build_model
-from detector.config import validate
+from detector.launch.validate import validate
 from tests.detector import helpers
 
 

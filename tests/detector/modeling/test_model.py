@@ -16,8 +16,9 @@ import pytest
 from flax import nnx
 
 from detector.build.model import build_model
-from detector.config import resolve_dtype, validate
+from detector.config import resolve_dtype
 from detector.distributed import determinism
+from detector.launch.validate import validate
 from detector.modeling import losses as losses_lib
 from detector.modeling.model import MaskRCNN
 from ops import box_ops, host_audit

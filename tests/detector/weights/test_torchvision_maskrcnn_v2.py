@@ -21,7 +21,7 @@ from safetensors.numpy import load_file
 
 from configs import coco_r50_fpn
 from detector.build import model as factory
-from detector.config import validate
+from detector.launch.validate import validate
 from detector.modeling import backbone
 from detector.weights import torchvision_maskrcnn as tv
 from tests.detector.weights import test_torchvision_maskrcnn as v1

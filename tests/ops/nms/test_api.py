@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import pytest
 
+from ops import host_audit
 from ops import nms as nms_lib
 from ops.nms import pallas_gpu
 
@@ -119,6 +120,25 @@ def test_resolve_backend_names_what_auto_runs():
     assert nms_lib.resolve_backend("auto") == nms_lib.resolve_backend(
         "auto", jax.default_backend()
     )
+
+
+def test_backend_name_says_what_auto_runs_at_each_site():
+    auto = f"auto ({nms_lib.resolve_backend('auto')})"
+    assert nms_lib.backend_name("auto", "auto") == auto
+    assert nms_lib.backend_name("cpu", "cpu") == "cpu"
+    assert nms_lib.backend_name("cpu", "auto") == f"rpn=cpu,detection={auto}"
+
+
+def test_host_advice_only_for_an_nms_op():
+    def finding(op_name):
+        return host_audit.HostRoundTrip(
+            "host callback", "xla_ffi_python_cpu_callback", op_name, ""
+        )
+
+    assert "--nms=pallas" in nms_lib.host_advice(
+        finding("rpn/nms/pure_callback")
+    )
+    assert nms_lib.host_advice(finding("losses/debug_print")) == ""
 
 
 def test_auto_on_cuda_without_triton_falls_back_to_while_loop(monkeypatch):

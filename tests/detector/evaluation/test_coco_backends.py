@@ -14,8 +14,8 @@ requires.module_or_skip("pycocotools", "faster_coco_eval")
 
 from detector.data import coco_folder  # noqa: E402
 from detector.data import shapes_writer as shapes  # noqa: E402
+from detector.evaluation import coco_backends  # noqa: E402
 from detector.imaging import masks, rle  # noqa: E402
-from detector.utils import coco_backends  # noqa: E402
 
 
 def _detection(rng, image_id, category, box, mask, height, width) -> dict:

@@ -91,6 +91,16 @@ FALLBACK = "pycocotools"
 _MISSING = set()  # backends already logged as missing
 
 
+def check_name(name: str, key: str) -> None:
+    """Raises one ValueError line naming config `key` for an unknown
+    backend."""
+    if name not in BACKENDS:
+        raise ValueError(
+            f"config.{key}={name!r}: unknown COCOeval backend; known: "
+            f"{', '.join(BACKENDS)}"
+        )
+
+
 def available(name: str) -> str:
     """`name`, or FALLBACK where its library does not import (logged once
     per process)."""

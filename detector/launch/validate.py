@@ -1,0 +1,74 @@
+"""A run's config checked where the run starts, before anything is built or
+written: the schema (ranges, field combinations), then every name against
+the registry that defines it."""
+
+from collections.abc import Callable
+
+import ml_collections
+
+from detector import config as config_lib
+from detector.config import checks
+from detector.data import resize, shapes_writer, sources
+from detector.evaluation import coco_backends
+from detector.imaging import masks
+from detector.modeling import backbone, box_heads, norms
+from ops import nms, roi_align
+
+
+def _head_norm(name: str, key: str) -> None:
+    norms.check_name(name, key, auto=True)
+
+
+def _nms_backend(name: str, key: str) -> None:
+    # Baselines (no suppression) are admitted for the benchmarks.
+    nms.check_backend(name, name=f"config.{key}")
+
+
+def _align_implementation(name: str, key: str) -> None:
+    roi_align.check_implementation(name, f"config.{key}")
+
+
+# config key -> the check of its registry: (value, key), one ValueError line.
+REGISTRY_CHECKS: dict[str, Callable[[object, str], None]] = {
+    "data.source": sources.check_name,
+    "data.resize": resize.check_rule,
+    "data.shapes.image_size": shapes_writer.check_image_size,
+    "model.backbone": backbone.check_name,
+    "model.norm": backbone.check_norm,
+    "model.freeze_at": backbone.check_freeze_at,
+    "model.fpn_norm": _head_norm,
+    "model.rpn.head_norm": norms.check_name,
+    "model.rpn.nms_backend": _nms_backend,
+    "model.roi.align_implementation": _align_implementation,
+    "model.roi.box_head": box_heads.check_name,
+    "model.roi.box_head_norm": norms.check_name,
+    "model.roi.mask_head_norm": _head_norm,
+    "model.detection.nms_backend": _nms_backend,
+    "eval.mask_paste": masks.check_paster,
+    "eval.coco_backend": coco_backends.check_name,
+}
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Checks `config` whole: its schema, then each registry name.
+
+    Raises:
+      ValueError: one line naming the first bad key, its value and the
+        reason.
+    """
+    config_lib.check_schema(config)
+    for key, check in REGISTRY_CHECKS.items():
+        check(checks.get(config, key), key)
+    _check_levels(config.model)
+
+
+def _check_levels(model: ml_collections.ConfigDict) -> None:
+    """model.min_level is a feature level that model.backbone provides."""
+    levels = backbone.entry(model.backbone)
+    checks.check(
+        levels.min_level <= model.min_level <= levels.max_level,
+        "model.min_level",
+        model.min_level,
+        f"must be in [{levels.min_level}, {levels.max_level}] (the "
+        f"feature levels model.backbone={model.backbone!r} provides)",
+    )
