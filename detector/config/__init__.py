@@ -25,7 +25,7 @@ from detector.config.checks import check_image_size
 from ops import host_audit
 from ops import nms as nms_lib
 
-NMS_BACKENDS = nms_lib.BACKENDS  # auto, cpu, while_loop, pallas
+NMS_BACKENDS = nms_lib.BACKENDS  # auto, cpu, while_loop, the pallas ones
 resolve_dtype = model_section.resolve_dtype
 
 # Section name -> its module (defaults() and validate(config)).

@@ -6,9 +6,10 @@ Writes `out/predict.jax` and `out/predict.json`
 (`detector.runtime.artifact` describes both). The batch dimension is
 symbolic (`b`): one artifact takes any batch size on every platform. The
 Mosaic (TPU) and interpret-mode (CPU) NMS kernels take a symbolic grid;
-the Triton (CUDA) kernel's grid must be static, so on CUDA the exported
-program runs the kernel once per image in a loop (ops/nms/pallas.py).
-Each platform's NMS kernel is lowered for that platform only
+the grids of the CUDA kernels (Mosaic GPU, Triton) must be static, so on
+CUDA the exported program runs the kernel once per image in a loop
+(ops/nms/pallas.py). Each platform's NMS kernel is lowered for that
+platform only, CUDA's for an H100 where the host has no GPU
 (ops/nms/dispatch.py), so one artifact holds them all.
 """
 
@@ -32,7 +33,8 @@ from ops.nms import dispatch
 
 PLATFORMS = ("cpu", "cuda", "tpu")
 # Pallas' Triton kernel is a custom call jax.export does not list as
-# stable; it is the kernel the 'pallas' backend runs on CUDA GPUs.
+# stable (its Mosaic GPU kernels it does); the pallas backends run it on
+# CUDA GPUs below Hopper, and 'auto' picks it on every CUDA GPU.
 _TRITON_CALL = "__gpu$xla.gpu.triton"
 _NMS_SITES = ("rpn", "detection")  # config.model.<site>.nms_backend
 
