@@ -30,7 +30,7 @@ except ImportError:
 MOSAIC_GPU_AVAILABLE = plgpu is not None
 INTERPRET_AVAILABLE = MOSAIC_GPU_AVAILABLE and InterpretGPUParams is not None
 # The kept boxes live in shared memory, 24 bytes a slot: K + 2 tiles of
-# slots for K = 8192 take 198 KiB of the 227 KiB a Hopper block can have.
+# slots for K = 8192 take 193.5 KiB of the 227 KiB a Hopper block can have.
 MAX_OUTPUT_SIZE = 8192
 TILE = 64  # the rows of one MMA accumulator block of a warpgroup
 
