@@ -7,8 +7,10 @@
         --batches=batches.npz             # no TensorFlow needed
 
 For one config it trains `--steps` timed steps (after `--warmup` steps) with
-each NMS backend in turn, in one process, on the same cycled batches and the
-same initial params, and reports per backend: median and p90 step time
+each NMS backend of `--backends` in turn (any of ops.nms.BACKENDS and
+'topk'; `--backends=pallas_triton,pallas_mosaic_gpu` compares the two CUDA
+kernels of pallas on one GPU), in one process, on the same cycled batches
+and the same initial params, and reports per backend: median and p90 step time
 (device-synchronised), images/s, host round-trips per step (audited from the
 compiled step), and the NMS share: the step time minus the step time with
 both NMS calls replaced by a plain top-k of the same shapes ('topk'), so the
@@ -76,7 +78,8 @@ _LOAD_BATCHES = flags.DEFINE_string(
 _BACKENDS = flags.DEFINE_list(
     "backends",
     "cpu,while_loop,pallas,topk",
-    "Backends to time ('topk' is the baseline).",
+    "Backends to time ('topk' is the baseline; pallas_mosaic_gpu and "
+    "pallas_triton name pallas's CUDA kernel).",
 )
 _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
 _PARTS = flags.DEFINE_bool("parts", False, "Time the step stage by stage.")

@@ -9,10 +9,11 @@ Lowered on any machine, without a TPU or GPU, and never compiled:
   its platform's device, ops/nms/dispatch.py), with the weights as
   arguments rather than constants.
 Each program must hold the platform's Pallas NMS kernel at every NMS site
-(Mosaic `tpu_custom_call` on TPU, Triton `__gpu$xla.gpu.triton` on CUDA),
-no host callback, no host send, recv, infeed or outfeed, and no custom call
-but the kernel and the platform-neutral ones of jax.export and the
-partitioner.
+(Mosaic `tpu_custom_call` on TPU; on CUDA Mosaic GPU `mosaic_gpu_v2`, the
+pallas backend's kernel for the Hopper GPU, an H100, that kernels lower for
+without a GPU: ops/nms/dispatch.py), no host callback, no host send, recv,
+infeed or outfeed, and no custom call but the kernel and the
+platform-neutral ones of jax.export and the partitioner.
 
 The configs keep their layers, heads and NMS sites; only sizes are made
 small: a global batch of 2 (one image per device), and
@@ -49,7 +50,7 @@ from detector.predict import artifact as artifact_lib
 from detector.state import optimizer
 from detector.state import train_state as state_lib
 from ops import roi_align
-from ops.nms import dispatch, pallas_gpu
+from ops.nms import dispatch, pallas_mosaic_gpu
 
 BATCH = 2  # global: one image per device of the mesh
 DEVICES = 2  # the data-parallel mesh
@@ -66,10 +67,11 @@ BATCH_DTYPES = {
 }
 TRITON_CALL = "__gpu$xla.gpu.triton"
 # Each platform's NMS kernel: custom-call target, and how the call names
-# its kernel.
+# its kernel (Mosaic GPU: a NUL-terminated string of the serialized
+# kernel module).
 KERNELS = {
     "tpu": ("tpu_custom_call", re.compile(r'kernel_name = "([^"]*)"')),
-    "cuda": (TRITON_CALL, re.compile(r'[{ ,]name = "([^"]*)"')),
+    "cuda": ("mosaic_gpu_v2", re.compile(r"\\00(nms_tiled_mosaic_gpu)\\00")),
 }
 # Custom calls allowed on any platform: jax.export's shape checks of the
 # symbolic batch, and the partitioner's annotations.
@@ -88,13 +90,13 @@ _CUSTOM_CALL = re.compile(
     r'stablehlo\.custom_call @([^\s(]+)|call_target_name = "([^"]*)"'
 )
 _HOST_TRANSFER = re.compile(r"\bstablehlo\.(send|recv|infeed|outfeed)\b")
-_TRITON_MISSING = pytest.mark.skipif(
-    not pallas_gpu.TRITON_AVAILABLE,
-    reason=f"JAX {jax.__version__} has no Pallas Triton backend",
+_MOSAIC_GPU_MISSING = pytest.mark.skipif(
+    not pallas_mosaic_gpu.MOSAIC_GPU_AVAILABLE,
+    reason=f"JAX {jax.__version__} has no Pallas Mosaic GPU backend",
 )
 PLATFORMS = [
     pytest.param("tpu", id="tpu"),
-    pytest.param("cuda", id="cuda", marks=_TRITON_MISSING),
+    pytest.param("cuda", id="cuda", marks=_MOSAIC_GPU_MISSING),
 ]
 
 
@@ -128,7 +130,7 @@ def audit(module: str, platform: str) -> Audit:
 
 def expected(program: str, platform: str) -> Audit:
     """The audit of a device-only `program` with pallas NMS everywhere."""
-    name = "nms_tiled_tpu" if platform == "tpu" else "nms_tiled"
+    name = "nms_tiled_tpu" if platform == "tpu" else "nms_tiled_mosaic_gpu"
     return Audit(kernels=(name,) * SITES[program])
 
 

@@ -13,9 +13,11 @@ function works under jit and vmap and stays out of autodiff.
 
 Backends (`BACKENDS`): 'cpu' (numpy on the host through a callback),
 'while_loop' (N x N mask + lax.while_loop), 'pallas' (tiled Pallas kernel:
-Mosaic on TPU, Triton on GPU, interpret mode on CPU), and 'auto', which
-picks per platform when the program is lowered. ops/nms/reference.py is the
-specification every backend matches index for index.
+Mosaic on TPU; on CUDA GPUs Mosaic GPU from Hopper on, Triton below;
+interpret mode on CPU), 'pallas_mosaic_gpu' and 'pallas_triton' (pallas
+with its CUDA kernel named), and 'auto', which picks per platform when the
+program is lowered. ops/nms/reference.py is the specification every backend
+matches index for index.
 """
 
 import functools
@@ -28,12 +30,23 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from ops import host_audit
-from ops.nms import cpu, dispatch, pallas, pallas_gpu, topk, while_loop
+from ops.nms import cpu, dispatch, pallas, topk, while_loop
 
+# The pallas backends: the CUDA kernel each runs (None: pallas picks it per
+# GPU). On TPU they all run the Mosaic kernel; on CPU pallas_mosaic_gpu runs
+# the Mosaic GPU kernel in interpret mode, the others the Triton kernel.
+_PALLAS_CUDA_KERNELS = {
+    "pallas": None,
+    "pallas_mosaic_gpu": "mosaic_gpu",
+    "pallas_triton": "triton",
+}
 _IMPLEMENTATIONS = {
     "cpu": cpu.nms,
     "while_loop": while_loop.nms,
-    "pallas": pallas.nms,
+    **{
+        name: functools.partial(pallas.nms, cuda_kernel=kernel)
+        for name, kernel in _PALLAS_CUDA_KERNELS.items()
+    },
 }
 BACKENDS = ("auto",) + tuple(_IMPLEMENTATIONS)
 # Not NMS: top-K with no suppression, to measure what NMS costs in a step.
@@ -43,14 +56,17 @@ BASELINES = {"topk": topk.nms}
 # benchmarks/README.md and benchmarks/results/ (GPU: results/h100/):
 # - cpu, tpu: pallas, the fastest on CPU (interpret mode) at every workload
 #   and in the train step, and on TPU.
-# - cuda: pallas (the Triton kernel). On one H100 80GB (JAX 0.11.2, CUDA
-#   13), median ms of 50 synchronised calls, pallas vs while_loop: W1 0.274
-#   vs 2.18, W2 (6000 boxes) 0.573 vs 26.1, W3 0.597 vs 25.4, W4
-#   (class-aware) 0.156 vs 2.73; train step (configs/shapes.py, batch 8)
-#   5.8 ms vs 12.3 ms; R50-FPN at 1024x1024, batch 8: 92.0 ms vs 116.3 ms.
-#   Where JAX has no Pallas Triton backend, while_loop instead
+# - cuda: pallas_triton, the kernel these numbers measured. On one H100
+#   80GB (JAX 0.11.2, CUDA 13), median ms of 50 synchronised calls, the
+#   Triton kernel vs while_loop: W1 0.274 vs 2.18, W2 (6000 boxes) 0.573
+#   vs 26.1, W3 0.597 vs 25.4, W4 (class-aware) 0.156 vs 2.73; train step
+#   (configs/shapes.py, batch 8) 5.8 ms vs 12.3 ms; R50-FPN at 1024x1024,
+#   batch 8: 92.0 ms vs 116.3 ms. The Mosaic GPU kernel, which pallas runs
+#   on Hopper, is not yet measured. Where the pick cannot run (no Pallas
+#   Triton in this JAX), the first of _CUDA_FALLBACKS that can
 #   (`auto_backend`).
-AUTO_BACKEND = {"cpu": "pallas", "tpu": "pallas", "cuda": "pallas"}
+AUTO_BACKEND = {"cpu": "pallas", "tpu": "pallas", "cuda": "pallas_triton"}
+_CUDA_FALLBACKS = ("pallas", "while_loop")
 
 
 def check_backend(
@@ -134,32 +150,49 @@ def _check_inputs(
 
 
 @functools.cache
-def _log_triton_fallback() -> None:
+def _log_cuda_fallback(backend: str, why: str) -> None:
     logging.warning(
-        "nms backend 'auto' on CUDA: JAX %s has no Pallas "
-        "Triton backend, so while_loop runs instead of pallas",
-        jax.__version__,
+        "nms backend 'auto' on CUDA: %s, so %s runs instead of %s",
+        why,
+        backend,
+        AUTO_BACKEND["cuda"],
     )
 
 
-def auto_backend(platform: str) -> str:
+def cuda_problems(backend: str, max_output_size: int | None) -> tuple[str, ...]:
+    """Why `backend` cannot run on the CUDA GPU being lowered for, one
+    clause each: () where it can, and for a backend without a CUDA
+    kernel."""
+    if backend not in _PALLAS_CUDA_KERNELS:
+        return ()
+    _, problems = pallas.pick_cuda_kernel(
+        max_output_size, _PALLAS_CUDA_KERNELS[backend]
+    )
+    return problems
+
+
+def auto_backend(platform: str, max_output_size: int | None = None) -> str:
     """What 'auto' runs on `platform` ('cpu', 'tpu', 'cuda' or 'gpu').
 
-    AUTO_BACKEND's pick, except on CUDA when this JAX cannot lower the
-    Triton kernel: then while_loop, said once in the log of a process whose
+    AUTO_BACKEND's pick, except on CUDA where it cannot run on the GPU
+    being lowered for (ops/nms/pallas.py, `pick_cuda_kernel`; K is
+    `max_output_size`, None for any that fits): then the first of
+    _CUDA_FALLBACKS that can, said once in the log of a process whose
     default device is a GPU.
     """
     platform = "cuda" if platform == "gpu" else platform
     name = AUTO_BACKEND.get(platform, AUTO_BACKEND["cpu"])
-    if (
-        platform == "cuda"
-        and name == "pallas"
-        and (not pallas_gpu.TRITON_AVAILABLE)
-    ):
-        if jax.default_backend() == "gpu":
-            _log_triton_fallback()
-        return "while_loop"
-    return name
+    if platform != "cuda":
+        return name
+    why = []
+    for backend in (name, *_CUDA_FALLBACKS):
+        problems = cuda_problems(backend, max_output_size)
+        if not problems:
+            break
+        why += [p for p in problems if p not in why]
+    if why and jax.default_backend() == "gpu":
+        _log_cuda_fallback(backend, " and ".join(why))
+    return backend
 
 
 def resolve_backend(backend: str, platform: str | None = None) -> str:
@@ -201,9 +234,10 @@ def _auto(boxes, scores, classes, **params):
     extra = () if classes is None else (classes,)
 
     def branch(platform):
-        impl = _IMPLEMENTATIONS[auto_backend(platform)]
-
         def run(boxes, scores, *classes):
+            # Picked as the branch lowers: on its platform's device.
+            backend = auto_backend(platform, params["max_output_size"])
+            impl = _IMPLEMENTATIONS[backend]
             return tuple(
                 impl(boxes, scores, classes[0] if classes else None, **params)
             )

@@ -16,12 +16,16 @@ lowering platform, only that platform's branch is lowered.
 Each branch is lowered on its platform's device: where neither the active
 abstract mesh nor the default device is of that platform (exporting for TPU
 and CUDA from a CPU host), it is lowered under a one-device abstract mesh of
-`target_device(platform)`, so Mosaic knows its TPU generation and Triton
-its GPU's compute capability.
+`target_device(platform)`, so Mosaic knows its TPU generation, and Triton
+and the pallas backend's choice of GPU kernel the GPU's compute capability
+(`compute_capability(lowering_device("cuda"))`).
 
 Branches take and return flat sequences of arrays of the same shapes on
 every platform; the primitive has no differentiation or batching rules (the
 NMS backends call it on stop_gradient inputs, inside their custom_vmap).
+It carries the effects of the default branch, the one traced when it is
+bound: the ordered host callbacks of a kernel in Pallas' GPU interpret mode
+(pallas_mosaic_gpu on CPU) thread their token through it.
 """
 
 import contextlib
@@ -38,6 +42,14 @@ from jax.interpreters import mlir
 # The device kind each kernel platform is lowered for where this host has no
 # such device (on a host that has one, its own kind).
 DEFAULT_KINDS = {"tpu": "TPU v5 lite", "cuda": "NVIDIA H100 80GB HBM3"}
+# Compute capabilities of CUDA device kinds, for lowering without such a
+# device attached (an attached device reports its own).
+COMPUTE_CAPABILITIES = {
+    "NVIDIA H100 80GB HBM3": (9, 0),
+    "NVIDIA H200": (9, 0),
+    "NVIDIA A100-SXM4-80GB": (8, 0),
+    "NVIDIA A100-SXM4-40GB": (8, 0),
+}
 # Lowering platform -> the platform names its devices report.
 _DEVICE_PLATFORMS = {"tpu": ("tpu",), "cuda": ("cuda", "gpu")}
 
@@ -45,10 +57,12 @@ _platform_switch_p = jex_core.Primitive("platform_switch")
 _platform_switch_p.multiple_results = True
 
 
-def _branch_avals(avals, branches, default):
+def _default_branch_type(avals, branches, default):
+    """The outputs and effects of the default branch (module docstring)."""
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
-    out = jax.eval_shape(default, *specs)
-    return [jax.core.ShapedArray(o.shape, o.dtype) for o in out]
+    jaxpr = jax.make_jaxpr(default)(*specs)
+    outs = [jax.core.ShapedArray(o.shape, o.dtype) for o in jaxpr.out_avals]
+    return outs, jaxpr.effects
 
 
 def target_device(platform: str) -> jax.sharding.AbstractDevice:
@@ -75,6 +89,27 @@ def target_mesh(platform: str) -> jax.sharding.AbstractMesh:
         (jax.sharding.AxisType.Auto,),
         abstract_device=target_device(platform),
     )
+
+
+def lowering_device(platform: str):
+    """The device `platform`'s branch lowers for: the active abstract mesh's
+    device where it is of that platform, else `target_device(platform)`."""
+    device = jax.sharding.get_abstract_mesh().abstract_device
+    if device is not None and device.platform in _DEVICE_PLATFORMS[platform]:
+        return device
+    return target_device(platform)
+
+
+def compute_capability(device) -> tuple[int, int] | None:
+    """A CUDA device's compute capability, (9, 0) for Hopper: its own, an
+    attached device's of the same kind, or COMPUTE_CAPABILITIES' entry;
+    None for a kind none of them knows."""
+    for known in (device, *jax.devices()):
+        version = getattr(known, "compute_capability", None)
+        if version and known.device_kind == device.device_kind:
+            major, minor = str(version).split(".")[:2]
+            return int(major), int(minor)
+    return COMPUTE_CAPABILITIES.get(device.device_kind)
 
 
 def _on_device(platform: str):
@@ -108,13 +143,15 @@ def _lowering(ctx, *args, branches, default):
         "platform_switch",
         rules,
         mlir.lower_fun(default, multiple_results=True),
-        (),
+        _default_branch_type(ctx.avals_in, branches, default)[1],
         *args,
     )
 
 
-_platform_switch_p.def_abstract_eval(
-    lambda *avals, branches, default: _branch_avals(avals, branches, default)
+_platform_switch_p.def_effectful_abstract_eval(
+    lambda *avals, branches, default: _default_branch_type(
+        avals, branches, default
+    )
 )
 
 

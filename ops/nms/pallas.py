@@ -5,10 +5,13 @@ walks them tile by tile, tests each tile against the boxes kept so far,
 resolves the tile against itself, and stops once `max_output_size` boxes are
 kept. The kernel is picked when the program is lowered, per platform:
 - TPU: Mosaic (ops/nms/pallas_tpu.py), batch as a parallel grid axis;
-- GPU: Triton (ops/nms/pallas_gpu.py), one program per image;
-- anything else (CPU): the GPU kernel in Pallas interpret mode.
-Where the installed JAX has no Pallas Triton backend, lowering the kernel
-for a CUDA GPU is a ValueError naming the JAX version (use while_loop).
+- CUDA GPU (`pick_cuda_kernel`): Mosaic GPU (ops/nms/pallas_mosaic_gpu.py), one
+  warpgroup per image, on compute capability 9.0 (Hopper) and newer; Triton
+  (ops/nms/pallas_gpu.py), one program per image, below that, or where K is
+  more than the Mosaic GPU kernel keeps in shared memory;
+- anything else (CPU): the Triton kernel in Pallas interpret mode.
+Where this JAX has no kernel for the GPU, lowering for it is a ValueError
+saying why (use while_loop).
 """
 
 import functools
@@ -16,48 +19,86 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-from jax.extend import core as jex_core
-from jax.interpreters import mlir
 
-from ops.nms import common, dispatch, pallas_gpu, pallas_tpu
+from ops.nms import common, dispatch, pallas_gpu, pallas_mosaic_gpu, pallas_tpu
 
-# Block sizes per platform. TPU: lane-dense tiles of 128, the kept buffer
-# scanned a tile at a time. GPU: power-of-two blocks small enough that the
-# tile x tile matrices stay in registers with 4 warps. CPU (interpret mode):
-# the fastest setting of a sweep with benchmarks/nms_bench.py (numbers in
-# benchmarks/README.md, "Pallas block sizes on CPU").
+# Block sizes per kernel. TPU: lane-dense tiles of 128, the kept buffer
+# scanned a tile at a time. Mosaic GPU: the 64 rows of a warpgroup's MMA
+# accumulator layout, so a tile x tile block takes 32 registers a thread.
+# Triton: power-of-two blocks small enough that the tile x tile matrices
+# stay in registers with 4 warps. CPU (the Triton kernel in interpret
+# mode): the fastest setting of a sweep with benchmarks/nms_bench.py
+# (numbers in benchmarks/README.md, "Pallas block sizes on CPU").
 BLOCK_SIZES = {
     "tpu": common.BlockSizes(tile=128, kept_chunk=128),
-    "gpu": common.BlockSizes(tile=64, kept_chunk=64, num_warps=4),
+    "mosaic_gpu": common.BlockSizes(
+        tile=pallas_mosaic_gpu.TILE, kept_chunk=pallas_mosaic_gpu.TILE
+    ),
+    "triton": common.BlockSizes(tile=64, kept_chunk=64, num_warps=4),
     "cpu": common.BlockSizes(tile=32, kept_chunk=64),
 }
+# The CUDA kernels, in the order `pick_cuda_kernel` tries them.
+CUDA_KERNELS = ("mosaic_gpu", "triton")
 
 
-def triton_missing_message() -> str:
-    """The error of the pallas backend on CUDA without Pallas Triton."""
+def _cuda_kernel_problem(kernel: str, max_output_size: int | None):
+    """Why `kernel` cannot run on the CUDA GPU being lowered for (one
+    clause), or None where it can."""
+    version = jax.__version__
+    if kernel == "triton":
+        if pallas_gpu.TRITON_AVAILABLE:
+            return None
+        return f"JAX {version} has no Pallas Triton backend"
+    if not pallas_mosaic_gpu.MOSAIC_GPU_AVAILABLE:
+        return f"JAX {version} has no Pallas Mosaic GPU backend"
+    device = dispatch.lowering_device("cuda")
+    capability = dispatch.compute_capability(device)
+    if capability is None or capability < (9, 0):
+        found = "unknown" if capability is None else "%d.%d" % capability
+        return (
+            "the Mosaic GPU kernel needs compute capability 9.0 or newer "
+            f"({device.device_kind}: {found})"
+        )
+    if (
+        max_output_size is not None
+        and max_output_size > pallas_mosaic_gpu.MAX_OUTPUT_SIZE
+    ):
+        return (
+            f"the Mosaic GPU kernel keeps at most "
+            f"{pallas_mosaic_gpu.MAX_OUTPUT_SIZE} boxes "
+            f"(max_output_size={max_output_size})"
+        )
+    return None
+
+
+def pick_cuda_kernel(
+    max_output_size: int | None, kernel: str | None = None
+) -> tuple[str | None, tuple[str, ...]]:
+    """The kernel the pallas backend runs on the CUDA GPU being lowered for
+    (`dispatch.lowering_device("cuda")`).
+
+    Mosaic GPU where it can run, else Triton; `kernel` ('mosaic_gpu' or
+    'triton') names one instead. max_output_size None: any K that fits.
+
+    Returns:
+      (kernel, ()) or, where none can run, (None, why: one clause each).
+    """
+    problems = []
+    for name in (kernel,) if kernel else CUDA_KERNELS:
+        problem = _cuda_kernel_problem(name, max_output_size)
+        if problem is None:
+            return name, ()
+        problems.append(problem)
+    return None, tuple(problems)
+
+
+def no_cuda_kernel_message(backend: str, problems: tuple[str, ...]) -> str:
+    """The error of a pallas backend lowered for a GPU it cannot run on."""
     return (
-        f"the pallas NMS backend needs Pallas' Triton backend on CUDA "
-        f"GPUs, which JAX {jax.__version__} does not have; use "
-        f"--nms=while_loop (or --nms=auto, which picks it there)"
+        f"the {backend} NMS backend cannot run on this CUDA GPU: "
+        f"{' and '.join(problems)}; use --nms=while_loop (or --nms=auto, "
+        f"which picks what runs there)"
     )
-
-
-# Stands in for the Triton kernel where JAX has none: it traces like the
-# kernel (keep int32[B, N_pad]) on every platform, and only lowering it for
-# a CUDA GPU, where it would run, raises.
-_triton_missing_p = jex_core.Primitive("nms_triton_missing")
-_triton_missing_p.def_abstract_eval(
-    lambda fields, classes, candidate: jax.core.ShapedArray(
-        candidate.shape, jnp.int32
-    )
-)
-
-
-def _raise_triton_missing(ctx, *args):
-    raise ValueError(triton_missing_message())
-
-
-mlir.register_lowering(_triton_missing_p, _raise_triton_missing)
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -79,33 +120,55 @@ def _pad_last(x: jax.Array, size: int) -> jax.Array:
     return jnp.pad(x, pad)
 
 
-def _keep_mask(fields, classes, candidate, *, platform, **params):
-    """keep int32[B, N] from one platform's kernel."""
+def _pick_kernel(platform, kernel, backend, max_output_size):
+    """(name, keep_mask function) of the kernel `platform` runs; `kernel`
+    names the CUDA one ('mosaic_gpu' also runs in interpret mode on CPU)."""
+    if platform == "tpu":
+        return "tpu", pallas_tpu.keep_mask
+    if platform == "cuda":
+        name, problems = pick_cuda_kernel(max_output_size, kernel)
+        if name is None:
+            raise ValueError(no_cuda_kernel_message(backend, problems))
+    elif kernel == "mosaic_gpu":
+        if not pallas_mosaic_gpu.INTERPRET_AVAILABLE:
+            raise ValueError(
+                f"the {backend} NMS backend runs the Mosaic GPU kernel in "
+                f"Pallas' GPU interpret mode off the GPU, which JAX "
+                f"{jax.__version__} does not have"
+            )
+        return "mosaic_gpu", functools.partial(
+            pallas_mosaic_gpu.keep_mask, interpret=True
+        )
+    else:
+        return "cpu", functools.partial(pallas_gpu.keep_mask, platform="cpu")
+    if name == "mosaic_gpu":
+        return name, pallas_mosaic_gpu.keep_mask
+    return name, functools.partial(pallas_gpu.keep_mask, platform="gpu")
+
+
+def _keep_mask(
+    fields, classes, candidate, *, platform, kernel, backend, **params
+):
+    """keep int32[B, N] from the kernel of the platform being lowered."""
     n = candidate.shape[-1]
-    blocks = BLOCK_SIZES[platform]
+    name, keep_mask = _pick_kernel(
+        platform, kernel, backend, params["max_output_size"]
+    )
+    blocks = BLOCK_SIZES[name]
     n_pad = _round_up(n, blocks.tile)
     fields, classes, candidate = (
         _pad_last(x, n_pad) for x in (fields, classes, candidate)
     )
-    if platform == "tpu":
-        keep = pallas_tpu.keep_mask(
-            fields, classes, candidate, blocks=blocks, **params
+    run = functools.partial(keep_mask, blocks=blocks, **params)
+    if name in CUDA_KERNELS and not isinstance(fields.shape[0], int):
+        # Their grids are static: with a symbolic batch (an exported
+        # program), one kernel call per image in a loop.
+        keep = lax.map(
+            lambda row: run(*(x[None] for x in row))[0],
+            (fields, classes, candidate),
         )
-    elif platform == "gpu" and not pallas_gpu.TRITON_AVAILABLE:
-        keep = _triton_missing_p.bind(fields, classes, candidate)
     else:
-        gpu_kernel = functools.partial(
-            pallas_gpu.keep_mask, blocks=blocks, platform=platform, **params
-        )
-        if platform == "gpu" and not isinstance(fields.shape[0], int):
-            # A Triton grid is static: with a symbolic batch (an exported
-            # program), one kernel call per image in a loop.
-            keep = lax.map(
-                lambda row: gpu_kernel(*(x[None] for x in row))[0],
-                (fields, classes, candidate),
-            )
-        else:
-            keep = gpu_kernel(fields, classes, candidate)
+        keep = run(fields, classes, candidate)
     return keep[:, :n]
 
 
@@ -122,8 +185,14 @@ def nms(
     max_output_size: int,
     iou_threshold: float,
     score_threshold: float | None,
+    cuda_kernel: str | None = None,
 ):
-    """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
+    """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B]).
+
+    `cuda_kernel` ('mosaic_gpu' or 'triton') names the CUDA kernel instead
+    of `pick_cuda_kernel`'s pick; 'mosaic_gpu' then runs in Pallas' GPU
+    interpret mode on CPU too.
+    """
     class_aware = classes is not None
     if classes is None:
         classes = jnp.zeros(scores.shape, jnp.int32)
@@ -135,13 +204,15 @@ def nms(
         max_output_size=max_output_size,
         iou_threshold=iou_threshold,
         class_aware=class_aware,
+        kernel=cuda_kernel,
+        backend="pallas" if cuda_kernel is None else f"pallas_{cuda_kernel}",
     )
     (keep,) = dispatch.platform_switch(
         fields,
         sorted_classes,
         candidate,
         tpu=_as_tuple(kernel, platform="tpu"),
-        cuda=_as_tuple(kernel, platform="gpu"),
+        cuda=_as_tuple(kernel, platform="cuda"),
         default=_as_tuple(kernel, platform="cpu"),
     )
     return common.indices_from_keep_mask(keep > 0, order, max_output_size)

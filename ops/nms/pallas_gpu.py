@@ -1,5 +1,8 @@
 """Tiled greedy NMS kernel for GPU (Triton) and CPU (Pallas interpret mode).
 
+On CUDA GPUs pallas runs it below Hopper, and where the Mosaic GPU kernel
+(ops/nms/pallas_mosaic_gpu.py) does not fit; see ops/nms/pallas.py.
+
 One program per image walks its score-sorted boxes tile by tile:
 1. the tile is tested against the boxes kept so far, read back from a
    compact kept-box buffer in chunks of one tile;
@@ -31,7 +34,7 @@ except ImportError:  # a JAX whose Pallas no longer has the Triton backend
     pltr = None
 
 # Whether this JAX lowers Pallas kernels with Triton (CUDA GPUs). Without it
-# 'auto' picks while_loop on CUDA and 'pallas' fails there (ops/nms/pallas.py).
+# pallas has only its Mosaic GPU kernel on CUDA (ops/nms/pallas.py).
 TRITON_AVAILABLE = pltr is not None
 
 _NUM_FIELDS = 5  # x1, y1, x2, y2, area

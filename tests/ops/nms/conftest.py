@@ -2,9 +2,9 @@
 
 import pytest
 
-from tests.ops.nms.helpers import ALL_BACKENDS
+from tests.ops.nms.helpers import backend_params
 
 
-@pytest.fixture(params=ALL_BACKENDS)
+@pytest.fixture(params=backend_params())
 def backend(request) -> str:
     return request.param

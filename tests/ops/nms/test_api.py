@@ -7,7 +7,8 @@ import pytest
 
 from ops import host_audit
 from ops import nms as nms_lib
-from ops.nms import pallas_gpu
+from ops.nms import pallas, pallas_gpu, pallas_mosaic_gpu
+from tests.ops.nms.helpers import cuda_mesh
 
 _BOXES = np.zeros((2, 5, 4), np.float32)
 _SCORES = np.zeros((2, 5), np.float32)
@@ -70,7 +71,8 @@ def _call(boxes=_BOXES, scores=_SCORES, **params):
         (
             dict(backend="gpu"),
             r"backend='gpu' is not a known NMS backend; known "
-            r"backends: auto, cpu, while_loop, pallas",
+            r"backends: auto, cpu, while_loop, pallas, pallas_mosaic_gpu, "
+            r"pallas_triton",
         ),
         (
             dict(classes=np.zeros((2, 5), np.float32)),
@@ -114,9 +116,12 @@ def test_resolve_backend_names_what_auto_runs():
     assert nms_lib.resolve_backend("cpu") == "cpu"
     assert nms_lib.resolve_backend("auto", "tpu") == "pallas"
     assert nms_lib.resolve_backend("auto", "cpu") == "pallas"
-    # jax.default_backend() says 'gpu' where AUTO_BACKEND says 'cuda'.
-    assert nms_lib.resolve_backend("auto", "gpu") == "pallas"
-    assert nms_lib.resolve_backend("auto", "cuda") == "pallas"
+    # jax.default_backend() says 'gpu' where AUTO_BACKEND says 'cuda'; the
+    # measured Triton kernel where JAX has it, else pallas (Mosaic GPU on
+    # the H100 the CUDA branch lowers for without a GPU).
+    cuda = "pallas_triton" if pallas_gpu.TRITON_AVAILABLE else "pallas"
+    assert nms_lib.resolve_backend("auto", "gpu") == cuda
+    assert nms_lib.resolve_backend("auto", "cuda") == cuda
     assert nms_lib.resolve_backend("auto") == nms_lib.resolve_backend(
         "auto", jax.default_backend()
     )
@@ -141,11 +146,36 @@ def test_host_advice_only_for_an_nms_op():
     assert nms_lib.host_advice(finding("losses/debug_print")) == ""
 
 
-def test_auto_on_cuda_without_triton_falls_back_to_while_loop(monkeypatch):
+def test_auto_on_cuda_without_triton(monkeypatch):
     monkeypatch.setattr(pallas_gpu, "TRITON_AVAILABLE", False)
-    assert nms_lib.resolve_backend("auto", "gpu") == "while_loop"
+    # Hopper: pallas, whose Mosaic GPU kernel runs there.
+    assert nms_lib.resolve_backend("auto", "gpu") == "pallas"
+    assert nms_lib.auto_backend("cuda", max_output_size=8192) == "pallas"
+    # More boxes than the Mosaic GPU kernel keeps, or an Ampere GPU: no
+    # kernel runs, so while_loop.
+    assert nms_lib.auto_backend("cuda", max_output_size=8193) == "while_loop"
+    with jax.sharding.use_abstract_mesh(cuda_mesh("NVIDIA A100-SXM4-80GB")):
+        assert nms_lib.resolve_backend("auto", "gpu") == "while_loop"
     assert nms_lib.resolve_backend("auto", "tpu") == "pallas"
     assert nms_lib.resolve_backend("pallas", "gpu") == "pallas"
+    monkeypatch.setattr(pallas_mosaic_gpu, "MOSAIC_GPU_AVAILABLE", False)
+    assert nms_lib.resolve_backend("auto", "gpu") == "while_loop"
+
+
+def test_pallas_picks_its_cuda_kernel_by_compute_capability():
+    pick = pallas.pick_cuda_kernel
+    assert pick(100) == ("mosaic_gpu", ())  # the H100 of DEFAULT_KINDS
+    assert pick(100, "triton") == ("triton", ())
+    for kind in ("NVIDIA A100-SXM4-80GB", "an unknown GPU"):
+        with jax.sharding.use_abstract_mesh(cuda_mesh(kind)):
+            assert pick(100) == ("triton", ())
+            kernel, problems = pick(100, "mosaic_gpu")
+        found = "8.0" if kind.startswith("NVIDIA") else "unknown"
+        assert kernel is None and problems == (
+            "the Mosaic GPU kernel needs compute capability 9.0 or newer "
+            f"({kind}: {found})",
+        )
+    assert pick(8193) == ("triton", ())
 
 
 def test_topk_baseline_keeps_best_scores_without_suppression():

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from ops import nms as nms_lib
 from ops.nms import reference
 from tests.ops.nms.helpers import (
-    ALL_BACKENDS,
     assert_matches_reference,
+    backend_params,
     random_boxes,
 )
 
@@ -283,7 +283,7 @@ def test_bfloat16_inputs_are_computed_in_float32(backend):
     np.testing.assert_array_equal(np.asarray(indices), want[0])
 
 
-@pytest.mark.parametrize("backend_name", ALL_BACKENDS)
+@pytest.mark.parametrize("backend_name", backend_params())
 @settings(max_examples=15, deadline=None)
 @given(data=st.data())
 def test_property_small_grid_boxes(backend_name, data):

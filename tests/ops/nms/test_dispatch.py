@@ -4,11 +4,13 @@ kernel (ops/nms/dispatch.py), with a symbolic batch."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from ops import nms as nms_lib
-from ops.nms import dispatch, pallas_gpu, reference
+from ops.nms import dispatch, pallas_gpu, pallas_mosaic_gpu, reference
 
 _TRITON_CALL = "__gpu$xla.gpu.triton"
+_MOSAIC_GPU_CALL = "mosaic_gpu_v2"
 
 
 def _pallas_nms(boxes, scores):
@@ -23,21 +25,19 @@ def _pallas_nms(boxes, scores):
 
 def test_multi_platform_export_with_symbolic_batch_runs_on_cpu():
     """lax.platform_dependent would lower the Mosaic kernel for the CPU too
-    and fail; the CUDA branch loops over images (Triton grids are static).
-    No mesh is needed: each kernel lowers for its platform's device."""
+    and fail; the CUDA branch (the Mosaic GPU kernel, for the H100 of
+    DEFAULT_KINDS) loops over images (GPU kernel grids are static). No mesh
+    is needed: each kernel lowers for its platform's device."""
     (b,) = jax.export.symbolic_shape("b")
     exported = jax.export.export(
-        jax.jit(_pallas_nms),
-        platforms=("cpu", "cuda", "tpu"),
-        disabled_checks=[
-            jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
-        ],
+        jax.jit(_pallas_nms), platforms=("cpu", "cuda", "tpu")
     )(
         jax.ShapeDtypeStruct((b, 64, 4), jnp.float32),
         jax.ShapeDtypeStruct((b, 64), jnp.float32),
     )
     module = exported.mlir_module()
-    assert "tpu_custom_call" in module and _TRITON_CALL in module
+    assert "tpu_custom_call" in module and _MOSAIC_GPU_CALL in module
+    assert _TRITON_CALL not in module
     rng = np.random.default_rng(0)
     for batch in (1, 3):
         xy = rng.uniform(0, 50, (batch, 64, 2)).astype(np.float32)
@@ -52,11 +52,16 @@ def test_multi_platform_export_with_symbolic_batch_runs_on_cpu():
         np.testing.assert_array_equal(count, expected[1])
 
 
-def test_auto_exports_for_every_platform_without_pallas_triton(monkeypatch):
-    """'auto' on a JAX with no Pallas Triton: while_loop on CUDA, the
-    Mosaic kernel on TPU, in one program (the CUDA branch never lowers the
-    missing Triton kernel)."""
+@pytest.mark.parametrize("mosaic_gpu", [True, False])
+def test_auto_exports_for_every_platform_without_pallas_triton(
+    monkeypatch, mosaic_gpu
+):
+    """'auto' on a JAX with no Pallas Triton: on CUDA the Mosaic GPU kernel
+    (pallas, for the H100 of DEFAULT_KINDS), or while_loop where JAX has
+    no Mosaic GPU either; the Mosaic kernel on TPU; in one program (the
+    CUDA branch never lowers a missing kernel)."""
     monkeypatch.setattr(pallas_gpu, "TRITON_AVAILABLE", False)
+    monkeypatch.setattr(pallas_mosaic_gpu, "MOSAIC_GPU_AVAILABLE", mosaic_gpu)
 
     def fn(boxes, scores):
         return nms_lib.nms(
@@ -70,7 +75,9 @@ def test_auto_exports_for_every_platform_without_pallas_triton(monkeypatch):
         )
     ).mlir_module()
     assert "tpu_custom_call" in module and _TRITON_CALL not in module
-    assert "stablehlo.while" in module
+    assert (_MOSAIC_GPU_CALL in module) == mosaic_gpu
+    if not mosaic_gpu:
+        assert "stablehlo.while" in module  # while_loop's
 
 
 def test_eager_call_runs_the_default_devices_branch():

@@ -3,10 +3,14 @@
 - The Mosaic (TPU) kernel runs on CPU under TPU interpret mode and matches the
   reference; it is also lowered for a real TPU target with jax.export, so a
   Mosaic lowering error fails here.
-- The Triton (GPU) kernel is lowered for CUDA with jax.export on any machine,
-  and runs for real where a GPU is present.
+- The CUDA kernels are lowered with jax.export on any machine: Mosaic GPU
+  for Hopper (the H100 of dispatch.DEFAULT_KINDS), Triton below it; each
+  runs for real where a GPU it fits is present. (The Mosaic GPU kernel
+  also runs the whole backend suite on CPU in GPU interpret mode, as
+  pallas_mosaic_gpu: tests/ops/nms/test_backends.py.)
 """
 
+import contextlib
 import functools
 import logging
 import re
@@ -18,10 +22,25 @@ import pytest
 from jax.experimental.pallas import tpu as pltpu
 
 from ops import nms as nms_lib
-from ops.nms import common, pallas, pallas_gpu, pallas_tpu, reference
-from tests.ops.nms.helpers import assert_matches_reference, random_boxes
+from ops.nms import (
+    common,
+    dispatch,
+    pallas,
+    pallas_gpu,
+    pallas_mosaic_gpu,
+    pallas_tpu,
+    reference,
+)
+from tests.ops.nms.helpers import (
+    assert_matches_reference,
+    cuda_mesh,
+    random_boxes,
+    skip_reason,
+)
 
 _TRITON_CALL = "__gpu$xla.gpu.triton"
+_MOSAIC_GPU_CALL = "mosaic_gpu_v2"
+_AMPERE = "NVIDIA A100-SXM4-80GB"
 
 
 def _mosaic_nms(
@@ -105,16 +124,42 @@ def _export_args(n=1000):
     )
 
 
-def _pallas_nms(boxes, scores, classes):
+def _pallas_nms(boxes, scores, classes, backend="pallas", max_output_size=100):
     return nms_lib.nms(
         boxes,
         scores,
         classes=classes,
-        max_output_size=100,
+        max_output_size=max_output_size,
         iou_threshold=0.5,
         score_threshold=0.05,
-        backend="pallas",
+        backend=backend,
     )
+
+
+def _export(
+    backend="pallas", platform="cuda", device_kind=None, max_output_size=100
+) -> str:
+    """`backend` exported for `platform` (on a CUDA GPU of `device_kind`;
+    None: the one kernels lower for without a GPU), from a new function:
+    traced afresh."""
+
+    def fn(boxes, scores, classes):
+        return _pallas_nms(boxes, scores, classes, backend, max_output_size)
+
+    mesh = (
+        contextlib.nullcontext()
+        if device_kind is None
+        else jax.sharding.use_abstract_mesh(cuda_mesh(device_kind))
+    )
+    with mesh:
+        exported = jax.export.export(
+            jax.jit(fn),
+            platforms=[platform],
+            disabled_checks=[
+                jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
+            ],
+        )(*_export_args())
+    return exported.mlir_module()
 
 
 @pytest.mark.parametrize("device_kind", ["TPU v5 lite", "TPU v4"])
@@ -137,17 +182,41 @@ def test_lowers_to_mosaic_for_tpu(device_kind):
     assert _TRITON_CALL not in module
 
 
-def test_lowers_to_triton_for_cuda():
-    exported = jax.export.export(
-        jax.jit(_pallas_nms),
-        platforms=["cuda"],
-        disabled_checks=[
-            jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
-        ],
-    )(*_export_args())
-    module = exported.mlir_module()
+def test_lowers_to_mosaic_gpu_for_hopper():
+    # The exporter's CUDA target, an H100: compute capability 9.0.
+    assert dispatch.DEFAULT_KINDS["cuda"] == "NVIDIA H100 80GB HBM3"
+    module = _export()
+    assert _MOSAIC_GPU_CALL in module and "nms_tiled_mosaic_gpu" in module
+    assert _TRITON_CALL not in module and "tpu_custom_call" not in module
+    # jax.export lists Mosaic GPU kernels as stable: no check disabled.
+    jax.export.export(jax.jit(_pallas_nms), platforms=["cuda"])(*_export_args())
+
+
+@pytest.mark.parametrize(
+    "device_kind,params",
+    [
+        (_AMPERE, {}),  # compute capability 8.0
+        (None, {"backend": "pallas_triton"}),
+        # More kept boxes than the Mosaic GPU kernel's shared memory holds.
+        (None, {"max_output_size": pallas_mosaic_gpu.MAX_OUTPUT_SIZE + 1}),
+    ],
+)
+def test_lowers_to_triton_below_hopper_or_when_named(device_kind, params):
+    module = _export(device_kind=device_kind, **params)
     assert _TRITON_CALL in module
-    assert "tpu_custom_call" not in module
+    assert _MOSAIC_GPU_CALL not in module and "tpu_custom_call" not in module
+
+
+def test_pallas_mosaic_gpu_below_hopper_is_one_error():
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "the pallas_mosaic_gpu NMS backend cannot run on this CUDA GPU: "
+            "the Mosaic GPU kernel needs compute capability 9.0 or newer "
+            f"({_AMPERE}: 8.0); use --nms=while_loop"
+        ),
+    ):
+        _export("pallas_mosaic_gpu", device_kind=_AMPERE)
 
 
 def test_cpu_lowering_has_no_custom_kernel_call():
@@ -155,62 +224,62 @@ def test_cpu_lowering_has_no_custom_kernel_call():
     module = jax.export.export(jax.jit(_pallas_nms), platforms=["cpu"])(
         *_export_args(300)
     ).mlir_module()
-    assert _TRITON_CALL not in module and "tpu_custom_call" not in module
+    for call in (_TRITON_CALL, _MOSAIC_GPU_CALL, "tpu_custom_call"):
+        assert call not in module
 
 
-def test_without_pallas_triton_pallas_fails_on_cuda_and_auto_falls_back(
+def _fallback_lines(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("nms backend 'auto' on CUDA")
+    ]
+
+
+def test_without_pallas_triton_hopper_runs_mosaic_gpu_and_ampere_falls_back(
     monkeypatch, caplog
 ):
     """A JAX with no Pallas Triton backend (pallas_gpu.TRITON_AVAILABLE):
-    'pallas' lowered for CUDA is one error naming the JAX version; 'auto'
-    runs while_loop there and says so once; CPU lowering is unaffected."""
+    on Hopper 'pallas' and 'auto' lower the Mosaic GPU kernel; on Ampere
+    'pallas' lowered for CUDA is one error saying why, and 'auto' runs
+    while_loop there and says so once; CPU lowering is unaffected."""
     monkeypatch.setattr(pallas_gpu, "TRITON_AVAILABLE", False)
-    nms_lib._log_triton_fallback.cache_clear()
-
-    def export(backend, platform):  # a new function: traced afresh
-        def fn(boxes, scores, classes):
-            return nms_lib.nms(
-                boxes,
-                scores,
-                classes=classes,
-                max_output_size=100,
-                iou_threshold=0.5,
-                backend=backend,
-            )
-
-        return jax.export.export(jax.jit(fn), platforms=[platform])(
-            *_export_args()
-        ).mlir_module()
-
+    nms_lib._log_cuda_fallback.cache_clear()
+    for backend in ("pallas", "auto"):
+        module = _export(backend)
+        assert _MOSAIC_GPU_CALL in module and _TRITON_CALL not in module
+    no_triton = f"JAX {jax.__version__} has no Pallas Triton backend"
+    ampere = (
+        "the Mosaic GPU kernel needs compute capability 9.0 or newer "
+        f"({_AMPERE}: 8.0)"
+    )
     with pytest.raises(
         ValueError,
-        match=(
-            rf"the pallas NMS backend needs Pallas' Triton backend on CUDA "
-            rf"GPUs, which JAX {re.escape(jax.__version__)} does not have; "
-            rf"use --nms=while_loop"
+        match=re.escape(
+            f"the pallas NMS backend cannot run on this CUDA GPU: {ampere} "
+            f"and {no_triton}; use --nms=while_loop"
         ),
     ):
-        export("pallas", "cuda")
-    module = export("auto", "cuda")
-    assert _TRITON_CALL not in module and "stablehlo.while" in module
-    assert "nms_tiled" in export("pallas", "cpu")  # interpret mode as ever
-    # The fallback is logged once (on a GPU host already by the export
+        _export(device_kind=_AMPERE)
+    module = _export("auto", device_kind=_AMPERE)
+    assert _TRITON_CALL not in module and _MOSAIC_GPU_CALL not in module
+    assert "stablehlo.while" in module
+    assert "nms_tiled" in _export(platform="cpu")  # interpret mode
+    # Each fallback is logged once (on a GPU host already by the exports
     # above), where the default device is a GPU.
     monkeypatch.setattr(nms_lib.jax, "default_backend", lambda: "gpu")
     with caplog.at_level(logging.WARNING):
         for _ in range(2):
-            assert nms_lib.resolve_backend("auto") == "while_loop"
-    lines = [
-        r.getMessage()
-        for r in caplog.records
-        if "no Pallas Triton backend" in r.getMessage()
+            assert nms_lib.resolve_backend("auto") == "pallas"
+            with jax.sharding.use_abstract_mesh(cuda_mesh(_AMPERE)):
+                assert nms_lib.resolve_backend("auto") == "while_loop"
+    assert _fallback_lines(caplog) == [
+        f"nms backend 'auto' on CUDA: {no_triton}, so pallas runs instead "
+        "of pallas_triton",
+        f"nms backend 'auto' on CUDA: {no_triton} and {ampere}, so "
+        "while_loop runs instead of pallas_triton",
     ]
-    assert lines == [
-        f"nms backend 'auto' on CUDA: JAX {jax.__version__} has "
-        "no Pallas Triton backend, so while_loop runs instead "
-        "of pallas"
-    ]
-    nms_lib._log_triton_fallback.cache_clear()
+    nms_lib._log_cuda_fallback.cache_clear()
 
 
 def _has_gpu() -> bool:
@@ -220,10 +289,7 @@ def _has_gpu() -> bool:
         return False
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU")
-@pytest.mark.parametrize("n", [1, 129, 1000, 6000])
-def test_triton_kernel_on_gpu(n):
+def _check_on_gpu(backend: str, n: int) -> None:
     rng = np.random.default_rng(n)
     boxes, scores = random_boxes(rng, (3, n), extent=800.0, max_size=200.0)
     classes = rng.integers(0, 5, (3, n)).astype(np.int32)
@@ -235,14 +301,14 @@ def test_triton_kernel_on_gpu(n):
                     nms_lib.nms,
                     max_output_size=min(n, 1000),
                     iou_threshold=iou_threshold,
-                    backend="pallas",
+                    backend=backend,
                 )
             )
             args = jax.device_put((boxes, scores, cls), gpu)
             assert_matches_reference(
                 boxes,
                 scores,
-                backend="pallas",
+                backend=backend,
                 classes=cls,
                 max_output_size=min(n, 1000),
                 iou_threshold=iou_threshold,
@@ -250,3 +316,23 @@ def test_triton_kernel_on_gpu(n):
                     call(args[0], args[1], classes=args[2])
                 ),
             )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _has_gpu(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("n", [1, 129, 1000, 6000])
+@pytest.mark.parametrize(
+    "backend",
+    [
+        pytest.param(
+            name,
+            marks=pytest.mark.skipif(
+                _has_gpu() and skip_reason(name) is not None,
+                reason=str(_has_gpu() and skip_reason(name)),
+            ),
+        )
+        for name in ("pallas_triton", "pallas_mosaic_gpu")
+    ],
+)
+def test_cuda_kernel_on_gpu(backend, n):
+    _check_on_gpu(backend, n)
