@@ -1,15 +1,20 @@
 """Stops a run cleanly on SIGTERM or SIGINT: save at an agreed step, exit.
 
-    watch = preemption.Watch.install()        # before the first step
-    ...
+    watch = preemption.Watch.install()        # a signal exits at once
+    ...                                       # (pipeline start, compiles)
+    watch.begin_steps()                       # a signal now saves
     if watch.stop_requested():                # after each step, every process
         save(step); wait()
         raise preemption.Preempted(step, watch.signum)
 
 Cloud VMs announce a preemption with SIGTERM some seconds before they stop;
-Ctrl-C sends SIGINT. The first signal only sets a flag (one log line says
-so); the training loop finishes the step it is in, saves a checkpoint at it,
-waits for the save and raises `Preempted`, which train.py turns into one line
+Ctrl-C sends SIGINT. Before `begin_steps` (the pipeline starting, the
+first compiles) there is nothing to save: a signal ends the process at
+once with one line (`SIGTERM before the first step: exiting at once,
+nothing to save`) and the same exit code. From then on the first signal
+only sets a flag (one log line says so); the training loop finishes the
+step it is in, saves a checkpoint at it, waits for the save and raises
+`Preempted`, which train.py turns into one line
 (`preempted at step N: checkpoint saved`) and exit code 128 + the signal
 number (143 for SIGTERM, 130 for SIGINT), as a shell reports a process the
 signal ended. A second signal ends the process at once, without saving.
@@ -56,6 +61,14 @@ class Preempted(Exception):  # noqa: N818 (not an error: a requested stop)
         )
 
 
+def _exit_now(line: str, signum: int) -> None:
+    """Ends the process at once, with `line` on stderr and the shell's code
+    for `signum` (no cleanup: called from the signal-watch thread)."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+    os._exit(exit_code(signum))
+
+
 def _ignore(signum: int, frame: types.FrameType | None) -> None:
     """The Python-level handler: the signal-watch thread acts instead."""
     del signum, frame
@@ -66,6 +79,7 @@ class Watch:
 
     def __init__(self):
         self.signum: int | None = None  # the first signal received
+        self.stepping = False  # begin_steps() called: a signal saves
 
     @classmethod
     def install(cls) -> "Watch":
@@ -103,12 +117,21 @@ class Watch:
                 if signum in SIGNALS:
                     self._handle(signum)
 
+    def begin_steps(self) -> None:
+        """From here on a first signal saves the step in progress; before,
+        it ends the process at once (nothing to save)."""
+        self.stepping = True
+
     def _handle(self, signum: int) -> None:
         name = SIGNALS.get(signum, str(signum))
+        if not self.stepping:
+            _exit_now(
+                f"{name} before the first step: exiting at once, "
+                "nothing to save",
+                signum,
+            )
         if self.signum is not None:
-            sys.stderr.write(f"{name} again: exiting at once, not saving\n")
-            sys.stderr.flush()
-            os._exit(exit_code(signum))
+            _exit_now(f"{name} again: exiting at once, not saving", signum)
         self.signum = signum
         sys.stderr.write(
             f"{name} received: the run saves a checkpoint after the current "

@@ -211,6 +211,7 @@ def _train(
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
+    logging.info(_compiling_line(evaluate))
     # Predict first: it compiles faster, so a strict run fails sooner.
     predict = (
         eval_lib.compile_predict(
@@ -250,6 +251,23 @@ def _train(
         run.log.close()
 
 
+# How long the first compile of the train step (and predict) takes, by
+# platform: configs/shapes.py's, and the R50 configs' on an accelerator.
+COMPILE_TIMES = {
+    "cpu": "about 1-3 minutes on a 2-core CPU, less on more cores",
+    "gpu": "seconds to a minute on a GPU",
+    "tpu": "seconds to a minute on a TPU",
+}
+
+
+def _compiling_line(evaluate: bool) -> str:
+    """The line logged before the first compile: what and how long."""
+    programs = "the train step and predict" if evaluate else "the train step"
+    platform = jax.default_backend()
+    took = COMPILE_TIMES.get(platform, f"minutes on {platform}")
+    return f"Compiling {programs} ({took}); step 1 follows"
+
+
 def _saved_eval(
     workdir: pathlib.Path, config: ml_collections.ConfigDict
 ) -> dict:
@@ -278,6 +296,8 @@ def _loop(
         writer=run.log.writer,
         every_steps=train.log_every,
     )
+    if run.stop is not None:  # from here on a signal saves a step
+        run.stop.begin_steps()
     _stop_if_requested(run, state, start_step, saved=True)  # before step 1
     with host_audit.device_only_transfers():
         for step in range(start_step + 1, train.num_steps + 1):
