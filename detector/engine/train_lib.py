@@ -41,7 +41,6 @@
 """
 
 import dataclasses
-import json
 import pathlib
 import time
 from collections.abc import Iterator
@@ -271,13 +270,9 @@ def _compiling_line(evaluate: bool) -> str:
 def _saved_eval(
     workdir: pathlib.Path, config: ml_collections.ConfigDict
 ) -> dict:
-    """The eval split's saved result in `workdir`, or {} where none is
-    readable."""
-    try:
-        stem = eval_lib.result_stem(workdir, config.data.eval_split)
-        return json.loads(stem.with_suffix(".json").read_text())
-    except (OSError, ValueError):
-        return {}
+    """The eval split's saved result of the run's own data in `workdir`,
+    or {} where none is readable."""
+    return eval_lib.saved_result(workdir, config)
 
 
 def _loop(
@@ -353,6 +348,8 @@ def _stop_if_requested(
 
 
 def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
+    train = run.config.train
+    saved = step % train.checkpoint_every == 0 or step == train.num_steps
     results = eval_lib.evaluate(
         run.config,
         run.eval_graphdef,
@@ -361,6 +358,8 @@ def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
         mesh=run.mesh,
         workdir=run.workdir,
         predict=run.predict,
+        step=step,
+        checkpoint=str(run.ckpt.directory / str(step)) if saved else None,
     )
     run.log.write_eval(step, results)
     return results
