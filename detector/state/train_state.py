@@ -141,9 +141,15 @@ def restore_or_init(
     mesh: Mesh,
     ckpt: checkpoint.Checkpointer,
     tx: optax.GradientTransformation,
+    *,
+    read_only: bool = False,
 ) -> tuple[nnx.GraphDef, TrainState]:
     """(graphdef, state): the newest intact checkpoint, else a fresh model
     (warm-started from model.backbone_init or model.init_checkpoint).
+
+    The restore is logged as `Resumed from <checkpoints>/<step>` (training)
+    or, `read_only` (eval.py, export.py, predict.py), `Restored
+    <checkpoints>/<step> (step N)`.
 
     A checkpoint is restored into the state's shapes: the initialisers
     neither compile nor run (seconds of a resume or an evaluation on CPU).
@@ -169,7 +175,12 @@ def restore_or_init(
         restored = ckpt.restore_latest(abstract)
         if restored is not None:
             step, tree = restored
-            logging.info("Resumed from %s/%d", ckpt.directory, step)
+            if read_only:
+                logging.info(
+                    "Restored %s/%d (step %d)", ckpt.directory, step, step
+                )
+            else:
+                logging.info("Resumed from %s/%d", ckpt.directory, step)
             return graphdef, from_tree(template, tree)
     graphdef, params, rest = create_model(config, config.seed)
     if not resuming:  # a resumed run keeps its own weights
@@ -228,7 +239,9 @@ def restore_latest(
                 config.model.init_checkpoint,
             )
         tx, _ = optimizer.make_optimizer(config)
-        graphdef, state = restore_or_init(config, mesh, ckpt, tx)
+        graphdef, state = restore_or_init(
+            config, mesh, ckpt, tx, read_only=True
+        )
     finally:
         ckpt.close()
     return eval_graphdef(graphdef, state.params, state.rest), state
