@@ -6,6 +6,7 @@ params and the remaining variables (BatchNorm statistics, frozen BatchNorm
 values). The jitted step is a pure function of (TrainState, batch, key).
 """
 
+import json
 import pathlib
 from typing import Any
 
@@ -23,6 +24,7 @@ from detector.build import model as factory
 from detector.distributed import sharding
 from detector.modeling import model as model_lib
 from detector.state import checkpoint, optimizer, warm_start
+from detector.utils import config_diff
 
 
 @flax.struct.dataclass
@@ -172,7 +174,13 @@ def restore_or_init(
             to_tree(template),
         )
         # The newest intact checkpoint: damaged ones are logged and skipped.
-        restored = ckpt.restore_latest(abstract)
+        try:
+            restored = ckpt.restore_latest(abstract)
+        except checkpoint.ConfigMismatchError as e:
+            saved = ckpt.directory.parent / "config.json"
+            raise checkpoint.ConfigMismatchError(
+                f"{e}{_differences(config, saved)}"
+            ) from None
         if restored is not None:
             step, tree = restored
             if read_only:
@@ -186,6 +194,31 @@ def restore_or_init(
     if not resuming:  # a resumed run keeps its own weights
         params, rest = warm_start.apply(config, params, rest)
     return graphdef, sharding.replicate(init_state(params, rest, tx), mesh)
+
+
+# Changed fields named in a config mismatch error; the rest are counted.
+_MAX_NAMED_CHANGES = 8
+
+
+def _differences(config: ml_collections.ConfigDict, saved: pathlib.Path) -> str:
+    """'; the config differs from <saved> in: field old -> new, ...' (the
+    run's config.json beside the checkpoints), or '' where none is
+    readable."""
+    try:
+        stored = json.loads(saved.read_text())
+    except (OSError, ValueError):
+        return ""
+    found = config_diff.changes(
+        stored, json.loads(config.to_json_best_effort())
+    )
+    if not found:
+        return f"; {saved} holds this same config (another version's model?)"
+    more = len(found) - _MAX_NAMED_CHANGES
+    listed = ", ".join(found[:_MAX_NAMED_CHANGES])
+    return (
+        f"; this config differs from {saved} in {len(found)} field(s): "
+        f"{listed}{f' and {more} more' if more > 0 else ''}"
+    )
 
 
 def _check_restorable(

@@ -155,7 +155,9 @@ def test_checkpoint_from_another_config_is_one_clear_error(
         ValueError,
         match=r"checkpoint .*/4 holds 'params/.*' "
         r"with shape .* but this config needs .*: written by "
-        r"a different config",
+        r"a different config; this config differs from "
+        rf"{re.escape(str(straight))}/config.json in 1 field\(s\): "
+        r"model.fpn_channels \d+ -> 8$",
     ):
         train_lib.train_and_evaluate(other, straight, evaluate=False)
     # The failed run left the workdir's config (what eval.py reads) alone.
