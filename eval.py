@@ -1,4 +1,4 @@
-"""Evaluates the latest checkpoint of a workdir on a COCO subset.
+r"""Evaluates the latest checkpoint of a workdir on a COCO subset.
 
   python eval.py --workdir=workdirs/shapes
   python eval.py --workdir=DIR --config=configs/coco_r50_fpn.py \

@@ -1,4 +1,4 @@
-"""Exports a workdir's predict function as a jax.export artifact.
+r"""Exports a workdir's predict function as a jax.export artifact.
 
   python export.py --workdir=workdirs/shapes
   python export.py --workdir=W --out=W/export --platforms=cpu,cuda,tpu \

@@ -28,6 +28,7 @@ import sys
 from absl import app, flags
 
 from detector.imaging import images
+from detector.launch import usage
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run (runs the model in-process)."
@@ -163,4 +164,4 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=_parse_flags)
+    app.run(main, flags_parser=lambda a: usage.parse(a, _parse_flags))

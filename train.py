@@ -9,8 +9,9 @@
 finds checkpoints in its workdir resumes from the latest one; config.json is
 written once the restore and the --strict_device audit have passed.
 SIGTERM or Ctrl-C (SIGINT) saves a checkpoint after the current step and
-exits with 143 or 130; a second one exits at once. A workdir already trained
-to num_steps is reported complete without evaluating again, unless
+exits with 143 or 130; a second one, or one before step 1 (the pipeline
+starting, the compiles: nothing to save), exits at once. A workdir already
+trained to num_steps is reported complete without evaluating again, unless
 --evaluate_finished. The last line names the workdir, the final AP and the
 commands that come next (eval.py, export.py, predict.py).
 """
@@ -66,7 +67,7 @@ def main(argv: list[str]) -> None:
     config = cli.config_value(_CONFIG)
     cli.start_jax(config, _MULTIHOST)
     # After jax.distributed.initialize, whose own SIGTERM handler this
-    # replaces: from here on a signal saves.
+    # replaces: from here on a signal exits at once, from step 1 it saves.
     stop = preemption.Watch.install()
     import jax
 

@@ -37,15 +37,15 @@ Checked against the published configs:
   BatchNorm and uses LR 0.12 (0.0019 per image, above detectron2's
   0.00125), 500 warmup steps and L2 4e-5.
 
-Variants (applied left to right; they combine: `:gn_scratch,shapes`):
+Variants (applied left to right, `runlocal` last wherever it is named;
+they combine: `:gn_scratch,shapes`):
 - `letterbox` trains on TF Model Garden's input instead: 1024 x 1024
   letterbox with 0.8-1.25 scale jitter;
 - `gn_scratch` keeps the GroupNorm-from-scratch setup (no pretrained file,
   nothing frozen, TF Model Garden's schedule: batch 64, LR 0.12, 22.5k
   steps);
-- `runlocal` shrinks everything to a smoke run (after `shapes`,
-  `:shapes,runlocal`, on the shapes set; before it, `shapes` sets the
-  full size again);
+- `runlocal` shrinks everything to a smoke run (with `shapes`, in either
+  order, on the shapes set);
 - `torchvision` starts from torchvision's COCO-trained Mask R-CNN
   (`maskrcnn_resnet50_fpn` v1, converted to .safetensors;
   docs/torchvision-weights.md) through

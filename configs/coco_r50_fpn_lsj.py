@@ -32,12 +32,13 @@ decayed (as the 1x config). Published: 44.6 box AP / 40.3 mask AP
 `--config.train.batch_size=B` scales the LR (x B/64), the steps, the
 warmup and the LR steps (x 64/B), as the 1x config scales from 16.
 
-Variants (applied left to right):
+Variants (applied left to right, `runlocal` last wherever it is named):
 - `imagenet` starts the backbone from an ImageNet ResNet-50 through
   model.backbone_init (coco_r50_fpn's file) instead of from scratch;
 - `runlocal` and `shapes` are coco_r50_fpn's (a smoke run; the full model
   at 1024 x 1024 on the synthetic shapes set, batch 8);
-  `:shapes,runlocal` is a smoke run on the shapes set.
+  `:shapes,runlocal` (or `:runlocal,shapes`) is a smoke run on the
+  shapes set.
 """
 
 from collections.abc import Callable

@@ -54,14 +54,11 @@ _error_line = commands.error_line
         ),
         (
             ["--config=configs/missing.py"],
-            "error: --config: [Errno 2] No such file or directory: "
-            "'configs/missing.py'",
+            "error: --config: configs/missing.py: No such file or directory",
         ),
         (
             ["--config=configs/shapes.py:huge"],
-            "error: ValueError: configs/shapes.py: "
-            "unknown variant 'huge'; known: "
-            "runlocal",
+            "error: configs/shapes.py: unknown variant 'huge'; known: runlocal",
         ),
     ],
 )

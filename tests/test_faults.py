@@ -109,14 +109,35 @@ def test_sigterm_saves_the_step_and_a_second_run_is_refused(tmp_path):
     assert not (workdir / ".train.lock").exists()  # released at exit
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_while_it_compiles_exits_at_once_saving_nothing(
+    tmp_path, signum
+):
+    workdir, logs = tmp_path / "run", tmp_path / "logs"
+    with processes.started([_train(tmp_path, workdir)], logs) as (run,):
+        # The main thread is inside XLA's compiler: the signal is still
+        # taken at once, and there is nothing to save.
+        _wait_for(logs / "0.log", r"Compiling the train step", run)
+        os.kill(run.pid, signum)
+        sent = time.monotonic()
+        ((code, output),) = processes.finish([run], logs)
+    assert time.monotonic() - sent < 5
+    assert code == 128 + signum, output[-3000:]
+    name = signal.Signals(signum).name
+    assert [line for line in output.splitlines() if name in line] == [
+        f"{name} before the first step: exiting at once, nothing to save"
+    ]
+    assert "Traceback" not in output and "KeyboardInterrupt" not in output
+    assert not list((workdir / "checkpoints").glob("*"))
+    assert not (workdir / "config.json").exists()
+
+
 def test_a_second_signal_exits_at_once(tmp_path):
     logs = tmp_path / "logs"
     with processes.started([_train(tmp_path, tmp_path / "run")], logs) as (
         run,
     ):
-        # While it prepares the data and compiles: the main thread is busy
-        # outside Python, the signals are still taken at once.
-        _wait_for(logs / "0.log", r"Data parallel over", run)
+        _wait_for(logs / "0.log", r"step 1/", run)
         os.kill(run.pid, signal.SIGINT)
         _wait_for(logs / "0.log", r"SIGINT received", run, timeout=10)
         os.kill(run.pid, signal.SIGINT)

@@ -65,13 +65,20 @@ def _top_level() -> ml_collections.ConfigDict:
     return config
 
 
+# Variants that shrink a run to a smoke run: applied after the others, so
+# that 'runlocal,shapes' is the smoke run 'shapes,runlocal' is, not a full-size
+# run that a later variant grew back.
+SMOKE_VARIANTS = ("runlocal",)
+
+
 def apply_variants(
     config: ml_collections.ConfigDict,
     arg: str | None,
     variants: dict,
     source: str,
 ) -> ml_collections.ConfigDict:
-    """Applies the comma-separated variant names of `arg` in order.
+    """Applies the comma-separated variant names of `arg` left to right,
+    those of SMOKE_VARIANTS last wherever they are named.
 
     Args:
       config: the config the variants change in place.
@@ -79,12 +86,14 @@ def apply_variants(
       variants: name -> function(config) of the config file.
       source: the config file, named in the error of an unknown variant.
     """
-    for name in filter(None, (arg or "").split(",")):
+    names = list(filter(None, (arg or "").split(",")))
+    for name in names:
         if name not in variants:
             raise ValueError(
                 f"{source}: unknown variant {name!r}; "
                 f"known: {', '.join(variants)}"
             )
+    for name in sorted(names, key=lambda n: n in SMOKE_VARIANTS):
         variants[name](config)
     return config
 
@@ -99,6 +108,8 @@ def check_schema(config: ml_collections.ConfigDict) -> None:
     ranges.check(config, "", RANGES, _top_level())
     for section in SECTIONS.values():
         section.validate(config)
+    # After every section's ranges: the bound spans data, train and eval.
+    data_section.check_memory(config)
 
 
 def _merge_json(

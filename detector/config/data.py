@@ -3,37 +3,47 @@
 data.source, data.resize and data.shapes.image_size's lower end are checked
 beside their registries (detector/launch/validate.py)."""
 
+import math
+
 import ml_collections
 
-from detector.config import ranges
+from detector.config import checks, ranges
 from detector.config.checks import check, check_image_size
+
+# The longest image side of any recipe, with room (COCO's 1333, LSJ's 1024).
+MAX_SIDE = 4096
+_SIDE = ranges.between(1, MAX_SIDE, "pixels")
+# An image scale: detectron2's and TF Model Garden's LSJ draw from [0.1, 2].
+_SCALE = ranges.between(0, 4, "of data.image_size", low_open=True)
+# The most bytes one tensor of the input may take (largest_tensors): the LSJ
+# recipe's largest, its batch of 64 at 1024 x 1024, is 0.75 GiB; a scale or
+# count that would ask for more is refused before the pipeline starts.
+MAX_TENSOR_BYTES = 16 * 2**30
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
     "data.num_classes": ranges.at_least(1, "object categories"),
-    "data.image_size": ranges.each(
-        ranges.at_least(1), length=2, shape="(height, width)"
-    ),
-    "data.min_size": ranges.each(
-        ranges.at_least(1), min_length=1, shape="short sides"
-    ),
-    "data.max_size": ranges.at_least(1, "the long side at most"),
-    "data.max_instances": ranges.at_least(1, "instances per image"),
-    "data.gt_mask_size": ranges.at_least(1, "GT mask side in pixels"),
+    "data.image_size": ranges.each(_SIDE, length=2, shape="(height, width)"),
+    "data.min_size": ranges.each(_SIDE, min_length=1, shape="short sides"),
+    "data.max_size": ranges.between(1, MAX_SIDE, "the long side at most"),
+    "data.max_instances": ranges.between(1, 1000, "instances per image"),
+    "data.gt_mask_size": ranges.between(1, 512, "GT mask side in pixels"),
     "data.scale_jitter": ranges.each(
-        ranges.above(0), length=2, ordered=True, shape="(low, high)"
+        _SCALE, length=2, ordered=True, shape="(low, high)"
     ),
     "data.pixel_mean": ranges.each(ranges.any_number(), length=3),
     "data.pixel_std": ranges.each(ranges.above(0), length=3),
-    "data.shuffle_buffer": ranges.at_least(1, "examples shuffled"),
-    "data.prefetch": ranges.at_least(1, "batches prepared ahead"),
-    "data.lsj_min": ranges.above(0, "of data.image_size"),
-    "data.lsj_max": ranges.above(0, "of data.image_size"),
+    "data.shuffle_buffer": ranges.between(1, 100_000, "examples shuffled"),
+    "data.prefetch": ranges.between(1, 64, "batches prepared ahead"),
+    "data.lsj_min": _SCALE,
+    "data.lsj_max": _SCALE,
     "data.lsj_min_box_size": ranges.at_least(0, "pixels"),
     "data.shapes.num_train": ranges.at_least(1, "images written"),
     "data.shapes.num_val": ranges.at_least(1, "images written"),
     # Its lower end is the writer's: data/shapes_writer.py MIN_IMAGE_SIZE.
-    "data.shapes.image_size": ranges.at_least(1, "side of the square images"),
+    "data.shapes.image_size": ranges.between(
+        1, MAX_SIDE, "side of the square images"
+    ),
     "data.shapes.seed": ranges.between(0, 2**32 - 1),
 }
 
@@ -120,3 +130,60 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"must be in (0, data.lsj_max={data.lsj_max}]",
     )
     check_image_size(config.data.image_size)
+
+
+def largest_tensors(config: ml_collections.ConfigDict) -> dict[str, tuple]:
+    """The largest tensors the input makes, by the field that sizes them:
+    field -> (bytes, 'what f32[shape]').
+
+    The scaled image before its crop (the training scale's high end: of
+    data.lsj_max with LSJ, else of data.scale_jitter), the training and
+    eval input batches (f32 on the canvas) and the training batch's GT
+    masks (u8, max_instances x gt_mask_size squared per image).
+    """
+    data = config.data
+    height, width = data.image_size
+    lsj = data.augment == "lsj"
+    scale = data.lsj_max if lsj else data.scale_jitter[1]
+    scaled = (math.ceil(height * scale), math.ceil(width * scale), 3)
+    size = data.gt_mask_size
+    shapes = {
+        "data.lsj_max" if lsj else "data.scale_jitter": (
+            4,
+            "the scaled image before its crop f32",
+            scaled,
+        ),
+        "train.batch_size": (
+            4,
+            "the training batch f32",
+            (config.train.batch_size, height, width, 3),
+        ),
+        "eval.batch_size": (
+            4,
+            "the eval batch f32",
+            (config.eval.batch_size, height, width, 3),
+        ),
+        "data.max_instances": (
+            1,
+            "the training batch's GT masks u8",
+            (config.train.batch_size, data.max_instances, size, size),
+        ),
+    }
+    return {
+        key: (item * math.prod(shape), f"{what}{list(shape)}")
+        for key, (item, what, shape) in shapes.items()
+    }
+
+
+def check_memory(config: ml_collections.ConfigDict) -> None:
+    """Refuses a config whose input would make a tensor over
+    MAX_TENSOR_BYTES, in one line naming the field that sizes it."""
+    for key, (size, what) in largest_tensors(config).items():
+        check(
+            size <= MAX_TENSOR_BYTES,
+            key,
+            checks.get(config, key),
+            f"{what} would take {size / 2**30:.1f} GiB, over the "
+            f"{MAX_TENSOR_BYTES / 2**30:g} GiB one tensor may take "
+            "(detector/config/data.py MAX_TENSOR_BYTES)",
+        )

@@ -9,7 +9,7 @@ from detector.config import ranges
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
-    "eval.batch_size": ranges.at_least(1, "images per predict call"),
+    "eval.batch_size": ranges.between(1, 4096, "images per predict call"),
     "eval.max_images": ranges.at_least(
         0, "images evaluated, 0: the whole split"
     ),

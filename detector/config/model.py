@@ -20,19 +20,22 @@ _AUTO_DTYPES = {"cpu": "float32", "gpu": "bfloat16", "tpu": "bfloat16"}
 _AUTO_HEAD_NORMS = ("group", "batch")
 
 _IOU = ranges.between(0, 1, "an IoU")
-_COUNT = ranges.at_least(1)
+_COUNT = ranges.between(1, 16384, "channels")
+# Boxes kept per image, and candidates before an NMS (torchvision: 4000).
+_PER_IMAGE = ranges.between(1, 10_000, "per image")
+_CANDIDATES = ranges.between(1, 100_000, "candidates")
 _WEIGHTS = ranges.each(ranges.above(0), length=4, shape="(x, y, w, h)")
 # Every numeric field's range (detector/config/ranges.py); checks that
 # combine fields follow in validate().
 RANGES: ranges.Table = {
-    "model.backbone_width": ranges.at_least(1, "channels of the stem"),
+    "model.backbone_width": ranges.between(1, 1024, "channels of the stem"),
     "model.frozen_bn_epsilon": ranges.at_least(0),
     # Its upper end is the backbone's: modeling/backbone.py MAX_FREEZE_AT.
     "model.freeze_at": ranges.at_least(
         0, "0: nothing frozen, 1: the stem, 2: the stem and stage 1, ..."
     ),
     "model.group_norm_groups": ranges.at_least(1, "GroupNorm groups"),
-    "model.fpn_channels": ranges.at_least(1, "FPN channels"),
+    "model.fpn_channels": ranges.between(1, 4096, "FPN channels"),
     "model.min_level": ranges.between(1, 10, "coarsest stride 2**level"),
     "model.max_level": ranges.between(1, 10, "coarsest stride 2**level"),
     "model.anchor_scale": ranges.above(0, "anchor side / stride"),
@@ -42,44 +45,46 @@ RANGES: ranges.Table = {
     "model.anchor_offset": ranges.between(
         0, 1, "0.5: cell centres, 0: torchvision's", high_open=True
     ),
-    "model.rpn.pre_nms_top_k_train": ranges.at_least(1, "per level"),
-    "model.rpn.pre_nms_top_k_test": ranges.at_least(1, "per level"),
-    "model.rpn.post_nms_top_k_train": ranges.at_least(1, "per image"),
-    "model.rpn.post_nms_top_k_test": ranges.at_least(1, "per image"),
+    "model.rpn.pre_nms_top_k_train": _CANDIDATES,
+    "model.rpn.pre_nms_top_k_test": _CANDIDATES,
+    "model.rpn.post_nms_top_k_train": _PER_IMAGE,
+    "model.rpn.post_nms_top_k_test": _PER_IMAGE,
     "model.rpn.nms_iou": _IOU,
     "model.rpn.min_box_size": ranges.at_least(0),
     "model.rpn.fg_iou": _IOU,
     "model.rpn.bg_iou": _IOU,
-    "model.rpn.num_samples": ranges.at_least(1, "anchors sampled per image"),
+    "model.rpn.num_samples": ranges.between(
+        1, 100_000, "anchors sampled per image"
+    ),
     "model.rpn.positive_fraction": ranges.between(0, 1, low_open=True),
     "model.rpn.box_weights": _WEIGHTS,
     "model.rpn.approx_top_k_recall": ranges.between(
         0, 1, "0: exact top-k, else a recall target", high_open=True
     ),
-    "model.roi.num_rois": ranges.at_least(1, "rois sampled per image"),
+    "model.roi.num_rois": ranges.between(1, 10_000, "rois sampled per image"),
     "model.roi.fg_fraction": ranges.between(0, 1, low_open=True),
     "model.roi.fg_iou": _IOU,
     "model.roi.bg_iou_high": _IOU,
     "model.roi.bg_iou_low": _IOU,
     "model.roi.box_weights": _WEIGHTS,
-    "model.roi.pool_size": ranges.at_least(1, "ROIAlign output side"),
+    "model.roi.pool_size": ranges.between(1, 64, "ROIAlign output side"),
     "model.roi.canonical_size": ranges.above(0, "roi side of the level"),
     "model.roi.canonical_level": ranges.at_least(1),
     "model.roi.sampling_ratio": ranges.at_least(1, "samples per bin side"),
     "model.roi.level_eps": ranges.at_least(0),
     "model.roi.box_head_dim": _COUNT,
-    "model.roi.mask_pool_size": ranges.at_least(1, "mask ROIAlign side"),
+    "model.roi.mask_pool_size": ranges.between(1, 64, "mask ROIAlign side"),
     "model.roi.mask_head_dim": _COUNT,
-    "model.roi.mask_head_convs": ranges.at_least(0, "convolutions"),
+    "model.roi.mask_head_convs": ranges.between(0, 16, "convolutions"),
     "model.roi.box_head_conv_dim": _COUNT,
-    "model.rpn.head_convs": ranges.at_least(1, "3x3 convolutions"),
-    "model.roi.max_mask_rois": ranges.at_least(1, "per image"),
-    "model.roi.mask_size": ranges.at_least(2, "predicted mask side"),
+    "model.rpn.head_convs": ranges.between(1, 16, "3x3 convolutions"),
+    "model.roi.max_mask_rois": _PER_IMAGE,
+    "model.roi.mask_size": ranges.between(2, 256, "predicted mask side"),
     "model.detection.score_threshold": ranges.between(0, 1, "a score"),
     "model.detection.nms_iou": _IOU,
     "model.detection.min_box_size": ranges.at_least(0),
-    "model.detection.max_detections": ranges.at_least(1, "per image"),
-    "model.detection.pre_nms_top_k": ranges.at_least(1, "candidates"),
+    "model.detection.max_detections": _PER_IMAGE,
+    "model.detection.pre_nms_top_k": _CANDIDATES,
     "model.loss.rpn_box_beta": ranges.at_least(0, "Huber delta, 0: L1"),
     "model.loss.box_beta": ranges.at_least(0, "Huber delta, 0: L1"),
     "model.loss.rpn_cls_weight": ranges.at_least(0),

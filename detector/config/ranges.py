@@ -155,6 +155,8 @@ def _check_number(key: str, value: object, spec: Range, integer: bool) -> None:
     kind = "an integer" if integer else "a number"
     if not _number(value) or (integer and not isinstance(value, int)):
         _fail(key, value, kind, spec.meaning)
+    if not math.isfinite(value):  # inf is >= 0, but not a usable value
+        _fail(key, value, f"finite and {spec.words()}", spec.meaning)
     if not spec.holds(value):
         _fail(key, value, spec.words(), spec.meaning)
 

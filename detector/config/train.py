@@ -6,7 +6,7 @@ from detector.config import ranges
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
-    "train.batch_size": ranges.at_least(1, "images per step"),
+    "train.batch_size": ranges.between(1, 4096, "images per step"),
     "train.num_steps": ranges.at_least(1, "steps to train"),
     "train.learning_rate": ranges.above(0, "the peak learning rate"),
     "train.momentum": ranges.between(0, 1, high_open=True),

@@ -131,12 +131,76 @@ def rle_problem(segmentation, height: int, width: int) -> str | None:
     size = segmentation.get("size")
     if size is None:
         return "RLE segmentation without 'size'"
-    if not isinstance(size, (list, tuple)) or list(size) != [height, width]:
+    if not isinstance(size, (list, tuple)) or not all(map(_integer, size)):
+        return (
+            f"RLE size must be two positive integers (height, width): {size!r}"
+        )
+    if list(size) != [height, width]:
         return (
             f"RLE size differs from the image: {size!r} vs "
             f"[{height}, {width}] (height, width)"
         )
+    return _counts_problem(segmentation.get("counts"), height, width)
+
+
+def _counts_problem(counts: object, height: int, width: int) -> str | None:
+    """Why RLE `counts` (COCO's compressed string, or a list of runs) do not
+    cover height x width pixels, or None: pycocotools would otherwise fail
+    late, after the model compiled, without naming the annotation."""
+    if isinstance(counts, str):
+        runs = _compressed_runs(counts)
+        if isinstance(runs, str):
+            return (
+                f"invalid RLE counts: {_shown(counts)} is not a compressed "
+                f"RLE string ({runs})"
+            )
+    elif isinstance(counts, list):
+        runs = counts
+    else:
+        return (
+            "invalid RLE counts: a string or a list of integers, not "
+            f"{_shown(counts)}"
+        )
+    if not all(_integer(r) and r >= 0 for r in runs):
+        return (
+            "invalid RLE counts: a list of non-negative integers, not "
+            f"{_shown(counts)}"
+        )
+    if sum(runs) != height * width:
+        return (
+            f"invalid RLE counts: the runs cover {sum(runs)} pixels, not "
+            f"{height} * {width} = {height * width}"
+        )
     return None
+
+
+def _compressed_runs(counts: str) -> list[int] | str:
+    """The runs of COCO's compressed RLE string (pycocotools' rleFrString:
+    5 bits per character from '0', a continuation bit, a sign bit in the
+    last character, runs after the second relative to the one two back),
+    or why it is not one."""
+    runs: list[int] = []
+    position = 0
+    while position < len(counts):
+        value = shift = 0
+        more = True
+        while more:
+            if position == len(counts):
+                return "cut inside a run"
+            char = counts[position]
+            code = ord(char) - 48
+            if not 0 <= code <= 63:
+                return f"{char!r} at {position} is outside '0'..'o'"
+            value |= (code & 0x1F) << shift
+            more = bool(code & 0x20)
+            position += 1
+            shift += 5
+            if not more and code & 0x10:
+                value |= -1 << shift
+        if len(runs) > 2:
+            value += runs[-2]
+        runs.append(value)
+    return runs
 
 
 def segmentation_problem(segmentation, height: int, width: int) -> str | None:

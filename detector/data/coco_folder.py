@@ -172,12 +172,17 @@ class CocoFolder:
         by_id = {im["id"]: i for i, im in enumerate(self.images)}
         known_images = {im["id"] for im in dataset["images"]}
         class_of = {cid: c + 1 for c, cid in enumerate(self.category_ids)}
-        self.has_masks = any(
-            a.get("segmentation") and not a.get("iscrowd")
-            for a in annotations
-            if a["image_id"] in by_id
-        )
-        if not self.has_masks:
+        selected = [a for a in annotations if a["image_id"] in by_id]
+        instances = [a for a in selected if not a.get("iscrowd")]
+        self.has_masks = any(a.get("segmentation") for a in instances)
+        if selected and not instances:
+            logging.warning(
+                "%s: all %d annotations are crowd regions (no non-crowd "
+                "instances); training without box and mask targets",
+                self.annotation_file,
+                len(selected),
+            )
+        elif not self.has_masks:
             logging.warning(
                 "%s: no instance segmentations; training without mask targets",
                 self.annotation_file,

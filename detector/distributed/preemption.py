@@ -1,6 +1,6 @@
-"""SIGTERM/SIGINT stop a run cleanly: every process saves the same agreed
-step, then exits 128 + the signal (docs/faults.md; design:
-docs/architecture.md, "Processes")."""
+"""SIGTERM/SIGINT stop a run: before step 1 at once (nothing to save), after
+it every process saves the same agreed step; exit 128 + the signal
+(docs/faults.md; design: docs/architecture.md, "Processes")."""
 
 import os
 import signal
@@ -34,6 +34,14 @@ class Preempted(Exception):  # noqa: N818 (not an error: a requested stop)
         )
 
 
+def _exit_now(line: str, signum: int) -> None:
+    """Ends the process at once, with `line` on stderr and the shell's code
+    for `signum` (no cleanup: called from the signal-watch thread)."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+    os._exit(exit_code(signum))
+
+
 def _ignore(signum: int, frame: types.FrameType | None) -> None:
     """The Python-level handler: the signal-watch thread acts instead."""
     del signum, frame
@@ -44,6 +52,7 @@ class Watch:
 
     def __init__(self):
         self.signum: int | None = None  # the first signal received
+        self.stepping = False  # begin_steps() called: a signal saves
 
     @classmethod
     def install(cls) -> "Watch":
@@ -81,12 +90,21 @@ class Watch:
                 if signum in SIGNALS:
                     self._handle(signum)
 
+    def begin_steps(self) -> None:
+        """From here on a first signal saves the step in progress; before,
+        it ends the process at once (nothing to save)."""
+        self.stepping = True
+
     def _handle(self, signum: int) -> None:
         name = SIGNALS.get(signum, str(signum))
+        if not self.stepping:
+            _exit_now(
+                f"{name} before the first step: exiting at once, "
+                "nothing to save",
+                signum,
+            )
         if self.signum is not None:
-            sys.stderr.write(f"{name} again: exiting at once, not saving\n")
-            sys.stderr.flush()
-            os._exit(exit_code(signum))
+            _exit_now(f"{name} again: exiting at once, not saving", signum)
         self.signum = signum
         sys.stderr.write(
             f"{name} received: the run saves a checkpoint after the current "

@@ -3,7 +3,6 @@ checkpoints and evaluations (docs/training.md, docs/architecture.md).
 """
 
 import dataclasses
-import json
 import pathlib
 import time
 from collections.abc import Callable, Iterator
@@ -187,6 +186,7 @@ def _train(
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
+    logging.info(_compiling_line(evaluate))
     # Predict first: it compiles faster, so a strict run fails sooner.
     predict = (
         eval_lib.compile_predict(
@@ -228,16 +228,29 @@ def _train(
         run.log.close()
 
 
+# How long the first compile of the train step (and predict) takes, by
+# platform: configs/shapes.py's, and the R50 configs' on an accelerator.
+COMPILE_TIMES = {
+    "cpu": "about 1-3 minutes on a 2-core CPU, less on more cores",
+    "gpu": "seconds to a minute on a GPU",
+    "tpu": "seconds to a minute on a TPU",
+}
+
+
+def _compiling_line(evaluate: bool) -> str:
+    """The line logged before the first compile: what and how long."""
+    programs = "the train step and predict" if evaluate else "the train step"
+    platform = jax.default_backend()
+    took = COMPILE_TIMES.get(platform, f"minutes on {platform}")
+    return f"Compiling {programs} ({took}); step 1 follows"
+
+
 def _saved_eval(
     workdir: pathlib.Path, config: ml_collections.ConfigDict
 ) -> dict:
-    """The eval split's saved result in `workdir`, or {} where none is
-    readable."""
-    try:
-        stem = eval_lib.result_stem(workdir, config.data.eval_split)
-        return json.loads(stem.with_suffix(".json").read_text())
-    except (OSError, ValueError):
-        return {}
+    """The eval split's saved result of the run's own data in `workdir`,
+    or {} where none is readable."""
+    return eval_lib.saved_result(workdir, config)
 
 
 def _loop(
@@ -256,6 +269,8 @@ def _loop(
         writer=run.log.writer,
         every_steps=train.log_every,
     )
+    if run.stop is not None:  # from here on a signal saves a step
+        run.stop.begin_steps()
     _stop_if_requested(run, state, start_step, saved=True)  # before step 1
     with host_audit.device_only_transfers():
         for step in range(start_step + 1, train.num_steps + 1):
@@ -311,6 +326,8 @@ def _stop_if_requested(
 
 
 def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
+    train = run.config.train
+    saved = step % train.checkpoint_every == 0 or step == train.num_steps
     results = eval_lib.evaluate(
         run.config,
         run.eval_graphdef,
@@ -319,6 +336,8 @@ def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
         mesh=run.mesh,
         workdir=run.workdir,
         predict=run.predict,
+        step=step,
+        checkpoint=str(run.ckpt.directory / str(step)) if saved else None,
     )
     run.log.write_eval(step, results)
     return results

@@ -8,8 +8,10 @@ eval batch shape by `compile_predict`; a trainer compiles it before step 1
 and hands it to every `evaluate` call.
 
 Writes `<workdir>/eval_<slug>.json` (`split_slug`: the split's exact string
-in a file name):
-    {"split": ..., "images": N, "bbox": {"AP", "AP50", "AP75", "APs", "APm",
+in a file name) for the run's own data, `eval_<source>_<root name>_<slug>`
+for other data (`result_stem`), so that the run's result is never replaced:
+    {"split": ..., "source": ..., "root": ..., "step": N, "checkpoint": ...,
+     "images": N, "bbox": {"AP", "AP50", "AP75", "APs", "APm",
      "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl"}, "segm": {...},
      "predict_latency_ms_per_image": median, "nms_backend": ...,
      "host_roundtrips_per_predict": n, "deterministic": bool}
@@ -21,6 +23,7 @@ standard 12-number summaries.
 import dataclasses
 import hashlib
 import json
+import os
 import pathlib
 import re
 import time
@@ -164,21 +167,63 @@ def split_slug(split: str) -> str:
     return f"{readable}-{digest}"
 
 
-def result_stem(workdir: pathlib.Path, split: str) -> pathlib.Path:
-    """`<workdir>/eval_<slug>`, the stem of the split's .json and .png.
+def data_origin(data: ml_collections.ConfigDict | dict) -> dict[str, str]:
+    """Which data a result is of: {"source", "root"} of a config's data
+    section (tfds: root is the builder name, under its data_dir if set)."""
+    if data["source"] == "tfds":
+        name, folder = data["tfds_name"], data["tfds_data_dir"]
+        root = os.path.join(folder, name) if folder else name
+    else:
+        root = os.path.abspath(os.path.expanduser(data["root"]))
+    return {"source": data["source"], "root": root}
+
+
+def _run_origin(workdir: pathlib.Path) -> dict[str, str] | None:
+    """The data of the run's own config.json, or None where there is none
+    (a run not started yet, a model evaluated from model.init_checkpoint)."""
+    try:
+        return data_origin(
+            json.loads((workdir / "config.json").read_text())["data"]
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _origin_name(origin: dict[str, str]) -> str:
+    """'<source>_<root name>', file-name safe: 'coco_json_coco'."""
+    root = origin["root"].rstrip("/")
+    name = root if origin["source"] == "tfds" else os.path.basename(root)
+    name = re.sub(r"[^A-Za-z0-9]+", "_", name).strip("_") or "root"
+    return f"{origin['source']}_{name}"
+
+
+def result_stem(
+    workdir: pathlib.Path,
+    split: str,
+    data: ml_collections.ConfigDict | None = None,
+) -> pathlib.Path:
+    """The stem of a result's .json and .png: `<workdir>/eval_<slug>` for
+    the run's own data, `<workdir>/eval_<source>_<root name>_<slug>` for
+    `data` that is not the data of the run's config.json (None: the run's
+    own, as in training).
 
     A .json there that is not a readable result (cut short, not JSON) is
     logged and will be overwritten.
 
     Raises:
-      ValueError: the .json there holds another split's result (never
-        overwritten).
+      ValueError: the .json there holds the result of another split or
+        other data (never overwritten).
     """
-    stem = pathlib.Path(workdir) / f"eval_{split_slug(split)}"
+    workdir = pathlib.Path(workdir)
+    origin = None if data is None else data_origin(data)
+    own = origin is None or origin == (_run_origin(workdir) or origin)
+    prefix = "eval_" if own else f"eval_{_origin_name(origin)}_"
+    stem = workdir / f"{prefix}{split_slug(split)}"
     path = stem.with_suffix(".json")
     if path.exists():
         try:
-            other = json.loads(path.read_text())["split"]
+            held = json.loads(path.read_text())
+            other = held["split"]
         except (ValueError, TypeError, KeyError, UnicodeDecodeError) as e:
             logging.warning(
                 "%s holds no readable eval result (%s): it will be overwritten",
@@ -192,7 +237,29 @@ def result_stem(workdir: pathlib.Path, split: str) -> pathlib.Path:
                 f"not {split!r}; move it away to evaluate "
                 f"{split!r}"
             )
+        held_origin = {k: held.get(k) for k in ("source", "root")}
+        if origin and "source" in held and held_origin != origin:
+            raise ValueError(
+                f"{path}: holds the result of {held_origin['source']} data "
+                f"at {held_origin['root']}, not {origin['root']}; move it "
+                "away to evaluate this data"
+            )
     return stem
+
+
+def saved_result(
+    workdir: pathlib.Path, config: ml_collections.ConfigDict
+) -> dict:
+    """The saved result of the run's eval split on its own data (what
+    train.py reports), or {} where there is none readable: a result that
+    does not record `config`'s data (source and root) is not the run's."""
+    try:
+        stem = result_stem(workdir, config.data.eval_split)
+        result = json.loads(stem.with_suffix(".json").read_text())
+    except (OSError, ValueError):
+        return {}
+    recorded = {k: result.get(k) for k in ("source", "root")}
+    return result if recorded == data_origin(config.data) else {}
 
 
 def detections_path(stem: pathlib.Path) -> pathlib.Path:
@@ -271,17 +338,21 @@ def evaluate(
     max_images: int = 0,
     predict: CompiledPredict | None = None,
     data: pipeline.EvalSplit | None = None,
+    step: int | None = None,
+    checkpoint: str | None = None,
 ) -> dict:
     """Evaluates on a COCO subset; writes eval_<slug>.json, .png and the
     detections (`detections_path`).
 
     `predict` is a `compile_predict` result to reuse (default: compiled
-    here from `graphdef`); `data` the split already read (`eval_split`).
+    here from `graphdef`); `data` the split already read (`eval_split`);
+    `step` and `checkpoint` (the weights evaluated: a checkpoint folder or
+    file, None for unsaved weights) are recorded in the result.
     """
     check_request(split, max_images)
     split = config.data.eval_split if split is None else split
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
-    stem = result_stem(workdir, split)  # before the work, not after
+    stem = result_stem(workdir, split, config.data)  # before the work
     data = data or pipeline.eval_split(
         config, split, max_images or config.eval.max_images
     )
@@ -295,7 +366,13 @@ def evaluate(
     # Serialised before COCOeval adds its own keys to the dicts.
     detections = json.dumps(results) if jax.process_index() == 0 else ""
     image_ids = sorted(data.coco.getImgIds())  # all processes' images
-    summary = {"split": split, "images": len(image_ids)}
+    summary = {
+        "split": split,
+        **data_origin(config.data),
+        "step": step,
+        "checkpoint": checkpoint,
+        "images": len(image_ids),
+    }
     box_results = [
         {k: v for k, v in r.items() if k != "segmentation"} for r in results
     ]
@@ -370,6 +447,12 @@ def evaluate_checkpoint(
     )
     mesh = sharding.make_mesh()
     graphdef, state = state_lib.restore_latest(config, workdir, mesh)
+    step = int(jax.device_get(state.step))
+    checkpoint = (
+        pathlib.Path(workdir).absolute() / "checkpoints" / str(step)
+        if step
+        else config.model.init_checkpoint  # no checkpoint: what it starts
+    )
     pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
     return evaluate(
         config,
@@ -381,4 +464,6 @@ def evaluate_checkpoint(
         split=split,
         max_images=max_images,
         data=data,
+        step=step,
+        checkpoint=str(checkpoint),
     )

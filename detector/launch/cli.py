@@ -1,9 +1,13 @@
-"""Command-line plumbing shared by train.py and eval.py.
+"""Command-line plumbing shared by train.py, eval.py and export.py.
 
+- `--help` lists the program's own flags, `--config` and the multi-host
+  flags included, and exits with 0 (usage.py; predict.py uses it too).
 - One-line errors: a bad flag, config file, config variant or
   `--config.a.b=v` override, a bad value in a config, or an unreadable /
   unwritable path ends the program with a single `error: ...` line and exit
-  code 1, not a traceback from inside the flag, config or file libraries.
+  code 1, not a traceback from inside the flag, config or file libraries,
+  and in plain words (`error: --config: configs/x.py: No such file or
+  directory`, no exception names).
 - Multi-host start-up: `--multihost=auto|on|off`, `--coordinator_address`,
   `--num_processes`, `--process_id` and `--coordinator_timeout_s` (defined
   by each entry point with `MultihostFlags`) decide whether and how to call
@@ -25,6 +29,7 @@ from absl import flags
 from ml_collections import config_flags
 
 from detector.distributed import determinism, multihost, peers
+from detector.launch import usage
 from ops import nms
 
 MULTIHOST_MODES = ("auto", "on", "off")
@@ -41,6 +46,10 @@ MULTIHOST_HELP = (
 # How config_flags starts the error of a config file that failed to load.
 _LOAD_FAILED = "Configuration is not available because of an earlier failure"
 _LOAD_FAILED += " to load:"
+# An exception's name before its text ('ValueError: ...'), as config_flags
+# passes a config file's error on; and an OSError's text.
+_EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
+_ERRNO = re.compile(r"^\[Errno \d+\] (?P<reason>[^:]+): '(?P<path>.*)'$")
 # JAX's own default wait for the coordinator and the other processes.
 COORDINATOR_TIMEOUT_S = 300
 
@@ -62,7 +71,17 @@ def _one_line(error: BaseException, *, last_only: bool = False) -> str:
     last one (`last_only`, for flag and config errors, whose last line says
     what is wrong)."""
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return " ".join(lines[-1:] if last_only else lines) or type(error).__name__
+    text = " ".join(lines[-1:] if last_only else lines)
+    return plain(text) or type(error).__name__
+
+
+def plain(text: str) -> str:
+    """A library's error text as a sentence: no exception name in front,
+    "[Errno 2] No such file or directory: 'x'" as 'x: No such file or
+    directory'."""
+    text = _EXCEPTION_NAME.sub("", text)
+    errno = _ERRNO.match(text)
+    return f"{errno['path']}: {errno['reason']}" if errno else text
 
 
 def define_config(
@@ -100,11 +119,17 @@ def _unknown_field(error: AttributeError | KeyError, argv: list[str]) -> str:
 
 
 def parse_flags(argv: list[str]) -> list[str]:
-    """absl flags parser for app.run: one line per parse error.
+    """absl flags parser for app.run: one line per parse error; --help
+    lists the program's flags, --config included, and exits with 0
+    (usage.py).
 
     With an explicit `--config=file`, the `--config.a.b=v` overrides are
     applied while the flags are parsed, so an unknown key surfaces here.
     """
+    return usage.parse(argv, _parse_flags)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
     try:
         return flags.FLAGS(argv)
     except flags.Error as e:

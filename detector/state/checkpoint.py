@@ -32,6 +32,11 @@ class DamagedCheckpointError(Exception):
     """A checkpoint that cannot be restored as it was saved."""
 
 
+class ConfigMismatchError(ValueError):
+    """A checkpoint whose arrays another config's model made (a missing,
+    extra or differently shaped array)."""
+
+
 class VanishedCheckpointError(DamagedCheckpointError):
     """A step folder removed after it was listed (a trainer keeping only its
     newest checkpoints deleted it while a reader was restoring it)."""
@@ -400,19 +405,19 @@ class Checkpointer:
             key=lambda n: (n.startswith("opt_state"), n),
         ):
             if name not in wanted:
-                raise ValueError(
+                raise ConfigMismatchError(
                     f"{where} has {name!r}, which this config's "
                     "model does not: written by a different "
                     "config"
                 )
             if name not in stored:
-                raise ValueError(
+                raise ConfigMismatchError(
                     f"{where} lacks {name!r}, which this "
                     "config's model has: written by a different "
                     "config"
                 )
             if stored[name] != wanted[name]:
-                raise ValueError(
+                raise ConfigMismatchError(
                     f"{where} holds {name!r} with shape "
                     f"{stored[name]}, but this config needs "
                     f"{wanted[name]}: written by a different "

@@ -6,6 +6,7 @@ params and the remaining variables (BatchNorm statistics, frozen BatchNorm
 values). The jitted step is a pure function of (TrainState, batch, key).
 """
 
+import json
 import pathlib
 from typing import Any
 
@@ -23,6 +24,7 @@ from detector.build import model as factory
 from detector.distributed import sharding
 from detector.modeling import model as model_lib
 from detector.state import checkpoint, optimizer, warm_start
+from detector.utils import config_diff
 
 
 @flax.struct.dataclass
@@ -141,9 +143,15 @@ def restore_or_init(
     mesh: Mesh,
     ckpt: checkpoint.Checkpointer,
     tx: optax.GradientTransformation,
+    *,
+    read_only: bool = False,
 ) -> tuple[nnx.GraphDef, TrainState]:
     """(graphdef, state): the newest intact checkpoint, else a fresh model
     (warm-started from model.backbone_init or model.init_checkpoint).
+
+    The restore is logged as `Resumed from <checkpoints>/<step>` (training)
+    or, `read_only` (eval.py, export.py, predict.py), `Restored
+    <checkpoints>/<step> (step N)`.
 
     A checkpoint is restored into the state's shapes: the initialisers
     neither compile nor run (seconds of a resume or an evaluation on CPU).
@@ -166,15 +174,51 @@ def restore_or_init(
             to_tree(template),
         )
         # The newest intact checkpoint: damaged ones are logged and skipped.
-        restored = ckpt.restore_latest(abstract)
+        try:
+            restored = ckpt.restore_latest(abstract)
+        except checkpoint.ConfigMismatchError as e:
+            saved = ckpt.directory.parent / "config.json"
+            raise checkpoint.ConfigMismatchError(
+                f"{e}{_differences(config, saved)}"
+            ) from None
         if restored is not None:
             step, tree = restored
-            logging.info("Resumed from %s/%d", ckpt.directory, step)
+            if read_only:
+                logging.info(
+                    "Restored %s/%d (step %d)", ckpt.directory, step, step
+                )
+            else:
+                logging.info("Resumed from %s/%d", ckpt.directory, step)
             return graphdef, from_tree(template, tree)
     graphdef, params, rest = create_model(config, config.seed)
     if not resuming:  # a resumed run keeps its own weights
         params, rest = warm_start.apply(config, params, rest)
     return graphdef, sharding.replicate(init_state(params, rest, tx), mesh)
+
+
+# Changed fields named in a config mismatch error; the rest are counted.
+_MAX_NAMED_CHANGES = 8
+
+
+def _differences(config: ml_collections.ConfigDict, saved: pathlib.Path) -> str:
+    """'; the config differs from <saved> in: field old -> new, ...' (the
+    run's config.json beside the checkpoints), or '' where none is
+    readable."""
+    try:
+        stored = json.loads(saved.read_text())
+    except (OSError, ValueError):
+        return ""
+    found = config_diff.changes(
+        stored, json.loads(config.to_json_best_effort())
+    )
+    if not found:
+        return f"; {saved} holds this same config (another version's model?)"
+    more = len(found) - _MAX_NAMED_CHANGES
+    listed = ", ".join(found[:_MAX_NAMED_CHANGES])
+    return (
+        f"; this config differs from {saved} in {len(found)} field(s): "
+        f"{listed}{f' and {more} more' if more > 0 else ''}"
+    )
 
 
 def _check_restorable(
@@ -228,7 +272,9 @@ def restore_latest(
                 config.model.init_checkpoint,
             )
         tx, _ = optimizer.make_optimizer(config)
-        graphdef, state = restore_or_init(config, mesh, ckpt, tx)
+        graphdef, state = restore_or_init(
+            config, mesh, ckpt, tx, read_only=True
+        )
     finally:
         ckpt.close()
     return eval_graphdef(graphdef, state.params, state.rest), state

@@ -22,8 +22,13 @@ _F32 = np.float32
 
 
 def nonneg_product(a, b):
-    """a * b for a, b >= 0, written so it never contracts into an FMA."""
-    return np.maximum(a * b, _F32(0))
+    """a * b for a, b >= 0, written so it never contracts into an FMA.
+
+    A non-finite box (never a candidate) may give inf * 0 = NaN here, as
+    on the device: numpy's warning about it is silenced, not the value.
+    """
+    with np.errstate(invalid="ignore"):
+        return np.maximum(a * b, _F32(0))
 
 
 def box_areas(boxes: np.ndarray) -> np.ndarray:

@@ -87,6 +87,17 @@ def test_shapes_then_runlocal_is_a_smoke_run_on_the_shapes_set():
     validate(config)
 
 
+@pytest.mark.parametrize("arg", ["runlocal,shapes", "runlocal,imagenet,shapes"])
+def test_runlocal_is_applied_last_wherever_it_is_named(arg):
+    config = coco_r50_fpn_lsj.get_config(arg)
+    expected = coco_r50_fpn_lsj.get_config(
+        ",".join([*(n for n in arg.split(",") if n != "runlocal"), "runlocal"])
+    )
+    assert config.to_dict() == expected.to_dict()
+    assert tuple(config.data.image_size) == (256, 256)
+    assert (config.train.batch_size, config.train.num_steps) == (2, 4)
+
+
 def test_unknown_variant_is_one_line():
     with pytest.raises(ValueError, match="unknown variant 'lsj'"):
         coco_r50_fpn_lsj.get_config("lsj")

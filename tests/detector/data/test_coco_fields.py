@@ -4,7 +4,9 @@ file names that lead outside the image folder are refused."""
 import json
 import os
 
+import numpy as np
 import pytest
+from pycocotools import mask as mask_utils
 
 from detector.data import coco_checks, coco_folder
 from tests.detector.data import helpers
@@ -160,3 +162,93 @@ def test_a_subfolder_inside_the_image_folder_is_fine(folder):
         ],
     )
     coco_folder.CocoFolder(str(folder), "val", 3)
+
+
+def _valid_counts(height: int, width: int) -> str:
+    """The compressed counts of an all-ones mask of height x width."""
+    mask = np.ones((height, width), np.uint8, order="F")
+    return mask_utils.encode(mask)["counts"].decode("ascii")
+
+
+@pytest.mark.parametrize(
+    "segmentation, reason",
+    [
+        (
+            {"size": [48, 60], "counts": "zzzz!!"},
+            "invalid RLE counts: 'zzzz!!' is not a compressed RLE string "
+            "('z' at 0 is outside '0'..'o')",
+        ),
+        (
+            {"size": [48, 60], "counts": "P"},
+            "invalid RLE counts: 'P' is not a compressed RLE string (cut "
+            "inside a run)",
+        ),
+        (
+            {"size": [48, 60], "counts": _valid_counts(10, 10)},
+            "invalid RLE counts: the runs cover 100 pixels, not 48 * 60 = 2880",
+        ),
+        (
+            {"size": [48, 60], "counts": [10, 5]},
+            "invalid RLE counts: the runs cover 15 pixels, not 48 * 60 = 2880",
+        ),
+        (
+            {"size": [48, 60], "counts": [-1, 2881]},
+            "invalid RLE counts: a list of non-negative integers, not "
+            "[-1, 2881]",
+        ),
+        (
+            {"size": [48, 60], "counts": [1.5, 2878.5]},
+            "invalid RLE counts: a list of non-negative integers",
+        ),
+        (
+            {"size": [48, 60], "counts": 2880},
+            "invalid RLE counts: a string or a list of integers, not 2880",
+        ),
+        (
+            {"size": [48.0, 60], "counts": [2880]},
+            "RLE size must be two positive integers (height, width): "
+            "[48.0, 60]",
+        ),
+    ],
+)
+@pytest.mark.parametrize("iscrowd", [0, 1])
+def test_a_malformed_rle_is_skipped_when_the_annotations_load(
+    folder, caplog, segmentation, reason, iscrowd
+):
+    def edit(dataset):
+        dataset["annotations"][0]["segmentation"] = segmentation
+        dataset["annotations"][0]["iscrowd"] = iscrowd
+
+    path = _edit(folder, edit)
+    with caplog.at_level("WARNING"):
+        split = coco_folder.CocoFolder(str(folder), "val", 3)
+    assert (
+        f"{path}: skipping annotation id=1 of image 1: {reason}"
+    ) in caplog.text
+    assert 1 not in split.coco().anns
+
+
+@pytest.mark.parametrize(
+    "counts", [_valid_counts(48, 60), [0, 2880], [100, 2000, 780]]
+)
+def test_a_valid_rle_passes_the_check(counts):
+    assert (
+        coco_checks.rle_problem({"size": [48, 60], "counts": counts}, 48, 60)
+        is None
+    )
+
+
+def test_an_all_crowd_set_says_so_not_that_it_lacks_segmentations(
+    folder, caplog
+):
+    path = _edit(
+        folder,
+        lambda d: [a.__setitem__("iscrowd", 1) for a in d["annotations"]],
+    )
+    with caplog.at_level("WARNING"):
+        coco_folder.CocoFolder(str(folder), "val", 3)
+    assert (
+        f"{path}: all 9 annotations are crowd regions (no non-crowd "
+        "instances); training without box and mask targets"
+    ) in caplog.text
+    assert "no instance segmentations" not in caplog.text

@@ -12,6 +12,7 @@ CHILD = """
 import os, signal, sys, time
 from detector.distributed import preemption
 watch = preemption.Watch.install()
+{begin}
 print("before", watch.stop_requested(), flush=True)
 os.kill(os.getpid(), signal.{name})
 for _ in range(100):
@@ -25,9 +26,10 @@ print("still running", flush=True)
 """
 
 
-def _child(name: str) -> subprocess.CompletedProcess:
+def _child(name: str, begin: bool = True) -> subprocess.CompletedProcess:
+    begin_steps = "watch.begin_steps()" if begin else ""
     return subprocess.run(
-        [sys.executable, "-c", CHILD.format(name=name)],
+        [sys.executable, "-c", CHILD.format(name=name, begin=begin_steps)],
         cwd=processes.ROOT,
         capture_output=True,
         text=True,
@@ -46,6 +48,15 @@ def test_first_signal_sets_the_flag_second_exits_at_once():
     assert "SIGTERM received: the run saves a checkpoint" in done.stderr
     assert "SIGTERM again: exiting at once, not saving" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_signal_before_the_steps_begin_exits_at_once_in_one_line():
+    done = _child("SIGTERM", begin=False)
+    assert done.returncode == 143, done.stderr
+    assert done.stdout.splitlines() == ["before False"]
+    assert done.stderr.strip().splitlines() == [
+        "SIGTERM before the first step: exiting at once, nothing to save"
+    ]
 
 
 def test_preempted_says_the_step_and_the_exit_code_is_the_shells():

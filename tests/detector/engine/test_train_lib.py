@@ -163,7 +163,9 @@ def test_checkpoint_from_another_config_is_one_clear_error(
         ValueError,
         match=r"checkpoint .*/4 holds 'params/.*' "
         r"with shape .* but this config needs .*: written by "
-        r"a different config",
+        r"a different config; this config differs from "
+        rf"{re.escape(str(straight))}/config.json in 1 field\(s\): "
+        r"model.fpn_channels \d+ -> 8$",
     ):
         train_lib.train_and_evaluate(
             other, straight, hooks=launch_hooks.TRAIN_PY, evaluate=False
@@ -176,7 +178,9 @@ def test_a_finished_workdir_is_reported_complete_not_evaluated_again(
     resumed_and_straight, shapes_config, monkeypatch
 ):
     _, straight = resumed_and_straight
-    (straight / "eval_val.json").write_text('{"split": "val", "bbox": {}}')
+    origin = eval_lib.data_origin(shapes_config.data)
+    saved = {"split": "val", **origin, "bbox": {}}
+    (straight / "eval_val.json").write_text(json.dumps(saved))
 
     def never(*args, **kwargs):
         raise AssertionError("evaluated again")
@@ -186,11 +190,7 @@ def test_a_finished_workdir_is_reported_complete_not_evaluated_again(
     results = train_lib.train_and_evaluate(
         shapes_config, straight, hooks=launch_hooks.TRAIN_PY
     )
-    assert results == {
-        launch_hooks.TRAIN_PY.complete_key: 4,
-        "split": "val",
-        "bbox": {},
-    }
+    assert results == {launch_hooks.TRAIN_PY.complete_key: 4, **saved}
     (straight / "eval_val.json").unlink()
 
 
@@ -207,6 +207,12 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
     assert "detection/nms/pure_callback" in caplog.text
     written = json.loads((straight / "eval_val.json").read_text())
     assert written["images"] == 4 and written["nms_backend"] == "cpu"
+    assert written["step"] == 4
+    assert written["checkpoint"] == str(straight / "checkpoints" / "4")
+    assert (written["source"], written["root"]) == (
+        config.data.source,
+        config.data.root,
+    )
     for task in ("bbox", "segm"):
         assert set(written[task]) == set(eval_lib.METRIC_NAMES)
     assert written["predict_latency_ms_per_image"] > 0
@@ -515,8 +521,28 @@ def test_eval_skips_a_damaged_checkpoint_and_leaves_it(
     with caplog.at_level("INFO"):
         eval_lib.evaluate_checkpoint(shapes_config, run, split="val[:2]")
     assert f"{run}/checkpoints/4 is damaged" in caplog.text
-    assert "Resumed from" in caplog.text and "checkpoints/2" in caplog.text
-    assert (run / "checkpoints" / "4").is_dir()  # eval only reads
+    # eval only reads: it restores, it does not resume.
+    assert f"Restored {run}/checkpoints/2 (step 2)" in caplog.text
+    assert "Resumed from" not in caplog.text
+    assert (run / "checkpoints" / "4").is_dir()
+
+
+def test_eval_of_other_data_never_replaces_the_runs_result(
+    resumed_and_straight, shapes_config, tmp_path
+):
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    (run / "config.json").write_text(shapes_config.to_json())
+    own = {"split": "val[:2]", **eval_lib.data_origin(shapes_config.data)}
+    own_file = run / f"eval_{eval_lib.split_slug('val[:2]')}.json"
+    own_file.write_text(json.dumps(own))
+    other = shapes_config.copy_and_resolve_references()
+    other.data.root = str(tmp_path / "copy" / "shapes2")
+    shutil.copytree(shapes_config.data.root, other.data.root)
+    result = eval_lib.evaluate_checkpoint(other, run, split="val[:2]")
+    assert json.loads(own_file.read_text()) == own  # untouched
+    written = run / f"eval_shapes_shapes2_{eval_lib.split_slug('val[:2]')}.json"
+    assert json.loads(written.read_text()) == result
+    assert (result["root"], result["step"]) == (other.data.root, 4)
 
 
 def test_content_checksums_see_any_changed_element():
@@ -565,10 +591,26 @@ def test_resume_drops_metrics_lines_past_the_restored_step(tmp_path):
 @pytest.mark.parametrize(
     "key,value,message",
     [
-        ("train.batch_size", 0, r"config.train.batch_size=0: must be >= 1"),
-        ("train.batch_size", -2, r"config.train.batch_size=-2: must be >= 1"),
-        ("eval.batch_size", 0, r"config.eval.batch_size=0: must be >= 1"),
-        ("eval.batch_size", -1, r"config.eval.batch_size=-1: must be >= 1"),
+        (
+            "train.batch_size",
+            0,
+            r"config.train.batch_size=0: must be in \[1, 4096\]",
+        ),
+        (
+            "train.batch_size",
+            -2,
+            r"config.train.batch_size=-2: must be in \[1, 4096\]",
+        ),
+        (
+            "eval.batch_size",
+            0,
+            r"config.eval.batch_size=0: must be in \[1, 4096\]",
+        ),
+        (
+            "eval.batch_size",
+            -1,
+            r"config.eval.batch_size=-1: must be in \[1, 4096\]",
+        ),
         ("train.log_every", 0, r"config.train.log_every=0: must be >= 1"),
         (
             "train.checkpoint_every",
@@ -586,7 +628,7 @@ def test_resume_drops_metrics_lines_past_the_restored_step(tmp_path):
             "data.image_size",
             (0, 0),
             r"config.data.image_size=\(0, 0\): must be \(height, width\): "
-            r"2 integers, each >= 1",
+            r"2 integers, each in \[1, 4096\]",
         ),
     ],
 )

@@ -1,6 +1,9 @@
 """Command-line plumbing: one-line errors and the multi-host decision."""
 
+import pathlib
 import socket
+import subprocess
+import sys
 import time
 
 import jax
@@ -9,6 +12,8 @@ import pytest
 from detector import config as config_lib
 from detector.distributed import multihost
 from detector.launch import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(
@@ -242,3 +247,67 @@ def test_set_nms_backend_points_both_sites_and_names_the_flag():
         cli.set_nms_backend(config, "topk")
     cli.set_nms_backend(config, "topk", allow_baselines=True)
     assert config.model.rpn.nms_backend == "topk"
+
+
+# Each entry point and flags its --help lists: its own, and those that
+# cli.py defines for it.
+ENTRY_POINT_FLAGS = {
+    "train.py": ("--config", "--workdir", "--nms", "--multihost"),
+    "eval.py": ("--config", "--workdir", "--split", "--multihost"),
+    "export.py": ("--config", "--workdir", "--out", "--platforms"),
+    "predict.py": ("--workdir", "--exported", "--out", "--batch_size"),
+}
+
+
+@pytest.mark.parametrize("script", sorted(ENTRY_POINT_FLAGS))
+@pytest.mark.parametrize("flag", ["--help", "--helpfull"])
+def test_help_lists_the_programs_own_flags_and_exits_0(script, flag):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), flag],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    for listed in ENTRY_POINT_FLAGS[script]:
+        assert f"  {listed}" in done.stdout, (listed, done.stdout)
+
+
+@pytest.mark.parametrize("script", ["eval.py", "export.py"])
+def test_help_examples_keep_their_lines(script):
+    done = subprocess.run(
+        [sys.executable, str(ROOT / script), "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    continued = [
+        line for line in done.stdout.splitlines() if line.endswith("\\")
+    ]
+    assert continued, done.stdout  # the example's continuation is kept
+    assert all(line.startswith("  python ") for line in continued)
+
+
+@pytest.mark.parametrize(
+    "text, plain",
+    [
+        (
+            "ValueError: configs/shapes.py: unknown variant 'huge'; known: "
+            "runlocal",
+            "configs/shapes.py: unknown variant 'huge'; known: runlocal",
+        ),
+        (
+            "[Errno 2] No such file or directory: 'configs/missing.py'",
+            "configs/missing.py: No such file or directory",
+        ),
+        (
+            "json.decoder.JSONDecodeError: Expecting value: line 1 column 1",
+            "Expecting value: line 1 column 1",
+        ),
+        ("config.train.x=1: must be >= 2", "config.train.x=1: must be >= 2"),
+    ],
+)
+def test_library_error_text_becomes_a_plain_sentence(text, plain):
+    assert cli.plain(text) == plain

@@ -1,0 +1,82 @@
+"""Result files: an evaluation of other data never replaces the run's own
+result, and every result records its data, split, step and checkpoint."""
+
+import json
+
+import pytest
+
+pytest.importorskip("pycocotools.cocoeval")
+pytest.importorskip("tensorflow")
+
+from detector import config as config_lib  # noqa: E402
+from detector.evaluation import eval_lib  # noqa: E402
+
+
+def _data(source="coco_json", root="/data/coco", **fields):
+    data = config_lib.base_config().data
+    data.source, data.root = source, root
+    for key, value in fields.items():
+        data[key] = value
+    return data
+
+
+def _run(workdir, data) -> None:
+    """A workdir whose config.json trained on `data`."""
+    config = config_lib.base_config()
+    config.data = data
+    (workdir / "config.json").write_text(config.to_json())
+
+
+def test_the_runs_own_data_keeps_eval_split_json(tmp_path):
+    _run(tmp_path, _data())
+    stem = eval_lib.result_stem(tmp_path, "val2017", _data())
+    assert stem == tmp_path / "eval_val2017"
+    # Training names its own data without a config to compare.
+    assert eval_lib.result_stem(tmp_path, "val2017") == stem
+
+
+@pytest.mark.parametrize(
+    "data, name",
+    [
+        (_data(root="/mnt/other/coco2017/"), "eval_coco_json_coco2017_val2017"),
+        (_data("shapes", "/tmp/shapes"), "eval_shapes_shapes_val2017"),
+        (_data("tfds", tfds_name="coco/2017"), "eval_tfds_coco_2017_val2017"),
+    ],
+)
+def test_other_data_gets_a_name_of_its_own(tmp_path, data, name):
+    _run(tmp_path, _data())
+    (tmp_path / "eval_val2017.json").write_text(
+        json.dumps({"split": "val2017", **eval_lib.data_origin(_data())})
+    )
+    assert eval_lib.result_stem(tmp_path, "val2017", data).name == name
+
+
+def test_a_result_of_other_data_under_the_same_name_is_not_overwritten(
+    tmp_path,
+):
+    _run(tmp_path, _data())
+    other = _data(root="/a/coco")
+    stem = eval_lib.result_stem(tmp_path, "val2017", other)
+    stem.with_suffix(".json").write_text(
+        json.dumps(
+            {"split": "val2017", **eval_lib.data_origin(_data(root="/b/coco"))}
+        )
+    )
+    with pytest.raises(
+        ValueError,
+        match=r"eval_coco_json_coco_val2017\.json: holds the result of "
+        r"coco_json data at /b/coco, not /a/coco",
+    ):
+        eval_lib.result_stem(tmp_path, "val2017", other)
+
+
+def test_the_runs_summary_reads_only_its_own_datas_result(tmp_path):
+    config = config_lib.base_config()
+    config.data = _data()
+    _run(tmp_path, _data())
+    path = tmp_path / "eval_val2017.json"
+    path.write_text(json.dumps({"split": "val2017", "bbox": {"AP": 0.5}}))
+    assert eval_lib.saved_result(tmp_path, config) == {}  # no data recorded
+    origin = eval_lib.data_origin(config.data)
+    path.write_text(json.dumps({"split": "val2017", **origin, "step": 4}))
+    assert eval_lib.saved_result(tmp_path, config)["step"] == 4
