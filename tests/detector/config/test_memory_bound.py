@@ -10,6 +10,7 @@ import pytest
 
 from detector import config as config_lib
 from detector.config import data as data_section
+from detector.launch import validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 CONFIG_FILES = sorted((ROOT / "configs").glob("*.py"))
@@ -17,7 +18,7 @@ CONFIG_FILES = sorted((ROOT / "configs").glob("*.py"))
 
 def _error(config: ml_collections.ConfigDict) -> str:
     with pytest.raises(ValueError) as error:
-        config_lib.validate(config)
+        validate.validate(config)
     message = str(error.value)
     assert "\n" not in message
     return message
@@ -103,7 +104,7 @@ def _variants(path: pathlib.Path) -> list[str | None]:
 )
 def test_every_config_file_and_variant_still_validates(path, variant):
     module = importlib.import_module(f"configs.{path.stem}")
-    config_lib.validate(module.get_config(variant))
+    validate.validate(module.get_config(variant))
 
 
 def test_every_recipe_is_far_under_the_budget():
