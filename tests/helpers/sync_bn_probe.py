@@ -156,7 +156,7 @@ def main() -> None:
 
     stats = nnx.to_flat_state(got[2])
     head_mean = next(
-        np.asarray(v) for k, v in stats if "box_branch" in k and "mean" in k
+        np.asarray(v) for k, v in stats if "box_head" in k and "mean" in k
     )
     result = {
         "devices": jax.device_count(),
