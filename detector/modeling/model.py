@@ -21,10 +21,6 @@ zeros past that extent (`extents`) and ROIAlign samples clamp to it
 (`roi_align.FlatPyramid.extents`), as if each image had been run alone on
 a tensor padded to a multiple of 32, as torchvision pads it.
 
-The parts' attribute names order the parameters (backbone, box_branch,
-fpn, mask_branch, rpn: sorted), and with them every sum over the
-parameters (the gradient norm): renaming one changes those sums' bits.
-
 Shapes (the letters of docs/architecture.md where they exist): B batch,
 H, W image size, G max GT instances (data.max_instances), S GT mask crop
 size (data.gt_mask_size), P proposals per image, R sampled rois, Rm mask
@@ -71,6 +67,9 @@ class MaskRCNN(nnx.Module):
         loss_weights: (term name, weight) for every name of
           losses.TERM_NAMES, in that order.
         """
+        # The parameters flatten in sorted path order (backbone, box_branch,
+        # fpn, mask_branch, rpn) and so does every sum over them (the
+        # gradient norm): renaming a part changes that sum's bits.
         self.backbone = backbone
         self.fpn = fpn
         self.rpn = rpn
