@@ -1,4 +1,5 @@
-"""The mask head's layers, its targets and the logits of each roi's class.
+"""The mask branch: the mask head's layers, its targets and loss on the
+sampled rois, and the masks of the detections.
 
 Mask targets resample each matched GT's pre-cropped S x S mask at the roi
 (box-normalised coordinates) with the same gather-based ROIAlign, reading 0
@@ -6,7 +7,8 @@ outside the GT box, then threshold at 0.5.
 
 Shapes (the letters of docs/architecture.md): B batch, G GT boxes per
 image, Rm mask rois, N flattened rois (B * Rm), C classes, F channels,
-Q pool size, S GT mask crop size, M predicted mask size (2Q, 28).
+Q pool size, S GT mask crop size, M predicted mask size (2Q, 28), K kept
+detections.
 """
 
 import jax
