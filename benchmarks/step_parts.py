@@ -86,18 +86,18 @@ class _Stages:
         """Every stage's inputs, from one forward pass."""
         m = self.model(params)
         rpn_key, roi_key = jax.random.split(key)
-        features = m._features(batch["image"])
-        logits, deltas = m.rpn_head(features)
-        proposals, valid = m._proposals(
+        features = m.features(batch["image"])
+        logits, deltas = m.rpn(features)
+        proposals, valid = m.rpn.proposals(
             logits,
             deltas,
             batch["image"].shape[1:3],
             batch.get("image_size"),
             training=True,
         )
-        targets = m._sample_rois(proposals, valid, batch, roi_key)
-        pyramid = m._roi_pyramid(features)
-        mask_rois = targets.rois[:, : m.num_mask_rois()]
+        targets = m.box_branch.sample(proposals, valid, batch, roi_key)
+        pyramid = m.roi_pyramid(features)
+        mask_rois = targets.rois[:, : m.mask_branch.num_rois]
         return {
             "features": features,
             "logits": logits,
@@ -108,28 +108,28 @@ class _Stages:
             "rpn_key": rpn_key,
             "roi_key": roi_key,
             "pyramid_features": pyramid.features,
-            "box_pooled": m._pool(pyramid, targets.rois, m.box_pool_size),
-            "mask_pooled": m._pool(pyramid, mask_rois, m.mask_pool_size),
+            "box_pooled": m.box_branch.pool(pyramid, targets.rois),
+            "mask_pooled": m.mask_branch.pool(pyramid, mask_rois),
         }
 
     def backbone_fpn(self, params, inputs, batch):
         del inputs
 
         def loss(p):
-            return _sum(self.model(p)._features(batch["image"]))
+            return _sum(self.model(p).features(batch["image"]))
 
         return jax.grad(loss)(params)
 
     def rpn(self, params, inputs, batch):
         def loss(p, features):
             m = self.model(p)
-            logits, deltas = m.rpn_head(features)
-            return _sum(m._rpn_losses(logits, deltas, batch, inputs["rpn_key"]))
+            logits, deltas = m.rpn(features)
+            return _sum(m.rpn.losses(logits, deltas, batch, inputs["rpn_key"]))
 
         return jax.grad(loss, argnums=(0, 1))(params, inputs["features"])
 
     def proposals(self, params, inputs, batch):
-        return self.model(params)._proposals(
+        return self.model(params).rpn.proposals(
             inputs["logits"],
             inputs["deltas"],
             batch["image"].shape[1:3],
@@ -138,7 +138,7 @@ class _Stages:
         )
 
     def roi_sampling(self, params, inputs, batch):
-        return self.model(params)._sample_rois(
+        return self.model(params).box_branch.sample(
             inputs["proposals"],
             inputs["proposal_valid"],
             batch,
@@ -149,14 +149,13 @@ class _Stages:
         del batch
         m = self.model(params)
         targets = inputs["targets"]
-        pyramid = m._roi_pyramid(inputs["features"])
+        pyramid = m.roi_pyramid(inputs["features"])
+        mask_rois = targets.rois[:, : m.mask_branch.num_rois]
 
         def loss(flat):
             p = pyramid._replace(features=flat)
-            return _sum(m._pool(p, targets.rois, m.box_pool_size)) + _sum(
-                m._pool(
-                    p, targets.rois[:, : m.num_mask_rois()], m.mask_pool_size
-                )
+            return _sum(m.box_branch.pool(p, targets.rois)) + _sum(
+                m.mask_branch.pool(p, mask_rois)
             )
 
         return jax.grad(loss)(inputs["pyramid_features"])
@@ -166,13 +165,13 @@ class _Stages:
         targets = inputs["targets"]
 
         def loss(p, pooled):
-            return _sum(self.model(p)._box_losses_of_pooled(pooled, targets))
+            return _sum(self.model(p).box_branch.losses(pooled, targets))
 
         return jax.grad(loss, argnums=(0, 1))(params, inputs["box_pooled"])
 
     def mask(self, params, inputs, batch):
         def loss(p, pooled):
-            return self.model(p)._mask_loss_of_pooled(
+            return self.model(p).mask_branch.loss(
                 pooled, inputs["targets"], batch
             )
 

@@ -2,12 +2,15 @@
 
     model = build_model(config, rngs=nnx.Rngs(config.seed))
 
-`detector/modeling/` takes constructor arguments only; this module reads
-`config.model` and `config.data` and builds the backbone, FPN, heads and
-their settings in that order (the order the parameters are initialised
-in). The config is validated where a run starts
-(`detector.config.validate`), not here.
+`detector/modeling/` takes constructor arguments only; each part is built
+from its own config section: the backbone and FPN from `config.model`, the
+RPN from `model.rpn` (and the anchors), the box and mask branches from
+`model.roi`, `model.detection` and `model.loss`. They are built, and draw
+their parameters from `rngs`, in that order. The config is validated where
+a run starts (`detector.config.validate`), not here.
 """
+
+from typing import Any
 
 import ml_collections
 from flax import nnx
@@ -19,10 +22,22 @@ from detector.modeling import (
     box_heads,
     fpn,
     losses,
+    mask_head,
     roi_heads,
     rpn,
 )
 from detector.modeling.model import MaskRCNN
+
+
+def options(cls: type, section: ml_collections.ConfigDict, **given: Any):
+    """NamedTuple `cls`, each field the `section` field of its name or,
+    where the section spells or shapes it differently, `given`'s."""
+    return cls(
+        **{
+            name: given[name] if name in given else section[name]
+            for name in cls._fields
+        }
+    )
 
 
 def backbone_options(
@@ -51,14 +66,36 @@ def build_backbone(
     )
 
 
+def build_fpn(
+    model: ml_collections.ConfigDict,
+    channels: dict[int, int],
+    *,
+    rngs: nnx.Rngs,
+) -> fpn.FPN:
+    """The FPN of config.model on backbone levels of `channels`."""
+    lateral_norm, output_norm = fpn_norms(model)
+    return fpn.FPN(
+        channels,
+        channels=model.fpn_channels,
+        min_level=model.min_level,
+        max_level=model.max_level,
+        lateral_norm=lateral_norm,
+        output_norm=output_norm,
+        groups=model.group_norm_groups,
+        dtype=resolve_dtype(model.dtype),
+        rngs=rngs,
+    )
+
+
 def _proposal_options(
     rpn_config: ml_collections.ConfigDict, mode: str
 ) -> rpn.ProposalOptions:
     """Proposal settings of `mode` ('train' or 'test')."""
-    return rpn.ProposalOptions(
+    return options(
+        rpn.ProposalOptions,
+        rpn_config,
         pre_nms_top_k=rpn_config[f"pre_nms_top_k_{mode}"],
         post_nms_top_k=rpn_config[f"post_nms_top_k_{mode}"],
-        nms_iou=rpn_config.nms_iou,
         min_size=rpn_config.min_box_size,
         weights=tuple(rpn_config.box_weights),
         backend=rpn_config.nms_backend,
@@ -66,11 +103,23 @@ def _proposal_options(
     )
 
 
-def _settings(model: ml_collections.ConfigDict) -> dict:
-    """MaskRCNN's settings (everything but its modules) of config.model."""
-    rpn_config, roi = model.rpn, model.roi
-    detection = model.detection
-    return dict(
+def build_rpn(
+    model: ml_collections.ConfigDict, size_divisor: int, *, rngs: nnx.Rngs
+) -> rpn.RPN:
+    """The RPN of config.model.rpn, its anchors and loss.rpn_box_beta;
+    `size_divisor` is the backbone's top stride."""
+    rpn_config = model.rpn
+    head = rpn.RPNHead(
+        model.fpn_channels,
+        len(model.aspect_ratios),
+        num_convs=rpn_config.head_convs,
+        norm=rpn_config.head_norm,
+        groups=model.group_norm_groups,
+        dtype=resolve_dtype(model.dtype),
+        rngs=rngs,
+    )
+    return rpn.RPN(
+        head,
         anchors=anchors.AnchorSpec(
             min_level=model.min_level,
             max_level=model.max_level,
@@ -81,50 +130,83 @@ def _settings(model: ml_collections.ConfigDict) -> dict:
         ),
         train_proposals=_proposal_options(rpn_config, "train"),
         test_proposals=_proposal_options(rpn_config, "test"),
-        anchor_sampling=rpn.AnchorSampling(
-            fg_iou=rpn_config.fg_iou,
-            bg_iou=rpn_config.bg_iou,
-            num_samples=rpn_config.num_samples,
-            positive_fraction=rpn_config.positive_fraction,
+        sampling=options(
+            rpn.AnchorSampling,
+            rpn_config,
             weights=tuple(rpn_config.box_weights),
         ),
-        roi_sampling=roi_heads.RoiSampling(
-            num_rois=roi.num_rois,
-            fg_fraction=roi.fg_fraction,
-            fg_iou=roi.fg_iou,
-            bg_iou_low=roi.bg_iou_low,
-            bg_iou_high=roi.bg_iou_high,
+        box_beta=model.loss.rpn_box_beta,
+        size_divisor=size_divisor,
+    )
+
+
+def _pooling(roi: ml_collections.ConfigDict) -> roi_heads.PoolOptions:
+    """The ROIAlign settings of config.model.roi (both branches')."""
+    return options(
+        roi_heads.PoolOptions, roi, implementation=roi.align_implementation
+    )
+
+
+def _roi_sampling(roi: ml_collections.ConfigDict) -> roi_heads.RoiSampling:
+    return options(roi_heads.RoiSampling, roi, weights=tuple(roi.box_weights))
+
+
+def build_box_branch(
+    model: ml_collections.ConfigDict, num_classes: int, *, rngs: nnx.Rngs
+) -> roi_heads.BoxBranch:
+    """The box branch of config.model.roi, .detection and loss.box_beta."""
+    roi = model.roi
+    head = box_heads.build(
+        box_heads.BoxHeadOptions(
+            name=roi.box_head,
+            in_channels=model.fpn_channels,
+            pool_size=roi.pool_size,
+            fc_dim=roi.box_head_dim,
+            conv_dim=roi.box_head_conv_dim,
+            norm=roi.box_head_norm,
+            groups=model.group_norm_groups,
+        ),
+        num_classes,
+        dtype=resolve_dtype(model.dtype),
+        rngs=rngs,
+    )
+    return roi_heads.BoxBranch(
+        head,
+        pool_size=roi.pool_size,
+        pooling=_pooling(roi),
+        sampling=_roi_sampling(roi),
+        detection=options(
+            roi_heads.DetectionOptions,
+            model.detection,
             weights=tuple(roi.box_weights),
+            backend=model.detection.nms_backend,
+            min_size=model.detection.min_box_size,
         ),
-        pooling=roi_heads.PoolOptions(
-            sampling_ratio=roi.sampling_ratio,
-            canonical_size=roi.canonical_size,
-            canonical_level=roi.canonical_level,
-            implementation=roi.align_implementation,
-            aligned=roi.aligned,
-            level_eps=roi.level_eps,
-        ),
-        box_pool_size=roi.pool_size,
-        mask_pool_size=roi.mask_pool_size,
+        box_beta=model.loss.box_beta,
+    )
+
+
+def build_mask_branch(
+    model: ml_collections.ConfigDict, num_classes: int, *, rngs: nnx.Rngs
+) -> mask_head.MaskBranch:
+    """The mask branch of config.model.roi."""
+    roi = model.roi
+    head = mask_head.MaskHead(
+        model.fpn_channels,
+        roi.mask_head_dim,
+        roi.mask_head_convs,
+        num_classes,
+        norm=mask_head_norm(model),
+        groups=model.group_norm_groups,
+        dtype=resolve_dtype(model.dtype),
+        rngs=rngs,
+    )
+    return mask_head.MaskBranch(
+        head,
+        pool_size=roi.mask_pool_size,
+        pooling=_pooling(roi),
         mask_size=roi.mask_size,
-        max_mask_rois=roi.max_mask_rois,
-        detection=roi_heads.DetectionOptions(
-            weights=tuple(roi.box_weights),
-            score_threshold=detection.score_threshold,
-            pre_nms_top_k=detection.pre_nms_top_k,
-            max_detections=detection.max_detections,
-            nms_iou=detection.nms_iou,
-            backend=detection.nms_backend,
-            min_size=detection.min_box_size,
-        ),
-        loss=losses.LossOptions(
-            rpn_box_beta=model.loss.rpn_box_beta,
-            box_beta=model.loss.box_beta,
-            weights=tuple(
-                (name, model.loss[f"{name}_weight"])
-                for name in losses.TERM_NAMES
-            ),
-        ),
+        num_rois=mask_head.num_mask_rois(_roi_sampling(roi), roi.max_mask_rois),
     )
 
 
@@ -134,62 +216,19 @@ def build_model(
     """The Mask R-CNN of a validated config, its params drawn from `rngs`."""
     model = config.model
     num_classes = int(config.data.num_classes)
-    dtype = resolve_dtype(model.dtype)
+    # One statement per part: the order the parameters are drawn in.
     backbone_module, channels = build_backbone(model, rngs=rngs)
-    groups = model.group_norm_groups
-    lateral_norm, output_norm = fpn_norms(model)
-    neck = fpn.FPN(
-        channels,
-        channels=model.fpn_channels,
-        min_level=model.min_level,
-        max_level=model.max_level,
-        lateral_norm=lateral_norm,
-        output_norm=output_norm,
-        groups=groups,
-        dtype=dtype,
-        rngs=rngs,
-    )
-    rpn_head = rpn.RPNHead(
-        model.fpn_channels,
-        len(model.aspect_ratios),
-        num_convs=model.rpn.head_convs,
-        norm=model.rpn.head_norm,
-        groups=groups,
-        dtype=dtype,
-        rngs=rngs,
-    )
-    roi = model.roi
-    box_head = box_heads.build(
-        box_heads.BoxHeadOptions(
-            name=roi.box_head,
-            in_channels=model.fpn_channels,
-            pool_size=roi.pool_size,
-            fc_dim=roi.box_head_dim,
-            conv_dim=roi.box_head_conv_dim,
-            norm=roi.box_head_norm,
-            groups=groups,
-        ),
-        num_classes,
-        dtype=dtype,
-        rngs=rngs,
-    )
-    mask_head = roi_heads.MaskHead(
-        model.fpn_channels,
-        roi.mask_head_dim,
-        roi.mask_head_convs,
-        num_classes,
-        norm=mask_head_norm(model),
-        groups=groups,
-        dtype=dtype,
-        rngs=rngs,
-    )
+    neck = build_fpn(model, channels, rngs=rngs)
+    rpn_module = build_rpn(model, 2**neck.top_level, rngs=rngs)
+    box_branch = build_box_branch(model, num_classes, rngs=rngs)
+    mask_branch = build_mask_branch(model, num_classes, rngs=rngs)
     return MaskRCNN(
-        backbone=backbone_module,
-        fpn=neck,
-        rpn_head=rpn_head,
-        box_head=box_head,
-        mask_head=mask_head,
-        image_size=tuple(config.data.image_size),
-        num_classes=num_classes,
-        **_settings(model),
+        backbone_module,
+        neck,
+        rpn_module,
+        box_branch,
+        mask_branch,
+        loss_weights=tuple(
+            (name, model.loss[f"{name}_weight"]) for name in losses.TERM_NAMES
+        ),
     )

@@ -12,22 +12,11 @@ LOSS_NAMES adds total, their weighted sum.
 Shapes: B batch, S sampled anchors, R sampled rois, C classes, M mask size.
 """
 
-from typing import NamedTuple
-
 import jax
 import jax.numpy as jnp
 
 TERM_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask")
 LOSS_NAMES = TERM_NAMES + ("total",)
-
-
-class LossOptions(NamedTuple):
-    """Huber deltas of the box losses and the weight of each term."""
-
-    rpn_box_beta: float
-    box_beta: float
-    # (term name, weight) for every name of TERM_NAMES, in that order.
-    weights: tuple[tuple[str, float], ...]
 
 
 def sigmoid_bce(logits: jax.Array, targets: jax.Array) -> jax.Array:

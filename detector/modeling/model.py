@@ -1,16 +1,16 @@
-"""Mask R-CNN in Flax NNX: backbone -> FPN -> RPN -> ROI heads.
+"""Mask R-CNN in Flax NNX: backbone -> FPN -> RPN -> box and mask branches.
 
-    model = MaskRCNN(backbone=..., fpn=..., rpn_head=..., ...)  # its parts
+    model = MaskRCNN(backbone, fpn, rpn, box_branch, mask_branch, ...)
     terms = model.losses(batch, key)  # rpn_cls, rpn_box, cls, box, mask, total
     model.eval(); outputs = model.predict(images, image_sizes)
 
-The model is built from its parts and their settings (constructor
-arguments only; `detector.build.model.build_model` maps a config onto
-them). Both methods are pure functions of the module state and their
-inputs with static shapes, so each jits into one program (the NMS backends
-are static settings: switching one recompiles and changes nothing else). No
-host callback is added here; with the 'while_loop' or 'pallas' NMS backend
-the whole train step and predict stay on the device.
+The model is built from its parts, each holding its own settings
+(`detector.build.model.build_model` maps a config onto them). Both methods
+are pure functions of the module state and their inputs with static
+shapes, so each jits into one program (the NMS backends are static
+settings: switching one recompiles and changes nothing else). No host
+callback is added here; with the 'while_loop' or 'pallas' NMS backend the
+whole train step and predict stay on the device.
 
 The input is a canvas: each image sits at its top left, `image_sizes`
 (int32[B, 2], the batch's 'image_size') its own (height, width). Anchors
@@ -23,24 +23,26 @@ a tensor padded to a multiple of 32, as torchvision pads it.
 
 Shapes (the letters of docs/architecture.md where they exist): B batch,
 H, W image size, G max GT instances (data.max_instances), S GT mask crop
-size (data.gt_mask_size), L levels, P proposals per image, R sampled rois,
-Rm mask rois (the first Rm of R), C classes, M predicted mask size (28),
+size (data.gt_mask_size), P proposals per image, R sampled rois, Rm mask
+rois (the first Rm of R), C classes, M predicted mask size (28),
 K kept detections (detection.max_detections).
 """
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
-from detector.modeling import anchors as anchors_lib
 from detector.modeling import extents as extents_lib
 from detector.modeling import fpn as fpn_lib
-from detector.modeling import losses, roi_heads, rpn
+from detector.modeling import losses, mask_head, roi_heads, rpn
 from ops import roi_align
 
 # Params whose shapes follow the number of classes (path prefixes).
-CLASS_DEPENDENT = ("box_head/classes", "box_head/deltas", "mask_head/logits")
+CLASS_DEPENDENT = (
+    "box_branch/head/classes",
+    "box_branch/head/deltas",
+    "mask_branch/head/logits",
+)
 
 
 class MaskRCNN(nnx.Module):
@@ -48,71 +50,36 @@ class MaskRCNN(nnx.Module):
 
     def __init__(
         self,
-        *,
         backbone: nnx.Module,
         fpn: fpn_lib.FPN,
-        rpn_head: rpn.RPNHead,
-        box_head: nnx.Module,
-        mask_head: roi_heads.MaskHead,
-        image_size: tuple[int, int],
-        num_classes: int,
-        anchors: anchors_lib.AnchorSpec,
-        train_proposals: rpn.ProposalOptions,
-        test_proposals: rpn.ProposalOptions,
-        anchor_sampling: rpn.AnchorSampling,
-        roi_sampling: roi_heads.RoiSampling,
-        pooling: roi_heads.PoolOptions,
-        box_pool_size: int,
-        mask_pool_size: int,
-        mask_size: int,
-        max_mask_rois: int,
-        detection: roi_heads.DetectionOptions,
-        loss: losses.LossOptions,
+        rpn: rpn.RPN,
+        box_branch: roi_heads.BoxBranch,
+        mask_branch: mask_head.MaskBranch,
+        *,
+        loss_weights: tuple[tuple[str, float], ...],
     ):
         """Args:
         backbone: images [B, H, W, 3] -> {level: features}.
         fpn: backbone levels -> P_min..P_max.
-        rpn_head, box_head, mask_head: the heads; the box and mask heads
-          take (pooled, valid rois or None), the valid rows being what a
-          norm in them counts (box_heads.py).
-        image_size: (H, W) of the input images.
-        num_classes: C, foreground classes.
-        anchors: the anchor pyramid.
-        train_proposals, test_proposals: proposal settings per mode.
-        anchor_sampling: RPN anchor matching and sampling.
-        roi_sampling: ROI matching and sampling.
-        pooling: multilevel ROIAlign settings.
-        box_pool_size, mask_pool_size: ROIAlign output sides of the heads.
-        mask_size: M, side of the mask targets.
-        max_mask_rois: foreground rois per image the mask loss sees at most.
-        detection: scoring and class-aware NMS of detections.
-        loss: box loss deltas and term weights.
+        rpn: the RPN (head, anchors, proposals, anchor sampling).
+        box_branch: roi sampling, box head, detections.
+        mask_branch: mask head, its targets, predicted masks.
+        loss_weights: (term name, weight) for every name of
+          losses.TERM_NAMES, in that order.
         """
+        # The parameters flatten in sorted path order (backbone, box_branch,
+        # fpn, mask_branch, rpn) and so does every sum over them (the
+        # gradient norm): renaming a part changes that sum's bits.
         self.backbone = backbone
         self.fpn = fpn
-        self.rpn_head = rpn_head
-        self.box_head = box_head
-        self.mask_head = mask_head
-        self.image_size = tuple(int(s) for s in image_size)
-        self.num_classes = int(num_classes)
-        self.anchors = anchors
-        self.train_proposals = train_proposals
-        self.test_proposals = test_proposals
-        self.anchor_sampling = anchor_sampling
-        self.roi_sampling = roi_sampling
-        self.pooling = pooling
-        self.box_pool_size = box_pool_size
-        self.mask_pool_size = mask_pool_size
-        self.mask_size = mask_size
-        self.max_mask_rois = max_mask_rois
-        self.detection = detection
-        self.loss = loss
+        self.rpn = rpn
+        self.box_branch = box_branch
+        self.mask_branch = mask_branch
+        self.loss_weights = tuple(loss_weights)
 
-    # ----------------------------------------------------------- pieces
-    def _anchors(self, canvas: tuple[int, int]) -> list[np.ndarray]:
-        return self.anchors.pyramid(canvas)
-
-    def _features(self, images: jax.Array) -> list[jax.Array]:
+    # ---------------------------------------------------------- features
+    def features(self, images: jax.Array) -> list[jax.Array]:
+        """FPN levels P_min..P_max [B, H_l, W_l, F] of images."""
         with jax.named_scope("backbone"):
             features = self.backbone(images)
         with jax.named_scope("fpn"):
@@ -132,8 +99,14 @@ class MaskRCNN(nnx.Module):
             self._extents(image_sizes), _canvas(images)
         )
 
-    def _roi_pyramid(
-        self, features: list[jax.Array], image_sizes=None
+    def _features_and_rpn(self, images: jax.Array, image_sizes):
+        """FPN levels and the RPN head's outputs, zero past each image."""
+        with self._zero_outside(images, image_sizes):
+            features = self.features(images)
+            return features, self.rpn(features)
+
+    def roi_pyramid(
+        self, features: list[jax.Array], image_sizes: jax.Array | None = None
     ) -> roi_align.FlatPyramid:
         """The levels rois pool from: min_level..the backbone's top level;
         a roi samples only its image's extent (roi_align's `extents`)."""
@@ -143,117 +116,7 @@ class MaskRCNN(nnx.Module):
             self._extents(image_sizes),
         )
 
-    def _pool(
-        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array, output_size: int
-    ) -> jax.Array:
-        return roi_heads.pool_rois(
-            pyramid, boxes, output_size=output_size, **self.pooling._asdict()
-        )
-
-    def _proposals(self, logits, deltas, canvas, image_sizes, *, training):
-        options = self.train_proposals if training else self.test_proposals
-        with jax.named_scope("rpn"):
-            return rpn.generate_proposals(
-                logits,
-                deltas,
-                self._anchors(canvas),
-                image_size=canvas,
-                image_sizes=image_sizes,
-                cell_origins=self.anchors.cell_origins(canvas),
-                size_divisor=2**self.fpn.top_level,
-                **options._asdict(),
-            )
-
-    def num_mask_rois(self) -> int:
-        """Rm: the first sampled rois (foreground first) the mask head sees."""
-        sampling = self.roi_sampling
-        return min(
-            self.max_mask_rois, int(sampling.num_rois * sampling.fg_fraction)
-        )
-
     # ----------------------------------------------------------- train
-    def _rpn_losses(self, logits, deltas, batch, key):
-        with jax.named_scope("rpn_targets"):
-            samples = rpn.rpn_targets(
-                np.concatenate(self._anchors(_canvas(batch["image"]))),
-                batch["boxes"],
-                batch["valid"].astype(bool),
-                key,
-                **self.anchor_sampling._asdict(),
-            )
-        sampled_logits, sampled_deltas = rpn.gather_samples(
-            logits, deltas, samples.indices
-        )
-        return losses.rpn_losses(
-            sampled_logits,
-            sampled_deltas,
-            samples.is_positive,
-            samples.is_valid,
-            samples.box_targets,
-            beta=self.loss.rpn_box_beta,
-        )
-
-    def _sample_rois(self, proposals, proposal_valid, batch, key):
-        with jax.named_scope("roi_sampler"):
-            return roi_heads.sample_rois(
-                proposals,
-                proposal_valid,
-                batch["boxes"],
-                batch["classes"].astype(jnp.int32),
-                batch["valid"].astype(bool),
-                key,
-                **self.roi_sampling._asdict(),
-            )
-
-    def _box_losses_of_pooled(
-        self, pooled, targets: roi_heads.RoiTargets
-    ) -> dict[str, jax.Array]:
-        """Box head and its losses ('cls', 'box') of the rois, pooled [B, R]."""
-        class_logits, box_deltas = self.box_head(pooled, targets.is_valid)
-        return losses.box_head_losses(
-            class_logits,
-            box_deltas,
-            targets.classes,
-            targets.box_targets,
-            targets.is_valid,
-            beta=self.loss.box_beta,
-        )
-
-    def _mask_loss(self, pyramid, targets: roi_heads.RoiTargets, batch):
-        rois = targets.rois[:, : self.num_mask_rois()]
-        return self._mask_loss_of_pooled(
-            self._pool(pyramid, rois, self.mask_pool_size),
-            targets,
-            batch,
-        )
-
-    def _mask_loss_of_pooled(
-        self, pooled, targets: roi_heads.RoiTargets, batch
-    ):
-        """Mask targets, head and loss of the first Rm rois, pooled [B, Rm]."""
-        count = self.num_mask_rois()
-        rois = targets.rois[:, :count]
-        matched = targets.matched[:, :count]
-        classes = targets.classes[:, :count]
-        has_mask = jnp.take_along_axis(
-            batch["mask_valid"].astype(bool), matched, axis=1
-        )
-        is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
-        mask_logits = self.mask_head(pooled, is_valid)
-        mask_targets = roi_heads.mask_targets(
-            rois,
-            matched,
-            batch["boxes"],
-            batch["masks"],
-            mask_size=self.mask_size,
-            sampling_ratio=self.pooling.sampling_ratio,
-        )
-        return losses.mask_loss(
-            roi_heads.class_mask_logits(mask_logits, classes),
-            mask_targets,
-            is_valid,
-        )
-
     def losses(
         self, batch: dict[str, jax.Array], key: jax.Array
     ) -> dict[str, jax.Array]:
@@ -272,26 +135,32 @@ class MaskRCNN(nnx.Module):
         """
         batch = dict(batch, boxes=batch["boxes"].astype(jnp.float32))
         rpn_key, roi_key = jax.random.split(key)
-        with self._zero_outside(batch["image"], batch.get("image_size")):
-            features = self._features(batch["image"])
-            logits, deltas = self.rpn_head(features)
-        terms = self._rpn_losses(logits, deltas, batch, rpn_key)
-        proposals, proposal_valid = self._proposals(
+        image_sizes = batch.get("image_size")
+        features, (logits, deltas) = self._features_and_rpn(
+            batch["image"], image_sizes
+        )
+        terms = self.rpn.losses(logits, deltas, batch, rpn_key)
+        proposals, proposal_valid = self.rpn.proposals(
             logits,
             deltas,
             _canvas(batch["image"]),
-            batch.get("image_size"),
+            image_sizes,
             training=True,
         )
-        targets = self._sample_rois(proposals, proposal_valid, batch, roi_key)
-        pyramid = self._roi_pyramid(features, batch.get("image_size"))
+        targets = self.box_branch.sample(
+            proposals, proposal_valid, batch, roi_key
+        )
+        pyramid = self.roi_pyramid(features, image_sizes)
         terms.update(
-            self._box_losses_of_pooled(
-                self._pool(pyramid, targets.rois, self.box_pool_size), targets
+            self.box_branch.losses(
+                self.box_branch.pool(pyramid, targets.rois), targets
             )
         )
-        terms["mask"] = self._mask_loss(pyramid, targets, batch)
-        return losses.total_loss(terms, dict(self.loss.weights))
+        mask_rois = targets.rois[:, : self.mask_branch.num_rois]
+        terms["mask"] = self.mask_branch.loss(
+            self.mask_branch.pool(pyramid, mask_rois), targets, batch
+        )
+        return losses.total_loss(terms, dict(self.loss_weights))
 
     # --------------------------------------------------------- predict
     def proposals(
@@ -307,30 +176,10 @@ class MaskRCNN(nnx.Module):
         proposals (pre_nms_top_k_train, post_nms_top_k_train) the roi
         sampler sees.
         """
-        with self._zero_outside(images, image_sizes):
-            features = self._features(images)
-            head = self.rpn_head(features)
-        return self._proposals(
-            *head,
-            _canvas(images),
-            image_sizes,
-            training=training,
+        _, head = self._features_and_rpn(images, image_sizes)
+        return self.rpn.proposals(
+            *head, _canvas(images), image_sizes, training=training
         )
-
-    def _detect(self, pyramid, proposals, proposal_valid, canvas, image_sizes):
-        class_logits, box_deltas = self.box_head(
-            self._pool(pyramid, proposals, self.box_pool_size)
-        )
-        with jax.named_scope("detection"):
-            return roi_heads.detect(
-                class_logits,
-                box_deltas,
-                proposals,
-                proposal_valid,
-                image_size=canvas,
-                image_sizes=image_sizes,
-                **self.detection._asdict(),
-            )
 
     def predict(
         self, images: jax.Array, image_sizes: jax.Array | None = None
@@ -347,33 +196,19 @@ class MaskRCNN(nnx.Module):
           int32[B, K] (0: empty slot), masks f32[B, K, M, M] (probabilities
           of the detected class), num_detections int32[B].
         """
-        with self._zero_outside(images, image_sizes):
-            features = self._features(images)
-            head = self.rpn_head(features)
-        proposals, proposal_valid = self._proposals(
-            *head,
-            _canvas(images),
-            image_sizes,
-            training=False,
+        features, head = self._features_and_rpn(images, image_sizes)
+        proposals, proposal_valid = self.rpn.proposals(
+            *head, _canvas(images), image_sizes, training=False
         )
-        pyramid = self._roi_pyramid(features, image_sizes)
-        detections = self._detect(
+        pyramid = self.roi_pyramid(features, image_sizes)
+        detections = self.box_branch.detect(
             pyramid, proposals, proposal_valid, _canvas(images), image_sizes
         )
-        mask_logits = self.mask_head(
-            self._pool(pyramid, detections.boxes, self.mask_pool_size)
-        )
-        masks = jax.nn.sigmoid(
-            roi_heads.class_mask_logits(mask_logits, detections.classes).astype(
-                jnp.float32
-            )
-        )
-        masks = jnp.where((detections.classes > 0)[..., None, None], masks, 0.0)
         return {
             "boxes": detections.boxes,
             "scores": detections.scores,
             "classes": detections.classes,
-            "masks": masks,
+            "masks": self.mask_branch.predict(pyramid, detections),
             "num_detections": detections.num_detections,
         }
 

@@ -1,22 +1,18 @@
-"""ROI heads: ROI sampling and targets, box head, mask head, detections.
+"""The box branch: ROI sampling and targets, the box head, detections.
 
 Train: GT boxes are appended to the proposals, matched (fg >= fg_iou, bg in
 [bg_iou_low, bg_iou_high)) and num_rois are sampled per image at fg_fraction
 foreground, with static shapes and each image's own PRNG key; foreground
-rois come first, so the mask head trains on the first max_mask_rois slots.
-Mask targets resample each matched GT's pre-cropped S x S mask at the roi
-(box-normalised coordinates) with the same gather-based ROIAlign, reading 0
-outside the GT box, then threshold at 0.5.
+rois come first, so the mask branch trains on the first Rm slots.
 
 Predict (NMS site 2): class-specific decode, candidates with
 score > score_threshold, the top pre_nms_top_k (roi, class) pairs, then
 class-aware `ops.nms` for the whole batch at once.
 
 Shapes (the letters of docs/architecture.md where they exist): B batch,
-P proposals per image, G GT boxes per image, R sampled rois, Rm mask rois
-(the first Rm of R), N flattened rois (B * R) inside the mask head layers,
-C classes, F channels, Q pool size, S GT mask crop size, M predicted mask
-size (2Q, 28), N_pre pre-NMS (roi, class) candidates, K kept detections.
+P proposals per image, G GT boxes per image, R sampled rois, C classes,
+F channels, Q pool size, N_pre pre-NMS (roi, class) candidates, K kept
+detections.
 """
 
 from typing import NamedTuple, Sequence
@@ -25,7 +21,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import backbone, box_coder, matcher, norms, sampler
+from detector.modeling import box_coder, losses, matcher, sampler
 from ops import box_ops, roi_align
 from ops.nms import nms
 
@@ -90,119 +86,6 @@ class BoxHead(nnx.Module):
             self.classes(x).astype(jnp.float32),
             deltas.reshape(batch, rois, -1, 4),
         )
-
-
-class Deconv2x(nnx.Module):
-    """Transposed conv, kernel 2 and stride 2, as one matmul.
-
-    The 2x2 stride-2 windows do not overlap, so out[2i + a, 2j + b] =
-    x[i, j] @ kernel[a, b] + bias (PyTorch's ConvTranspose2d form; lax's
-    conv_transpose flips the kernel). Its weight gradient is a plain matmul:
-    XLA CPU's transposed-conv weight gradient is ~30x slower at mask head
-    sizes.
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        *,
-        dtype: jnp.dtype,
-        rngs: nnx.Rngs,
-    ):
-        self.kernel = nnx.Param(
-            backbone.conv_init(
-                rngs.params(), (2, 2, in_channels, out_channels), jnp.float32
-            )
-        )
-        self.bias = nnx.Param(jnp.zeros((out_channels,), jnp.float32))
-        self.dtype = dtype
-
-    def unshuffled(self, x: jax.Array) -> jax.Array:
-        """[N, H, W, F_in] -> [N, H, W, 2 (a), 2 (b), F_out], pre-interleave.
-
-        Pointwise layers commute with the interleave, so a head can apply
-        them here and interleave only its (narrower) final output.
-        """
-        kernel = self.kernel[...].astype(self.dtype)
-        y = jnp.einsum("nhwc,abcd->nhwabd", x.astype(self.dtype), kernel)
-        return y + self.bias[...].astype(self.dtype)
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        """[N, H, W, F_in] -> [N, 2H, 2W, F_out]."""
-        return pixel_shuffle(self.unshuffled(x))
-
-
-def pixel_shuffle(x: jax.Array) -> jax.Array:
-    """[N, H, W, 2 (a), 2 (b), F] -> [N, 2H, 2W, F], out[2i + a, 2j + b]."""
-    batch, height, width, _, _, channels = x.shape
-    x = jnp.transpose(x, (0, 1, 3, 2, 4, 5))
-    return x.reshape(batch, 2 * height, 2 * width, channels)
-
-
-class MaskHead(nnx.Module):
-    """conv3x3 stack, 2x deconv, then one mask logit map per class.
-
-    Each conv + ReLU carries the norm `norm` of norms.HEAD_NORMS ('none':
-    a conv with a bias, torchvision's v1 MaskRCNNHeads; 'batch':
-    its v2 MaskRCNNHeads(norm_layer=BatchNorm2d); detectron2's
-    MaskRCNNConvUpsampleHead(conv_norm=...)).
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        hidden: int,
-        num_convs: int,
-        num_classes: int,
-        *,
-        norm: str,
-        groups: int,
-        dtype: jnp.dtype,
-        rngs: nnx.Rngs,
-    ):
-        self.convs = nnx.List(
-            [
-                norms.conv_norm(
-                    in_channels if i == 0 else hidden,
-                    hidden,
-                    3,
-                    norm=norm,
-                    groups=groups,
-                    dtype=dtype,
-                    rngs=rngs,
-                )
-                for i in range(num_convs)
-            ]
-        )
-        self.upsample = Deconv2x(
-            hidden if num_convs else in_channels, hidden, dtype=dtype, rngs=rngs
-        )
-        # A 1x1 conv as a Linear over channels (a cheaper gradient on CPU).
-        self.logits = nnx.Linear(
-            hidden,
-            num_classes,
-            kernel_init=nnx.initializers.normal(0.001),
-            dtype=dtype,
-            rngs=rngs,
-        )
-
-    @jax.named_scope("mask_head")
-    def __call__(
-        self, features: jax.Array, valid: jax.Array | None = None
-    ) -> jax.Array:
-        """[B, R, Q, Q, F], valid bool[B, R] or None (all) -> mask logits
-        f32[B, R, M, M, C], M = 2Q; a norm counts the valid rows only."""
-        batch, rois = features.shape[:2]
-        x = features.reshape((batch * rois,) + features.shape[2:])
-        mask = None if valid is None else valid.reshape(-1)
-        for conv in self.convs:
-            x = conv(x, mask)
-        # ReLU and the 1x1 logits are pointwise: apply them before the 2x
-        # interleave, which then moves C channels instead of `hidden`.
-        x = jax.nn.relu(self.upsample.unshuffled(x))
-        x = pixel_shuffle(self.logits(x).astype(jnp.float32))
-        return x.reshape((batch, rois) + x.shape[1:])
 
 
 class PoolOptions(NamedTuple):
@@ -303,59 +186,6 @@ def sample_rois(
     )
 
 
-@jax.named_scope("mask_targets")
-def mask_targets(
-    rois: jax.Array,
-    matched: jax.Array,
-    gt_boxes: jax.Array,
-    gt_masks: jax.Array,
-    *,
-    mask_size: int,
-    sampling_ratio: int,
-) -> jax.Array:
-    """Binary targets f32[B, Rm, M, M] of rois [B, Rm, 4] from GT crops.
-
-    Every crop is zero-padded by one pixel on each side, so samples outside
-    its GT box read 0 (bilinear inside, blending to 0 across the box edge),
-    as TF Model Garden's crop-and-resize with extrapolation value 0; without
-    the padding, ROIAlign's border rule would copy the crop's edge up to half
-    a crop pixel outside the box.
-
-    Args:
-      rois: f32[B, Rm, 4] in input pixels.
-      matched: int32[B, Rm] the GT index of each roi.
-      gt_boxes: f32[B, G, 4] GT boxes in input pixels.
-      gt_masks: uint8[B, G, S, S] GT masks, each cropped to its box.
-      mask_size: M.
-      sampling_ratio: ROIAlign samples per bin and axis.
-    """
-    batch, num_gt, size = gt_masks.shape[:3]
-    gt = jnp.take_along_axis(
-        gt_boxes.astype(jnp.float32), matched[..., None], axis=1
-    )  # [B, Rm, 4]
-    origin = jnp.concatenate([gt[..., :2], gt[..., :2]], axis=-1)
-    gt_w, gt_h = box_ops.widths_heights(gt)
-    scale = size / jnp.maximum(jnp.stack([gt_w, gt_h, gt_w, gt_h], -1), 1e-6)
-    # Crop pixels, shifted by the one-pixel zero border.
-    boxes_in_mask = (rois - origin) * scale + 1.0
-    padded = size + 2
-    masks = jnp.pad(
-        gt_masks.astype(jnp.float32), ((0, 0), (0, 0), (1, 1), (1, 1))
-    )  # [B, G, S+2, S+2]
-    flat = masks.reshape(batch, num_gt * padded * padded, 1)
-    sizes = jnp.full(matched.shape, padded, jnp.int32)
-    resampled = roi_align.roi_align(
-        flat,
-        boxes_in_mask,
-        matched * (padded * padded),
-        sizes,
-        sizes,
-        output_size=mask_size,
-        sampling_ratio=sampling_ratio,
-    )
-    return (resampled[..., 0] >= 0.5).astype(jnp.float32)
-
-
 class Detections(NamedTuple):
     """Fixed-size detections; empty slots have class 0, score 0, box 0."""
 
@@ -440,12 +270,6 @@ def detect(
     )
 
 
-def class_mask_logits(mask_logits: jax.Array, classes: jax.Array) -> jax.Array:
-    """The mask logits [B, R, M, M] of each roi's class 1..C (any for 0)."""
-    index = jnp.maximum(classes - 1, 0)[..., None, None, None]
-    return jnp.take_along_axis(mask_logits, index, axis=-1)[..., 0]
-
-
 def pool_rois(
     pyramid: roi_align.FlatPyramid,
     boxes: jax.Array,
@@ -471,3 +295,99 @@ def pool_rois(
             aligned=aligned,
             level_eps=level_eps,
         )
+
+
+class BoxBranch(nnx.Module):
+    """ROI sampling, the box head on the pooled rois, its losses, detections."""
+
+    def __init__(
+        self,
+        head: nnx.Module,
+        *,
+        pool_size: int,
+        pooling: PoolOptions,
+        sampling: RoiSampling,
+        detection: DetectionOptions,
+        box_beta: float,
+    ):
+        """Args:
+        head: pooled [B, R, Q, Q, F] (and valid rois or None, what a norm
+          in it counts; box_heads.py) -> class logits, class deltas.
+        pool_size: Q, its ROIAlign output side.
+        pooling: multilevel ROIAlign settings.
+        sampling: ROI matching and sampling.
+        detection: scoring and class-aware NMS of detections.
+        box_beta: Huber delta of the box loss (0: L1).
+        """
+        self.head = head
+        self.pool_size = pool_size
+        self.pooling = pooling
+        self.sampling = sampling
+        self.detection = detection
+        self.box_beta = box_beta
+
+    def sample(
+        self,
+        proposals: jax.Array,
+        proposal_valid: jax.Array,
+        batch: dict[str, jax.Array],
+        key: jax.Array,
+    ) -> RoiTargets:
+        """R rois per image of proposals [B, P, 4] and the GT of `batch`
+        (boxes, classes, valid), each image sampled with its own key."""
+        with jax.named_scope("roi_sampler"):
+            return sample_rois(
+                proposals,
+                proposal_valid,
+                batch["boxes"],
+                batch["classes"].astype(jnp.int32),
+                batch["valid"].astype(bool),
+                key,
+                **self.sampling._asdict(),
+            )
+
+    def pool(
+        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array
+    ) -> jax.Array:
+        """Features [B, R, Q, Q, F] of boxes [B, R, 4]."""
+        return pool_rois(
+            pyramid,
+            boxes,
+            output_size=self.pool_size,
+            **self.pooling._asdict(),
+        )
+
+    def losses(
+        self, pooled: jax.Array, targets: RoiTargets
+    ) -> dict[str, jax.Array]:
+        """Box head and its losses ('cls', 'box') of the pooled rois."""
+        class_logits, box_deltas = self.head(pooled, targets.is_valid)
+        return losses.box_head_losses(
+            class_logits,
+            box_deltas,
+            targets.classes,
+            targets.box_targets,
+            targets.is_valid,
+            beta=self.box_beta,
+        )
+
+    def detect(
+        self,
+        pyramid: roi_align.FlatPyramid,
+        proposals: jax.Array,
+        proposal_valid: jax.Array,
+        canvas: tuple[int, int],
+        image_sizes: jax.Array | None = None,
+    ) -> Detections:
+        """Detections of proposals [B, P, 4] on the (H, W) canvas."""
+        class_logits, box_deltas = self.head(self.pool(pyramid, proposals))
+        with jax.named_scope("detection"):
+            return detect(
+                class_logits,
+                box_deltas,
+                proposals,
+                proposal_valid,
+                image_size=canvas,
+                image_sizes=image_sizes,
+                **self.detection._asdict(),
+            )

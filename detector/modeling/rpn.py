@@ -1,4 +1,5 @@
-"""Region proposal network: head, training targets, and proposals (NMS site 1).
+"""Region proposal network: head, training targets, proposals (NMS site 1),
+and the `RPN` module that holds them with their settings.
 
 The head is shared across levels: one or more 3x3 convs + ReLU (RPNHead),
 then 1x1 convs for one objectness logit and four deltas per anchor.
@@ -25,7 +26,15 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from detector.modeling import box_coder, extents, matcher, norms, sampler
+from detector.modeling import anchors as anchors_lib
+from detector.modeling import (
+    box_coder,
+    extents,
+    losses,
+    matcher,
+    norms,
+    sampler,
+)
 from ops import box_ops
 from ops.nms import nms
 
@@ -88,7 +97,7 @@ class RPNHead(nnx.Module):
             )
             for _ in range(num_convs)
         ]
-        # The first conv keeps the 2017 head's name (rpn_head/conv).
+        # The first conv keeps the 2017 head's name (rpn/head/conv).
         self.conv = layers[0]
         self.more_convs = nnx.List(layers[1:])
         # 1x1 convs as Linear layers over channels (cheaper gradients).
@@ -324,3 +333,96 @@ def generate_proposals(
     valid = merged_scores > -jnp.inf
     merged_boxes = jnp.where(valid[..., None], merged_boxes, 0.0)
     return jax.lax.stop_gradient(merged_boxes), valid
+
+
+class RPN(nnx.Module):
+    """The RPN: its head, anchors, proposals per mode, anchor sampling and
+    losses."""
+
+    def __init__(
+        self,
+        head: RPNHead,
+        *,
+        anchors: anchors_lib.AnchorSpec,
+        train_proposals: ProposalOptions,
+        test_proposals: ProposalOptions,
+        sampling: AnchorSampling,
+        box_beta: float,
+        size_divisor: int,
+    ):
+        """Args:
+        head: FPN levels -> per level logits and deltas.
+        anchors: the anchor pyramid.
+        train_proposals, test_proposals: proposal settings per mode.
+        sampling: anchor matching and sampling.
+        box_beta: Huber delta of the RPN box loss (0: L1).
+        size_divisor: the backbone's top stride; anchors past an image's
+          size rounded up to it take no part in its proposals.
+        """
+        self.head = head
+        self.anchors = anchors
+        self.train_proposals = train_proposals
+        self.test_proposals = test_proposals
+        self.sampling = sampling
+        self.box_beta = box_beta
+        self.size_divisor = size_divisor
+
+    def __call__(
+        self, features: Sequence[jax.Array]
+    ) -> tuple[list[jax.Array], list[jax.Array]]:
+        """The head's per level logits f32[B, N_l] and deltas [B, N_l, 4]."""
+        return self.head(features)
+
+    def proposals(
+        self,
+        logits: Sequence[jax.Array],
+        deltas: Sequence[jax.Array],
+        canvas: tuple[int, int],
+        image_sizes: jax.Array | None = None,
+        *,
+        training: bool,
+    ) -> tuple[jax.Array, jax.Array]:
+        """Boxes f32[B, P, 4] and valid bool[B, P] of the head's outputs on
+        the (H, W) canvas, with the train or test settings."""
+        options = self.train_proposals if training else self.test_proposals
+        with jax.named_scope("rpn"):
+            return generate_proposals(
+                logits,
+                deltas,
+                self.anchors.pyramid(canvas),
+                image_size=canvas,
+                image_sizes=image_sizes,
+                cell_origins=self.anchors.cell_origins(canvas),
+                size_divisor=self.size_divisor,
+                **options._asdict(),
+            )
+
+    def losses(
+        self,
+        logits: Sequence[jax.Array],
+        deltas: Sequence[jax.Array],
+        batch: dict[str, jax.Array],
+        key: jax.Array,
+    ) -> dict[str, jax.Array]:
+        """'rpn_cls' and 'rpn_box' of the head's outputs against the GT of
+        `batch` (image, boxes, valid), each image sampled with its own key."""
+        canvas = int(batch["image"].shape[1]), int(batch["image"].shape[2])
+        with jax.named_scope("rpn_targets"):
+            samples = rpn_targets(
+                np.concatenate(self.anchors.pyramid(canvas)),
+                batch["boxes"],
+                batch["valid"].astype(bool),
+                key,
+                **self.sampling._asdict(),
+            )
+        sampled_logits, sampled_deltas = gather_samples(
+            logits, deltas, samples.indices
+        )
+        return losses.rpn_losses(
+            sampled_logits,
+            sampled_deltas,
+            samples.is_positive,
+            samples.is_valid,
+            samples.box_targets,
+            beta=self.box_beta,
+        )

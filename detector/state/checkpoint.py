@@ -19,6 +19,7 @@ from absl import logging
 from jax import lax
 from jax.experimental import multihost_utils
 
+from detector.state import legacy_paths
 from detector.utils import files
 
 # The key of the per-array checksums in a step's orbax custom metadata; it
@@ -455,6 +456,9 @@ class Checkpointer:
         missing = _missing_part(self.directory / str(step))
         if missing:
             raise DamagedCheckpointError(missing)
+        legacy = self._is_legacy(step)
+        if legacy:  # restored in its own layout, then converted
+            abstract_tree = legacy_paths.to_legacy(abstract_tree)
         self._check_shapes(abstract_tree, step)
         try:
             with _quiet_orbax(collect=True), jax.transfer_guard("allow"):
@@ -466,7 +470,23 @@ class Checkpointer:
                 f"its data is unreadable ({_damage_reason(e)})"
             ) from None
         self.verify(tree, step)
+        if legacy:
+            logging.info(
+                "%s holds the heads at their old paths (box_head/...); "
+                "restored under today's (box_branch/head/...)",
+                self._where(step),
+            )
+            tree = legacy_paths.to_current(tree)
         return tree
+
+    def _is_legacy(self, step: int) -> bool:
+        """Whether `step` was written with the old head paths."""
+        try:
+            with _quiet_orbax():
+                tree = self._manager.item_metadata(step).tree
+        except Exception:  # noqa: BLE001 (_check_shapes reports it)
+            return False
+        return legacy_paths.is_legacy(_flat_shapes(tree))
 
     def restore_latest(self, abstract_tree: dict) -> tuple[int, dict] | None:
         """(step, tree) of the newest intact checkpoint; None if none exists.

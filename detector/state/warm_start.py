@@ -30,12 +30,12 @@ from absl import logging
 from flax import nnx
 
 from detector.modeling import model as model_lib
-from detector.state import checkpoint
+from detector.state import checkpoint, legacy_paths
 from detector.state.optimizer import path_name
 from detector.weights import backbone_weights, torchvision_maskrcnn
 
 _ITEM = "default"  # the item name orbax's CheckpointManager writes
-_NUM_CLASSES_FROM = "box_head/classes/bias"  # shape (num_classes + 1,)
+_NUM_CLASSES_FROM = "box_branch/head/classes/bias"  # shape (num_classes + 1,)
 
 
 def flat(tree) -> dict[str, object]:
@@ -144,8 +144,9 @@ def _read(location: str) -> tuple[dict[str, np.ndarray], str]:
             raise ValueError(f"{where}: step {step} is damaged: {e}") from None
     finally:
         manager.close()
+    arrays = {**flat(restored["params"]), **flat(restored["rest"])}
     return (
-        {**flat(restored["params"]), **flat(restored["rest"])},
+        {legacy_paths.current_name(k): v for k, v in arrays.items()},
         f"{directory}/{step}",
     )
 

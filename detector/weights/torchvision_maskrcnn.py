@@ -9,14 +9,14 @@ is installed) and maps every tensor onto our variables (v1 names):
     backbone.body.*                      -> backbone/* (backbone_weights.py)
     backbone.fpn.inner_blocks.{i}.0      -> fpn/lateral/{i}       (1x1 conv)
     backbone.fpn.layer_blocks.{i}.0      -> fpn/output/{i}        (3x3 conv)
-    rpn.head.conv.0.0                    -> rpn_head/conv
-    rpn.head.cls_logits, .bbox_pred      -> rpn_head/objectness, /deltas
-    roi_heads.box_head.fc6, .fc7         -> box_head/fc1, /fc2
-    roi_heads.box_predictor.cls_score    -> box_head/classes
-    roi_heads.box_predictor.bbox_pred    -> box_head/deltas
-    roi_heads.mask_head.{i}.0            -> mask_head/convs/{i}
-    roi_heads.mask_predictor.conv5_mask  -> mask_head/upsample
-    roi_heads.mask_predictor.mask_fcn_logits -> mask_head/logits
+    rpn.head.conv.0.0                    -> rpn/head/conv
+    rpn.head.cls_logits, .bbox_pred      -> rpn/head/objectness, /deltas
+    roi_heads.box_head.fc6, .fc7         -> box_branch/head/fc1, /fc2
+    roi_heads.box_predictor.cls_score    -> box_branch/head/classes
+    roi_heads.box_predictor.bbox_pred    -> box_branch/head/deltas
+    roi_heads.mask_head.{i}.0            -> mask_branch/head/convs/{i}
+    roi_heads.mask_predictor.conv5_mask  -> mask_branch/head/upsample
+    roi_heads.mask_predictor.mask_fcn_logits -> mask_branch/head/logits
 
 (older torchvision files name the same tensors rpn.head.conv and
 roi_heads.mask_head.mask_fcn{i + 1}; both are read). The layouts differ:
@@ -43,7 +43,7 @@ FPN, box and mask head convs: torchvision's Conv2dNormActivation `X` holds
 the conv at `X.0` (no bias) and the norm at `X.1` (weight, bias,
 running_mean, running_var -> ours X/conv/kernel, X/norm/{scale, bias,
 mean, var}); its RPN head has two convs (rpn.head.conv.1.0 ->
-rpn_head/more_convs/0), its box head is FastRCNNConvFCHead
+rpn/head/more_convs/0), its box head is FastRCNNConvFCHead
 (roi_heads.box_head.{0..3} the convs, .5 the fc, whose input rows are
 permuted like fc6's). The table is built from the config's layout
 (model.fpn_norm, rpn.head_convs, roi.box_head, ...); each version needs
@@ -241,25 +241,29 @@ def tensor_table(
             output_norm,
         )
     rpn_norm = model.rpn.head_norm
-    add("rpn.head.conv.0.0", "rpn_head/conv", "conv", rpn_norm)
+    add("rpn.head.conv.0.0", "rpn/head/conv", "conv", rpn_norm)
     for j in range(1, model.rpn.head_convs):
         add(
             f"rpn.head.conv.{j}.0",
-            f"rpn_head/more_convs/{j - 1}",
+            f"rpn/head/more_convs/{j - 1}",
             "conv",
             rpn_norm,
         )
-    add("rpn.head.cls_logits", "rpn_head/objectness", "conv1x1")
-    add("rpn.head.bbox_pred", "rpn_head/deltas", "conv1x1")
+    add("rpn.head.cls_logits", "rpn/head/objectness", "conv1x1")
+    add("rpn.head.bbox_pred", "rpn/head/deltas", "conv1x1")
     _BOX_HEAD_TABLES[model.roi.box_head](add, model)
     for i in range(model.roi.mask_head_convs):
         add(
             f"roi_heads.mask_head.{i}.0",
-            f"mask_head/convs/{i}",
+            f"mask_branch/head/convs/{i}",
             "conv",
             model_config.mask_head_norm(model),
         )
-    add("roi_heads.mask_predictor.conv5_mask", "mask_head/upsample", "deconv")
+    add(
+        "roi_heads.mask_predictor.conv5_mask",
+        "mask_branch/head/upsample",
+        "deconv",
+    )
     return table
 
 
@@ -267,10 +271,10 @@ def _two_mlp_head(add, model: ml_collections.ConfigDict) -> None:
     """TwoMLPHead (v1): fc6, fc7."""
     add(
         "roi_heads.box_head.fc6",
-        "box_head/fc1",
+        "box_branch/head/fc1",
         _fc6_layout(model.fpn_channels, model.roi.pool_size),
     )
-    add("roi_heads.box_head.fc7", "box_head/fc2", "linear")
+    add("roi_heads.box_head.fc7", "box_branch/head/fc2", "linear")
 
 
 def _conv_fc_head(add, model: ml_collections.ConfigDict) -> None:
@@ -280,13 +284,13 @@ def _conv_fc_head(add, model: ml_collections.ConfigDict) -> None:
     for i in range(convs):
         add(
             f"roi_heads.box_head.{i}.0",
-            f"box_head/convs/{i}",
+            f"box_branch/head/convs/{i}",
             "conv",
             model.roi.box_head_norm,
         )
     add(
         f"roi_heads.box_head.{convs + 1}",
-        "box_head/fc",
+        "box_branch/head/fc",
         _fc6_layout(model.roi.box_head_conv_dim, model.roi.pool_size),
     )
 
@@ -300,37 +304,37 @@ _BOX_HEAD_TABLES = {"2fc": _two_mlp_head, "4conv1fc": _conv_fc_head}
 # class, whether row 0 (background) is kept).
 _CLASS_TENSORS = {
     "roi_heads.box_predictor.cls_score.weight": (
-        "box_head/classes/kernel",
+        "box_branch/head/classes/kernel",
         "linear",
         1,
         True,
     ),
     "roi_heads.box_predictor.cls_score.bias": (
-        "box_head/classes/bias",
+        "box_branch/head/classes/bias",
         "vector",
         1,
         True,
     ),
     "roi_heads.box_predictor.bbox_pred.weight": (
-        "box_head/deltas/kernel",
+        "box_branch/head/deltas/kernel",
         "linear",
         4,
         False,
     ),
     "roi_heads.box_predictor.bbox_pred.bias": (
-        "box_head/deltas/bias",
+        "box_branch/head/deltas/bias",
         "vector",
         4,
         False,
     ),
     "roi_heads.mask_predictor.mask_fcn_logits.weight": (
-        "mask_head/logits/kernel",
+        "mask_branch/head/logits/kernel",
         "conv1x1",
         1,
         False,
     ),
     "roi_heads.mask_predictor.mask_fcn_logits.bias": (
-        "mask_head/logits/bias",
+        "mask_branch/head/logits/bias",
         "vector",
         1,
         False,
@@ -497,7 +501,8 @@ def _log(path, arrays: dict, rows, config: ml_collections.ConfigDict) -> None:
         logging.info(
             "init_checkpoint: data.num_classes=%d has no mapping from "
             "torchvision's %d COCO classes: the class-dependent heads "
-            "(box_head/classes, box_head/deltas, mask_head/logits) are "
+            "(box_branch/head/classes, box_branch/head/deltas, "
+            "mask_branch/head/logits) are "
             "reinitialised",
             config.data.num_classes,
             TORCHVISION_CLASSES,

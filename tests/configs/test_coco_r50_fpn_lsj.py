@@ -62,7 +62,7 @@ def test_variants_validate_and_build(variant):
     model = nnx.eval_shape(
         lambda: factory.build_model(config, rngs=nnx.Rngs(0))
     )
-    assert len(model.box_head.convs) == 4
+    assert len(model.box_branch.head.convs) == 4
 
 
 def test_shapes_then_runlocal_is_a_smoke_run_on_the_shapes_set():

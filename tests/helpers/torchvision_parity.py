@@ -99,8 +99,8 @@ def iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 @nnx.jit
 def _stages(model, images):
-    features = model._features(images)
-    logits, deltas = model.rpn_head(features)
+    features = model.features(images)
+    logits, deltas = model.rpn(features)
     proposals, valid = model.proposals(images)
     return features, logits, deltas, proposals, valid, model.predict(images)
 

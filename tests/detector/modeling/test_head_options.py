@@ -46,11 +46,11 @@ def test_defaults_keep_the_2017_layout(norm):
     assert not any(p.startswith("fpn/lateral/0/norm") for p in paths)
     normed = norm in ("group", "batch")
     assert ("fpn/output/0/norm/scale" in paths) == normed
-    assert ("mask_head/convs/0/norm/scale" in paths) == normed
-    assert ("mask_head/convs/0/bias" in paths) != normed
-    assert "rpn_head/conv/bias" in paths
+    assert ("mask_branch/head/convs/0/norm/scale" in paths) == normed
+    assert ("mask_branch/head/convs/0/bias" in paths) != normed
+    assert "rpn/head/conv/bias" in paths
     assert not any("more_convs" in p for p in paths)
-    assert {"box_head/fc1/kernel", "box_head/fc2/kernel"} <= paths
+    assert {"box_branch/head/fc1/kernel", "box_branch/head/fc2/kernel"} <= paths
 
 
 def test_modern_layout_builds_every_norm_where_torchvision_v2_has_it():
@@ -61,14 +61,14 @@ def test_modern_layout_builds_every_norm_where_torchvision_v2_has_it():
         "backbone/stem/norm",
         "fpn/lateral/0/norm",
         "fpn/output/0/norm",
-        "box_head/convs/3/norm",
-        "mask_head/convs/0/norm",
+        "box_branch/head/convs/3/norm",
+        "mask_branch/head/convs/0/norm",
     ):
         assert f"{prefix}/mean" in paths, prefix
     params = _paths(model)
-    assert "rpn_head/more_convs/0/bias" in params
+    assert "rpn/head/more_convs/0/bias" in params
     assert "fpn/lateral/0/bias" not in params
-    assert "box_head/fc/kernel" in params
+    assert "box_branch/head/fc/kernel" in params
 
 
 @pytest.mark.slow  # two CPU compiles of the whole model: ~80 s

@@ -225,8 +225,7 @@ def test_output_shapes_of_proposals_and_sampled_rois(config, initial):
     def proposals_and_rois(params, rest, batch, key):
         model = nnx.merge(graphdef, params, rest)
         train = model.proposals(batch["image"], training=True)
-        # pylint: disable-next=protected-access
-        rois = model._sample_rois(*train, batch, key)
+        rois = model.box_branch.sample(*train, batch, key)
         return model.proposals(batch["image"]), train, rois
 
     test, train, rois = jax.eval_shape(
@@ -424,12 +423,9 @@ def _activation_dtypes(model: MaskRCNN) -> dict:
 
     def activations(state, images, boxes):
         model = nnx.merge(graphdef, state)
-        # pylint: disable=protected-access
-        features = model._features(images)
-        pooled = model._pool(
-            model._roi_pyramid(features), boxes, model.box_pool_size
-        )
-        logits, _ = model.rpn_head(features)
+        features = model.features(images)
+        pooled = model.box_branch.pool(model.roi_pyramid(features), boxes)
+        logits, _ = model.rpn(features)
         return features, pooled, logits
 
     features, pooled, logits = jax.eval_shape(

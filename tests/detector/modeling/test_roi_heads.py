@@ -1,4 +1,5 @@
-"""modeling/roi_heads.py: roi sampling, mask targets, detections, heads."""
+"""modeling/roi_heads.py and mask_head.py: roi sampling, mask targets,
+detections, heads."""
 
 import functools
 
@@ -7,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from detector.modeling import roi_heads
+from detector.modeling import mask_head, roi_heads
 from tests.detector import helpers
 
 _WEIGHTS = (10.0, 10.0, 5.0, 5.0)
@@ -19,8 +20,8 @@ def test_head_shapes():
             7 * 7 * 8, 32, 3, dtype=jnp.float32, rngs=nnx.Rngs(0)
         )
     )
-    mask_head = nnx.eval_shape(
-        lambda: roi_heads.MaskHead(
+    mask = nnx.eval_shape(
+        lambda: mask_head.MaskHead(
             8,
             16,
             2,
@@ -42,11 +43,11 @@ def test_head_shapes():
 
     logits, deltas = apply(box_head, (2, 5, 7, 7, 8))
     assert logits.shape == (2, 5, 4) and deltas.shape == (2, 5, 3, 4)
-    assert apply(mask_head, (2, 5, 14, 14, 8)).shape == (2, 5, 28, 28, 3)
+    assert apply(mask, (2, 5, 14, 14, 8)).shape == (2, 5, 28, 28, 3)
 
 
 def test_deconv_scatters_each_pixel_into_its_2x2_window():
-    layer = roi_heads.Deconv2x(
+    layer = mask_head.Deconv2x(
         3, 4, dtype=jnp.float32, rngs=helpers.fast_init_rngs()
     )
     layer.bias[...] = jnp.arange(4.0)
@@ -142,7 +143,7 @@ def test_mask_targets_resample_the_gt_crop():
         ]
     )  # its right half
     targets = jax.jit(
-        functools.partial(roi_heads.mask_targets, mask_size=4, sampling_ratio=2)
+        functools.partial(mask_head.mask_targets, mask_size=4, sampling_ratio=2)
     )(
         rois,
         jnp.zeros((1, 3), jnp.int32),
@@ -167,7 +168,7 @@ def test_mask_targets_are_zero_outside_the_gt_box():
     targets = np.asarray(
         jax.jit(
             functools.partial(
-                roi_heads.mask_targets, mask_size=32, sampling_ratio=2
+                mask_head.mask_targets, mask_size=32, sampling_ratio=2
             )
         )(rois, jnp.ones((1, 1), jnp.int32), gt_boxes, jnp.asarray(masks))[0, 0]
     )

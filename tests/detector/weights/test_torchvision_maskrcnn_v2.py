@@ -84,17 +84,17 @@ def test_every_v2_tensor_maps_and_batch_norm_statistics_arrive(tmp_path):
         state["backbone.fpn.inner_blocks.1.1.running_var"].astype(np.float32),
     )
     np.testing.assert_array_equal(
-        arrays["rpn_head/more_convs/0/bias"],
+        arrays["rpn/head/more_convs/0/bias"],
         state["rpn.head.conv.1.0.bias"].astype(np.float32),
     )
     fc = state["roi_heads.box_head.5.weight"].astype(np.float32)
     channels, pool = parity.REDUCED["roi.box_head_conv_dim"], 7
     y, x, c = 2, 6, 9  # our row (y, x, c) is torchvision's c * 49 + y * 7 + x
     np.testing.assert_array_equal(
-        arrays["box_head/fc/kernel"][(y * pool + x) * channels + c],
+        arrays["box_branch/head/fc/kernel"][(y * pool + x) * channels + c],
         fc[:, c * pool * pool + y * pool + x],
     )
-    assert "mask_head/convs/3/norm/mean" in arrays
+    assert "mask_branch/head/convs/3/norm/mean" in arrays
 
 
 def _shapes() -> dict[str, tuple[int, ...]]:

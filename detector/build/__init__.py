@@ -1,0 +1,1 @@
+"""A validated config turned into the model: each part from its section."""

@@ -1,0 +1,280 @@
+"""The mask branch: the mask head's layers, its targets and loss on the
+sampled rois, and the masks of the detections.
+
+Mask targets resample each matched GT's pre-cropped S x S mask at the roi
+(box-normalised coordinates) with the same gather-based ROIAlign, reading 0
+outside the GT box, then threshold at 0.5.
+
+Shapes (the letters of docs/architecture.md): B batch, G GT boxes per
+image, Rm mask rois, N flattened rois (B * Rm), C classes, F channels,
+Q pool size, S GT mask crop size, M predicted mask size (2Q, 28), K kept
+detections.
+"""
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from detector.modeling import backbone, losses, norms, roi_heads
+from ops import box_ops, roi_align
+
+
+class Deconv2x(nnx.Module):
+    """Transposed conv, kernel 2 and stride 2, as one matmul.
+
+    The 2x2 stride-2 windows do not overlap, so out[2i + a, 2j + b] =
+    x[i, j] @ kernel[a, b] + bias (PyTorch's ConvTranspose2d form; lax's
+    conv_transpose flips the kernel). Its weight gradient is a plain matmul:
+    XLA CPU's transposed-conv weight gradient is ~30x slower at mask head
+    sizes.
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        *,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
+        self.kernel = nnx.Param(
+            backbone.conv_init(
+                rngs.params(), (2, 2, in_channels, out_channels), jnp.float32
+            )
+        )
+        self.bias = nnx.Param(jnp.zeros((out_channels,), jnp.float32))
+        self.dtype = dtype
+
+    def unshuffled(self, x: jax.Array) -> jax.Array:
+        """[N, H, W, F_in] -> [N, H, W, 2 (a), 2 (b), F_out], pre-interleave.
+
+        Pointwise layers commute with the interleave, so a head can apply
+        them here and interleave only its (narrower) final output.
+        """
+        kernel = self.kernel[...].astype(self.dtype)
+        y = jnp.einsum("nhwc,abcd->nhwabd", x.astype(self.dtype), kernel)
+        return y + self.bias[...].astype(self.dtype)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """[N, H, W, F_in] -> [N, 2H, 2W, F_out]."""
+        return pixel_shuffle(self.unshuffled(x))
+
+
+def pixel_shuffle(x: jax.Array) -> jax.Array:
+    """[N, H, W, 2 (a), 2 (b), F] -> [N, 2H, 2W, F], out[2i + a, 2j + b]."""
+    batch, height, width, _, _, channels = x.shape
+    x = jnp.transpose(x, (0, 1, 3, 2, 4, 5))
+    return x.reshape(batch, 2 * height, 2 * width, channels)
+
+
+class MaskHead(nnx.Module):
+    """conv3x3 stack, 2x deconv, then one mask logit map per class.
+
+    Each conv + ReLU carries the norm `norm` of norms.HEAD_NORMS ('none':
+    a conv with a bias, torchvision's v1 MaskRCNNHeads; 'batch':
+    its v2 MaskRCNNHeads(norm_layer=BatchNorm2d); detectron2's
+    MaskRCNNConvUpsampleHead(conv_norm=...)).
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden: int,
+        num_convs: int,
+        num_classes: int,
+        *,
+        norm: str,
+        groups: int,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
+        self.convs = nnx.List(
+            [
+                norms.conv_norm(
+                    in_channels if i == 0 else hidden,
+                    hidden,
+                    3,
+                    norm=norm,
+                    groups=groups,
+                    dtype=dtype,
+                    rngs=rngs,
+                )
+                for i in range(num_convs)
+            ]
+        )
+        self.upsample = Deconv2x(
+            hidden if num_convs else in_channels, hidden, dtype=dtype, rngs=rngs
+        )
+        # A 1x1 conv as a Linear over channels (a cheaper gradient on CPU).
+        self.logits = nnx.Linear(
+            hidden,
+            num_classes,
+            kernel_init=nnx.initializers.normal(0.001),
+            dtype=dtype,
+            rngs=rngs,
+        )
+
+    @jax.named_scope("mask_head")
+    def __call__(
+        self, features: jax.Array, valid: jax.Array | None = None
+    ) -> jax.Array:
+        """[B, R, Q, Q, F], valid bool[B, R] or None (all) -> mask logits
+        f32[B, R, M, M, C], M = 2Q; a norm counts the valid rows only."""
+        batch, rois = features.shape[:2]
+        x = features.reshape((batch * rois,) + features.shape[2:])
+        mask = None if valid is None else valid.reshape(-1)
+        for conv in self.convs:
+            x = conv(x, mask)
+        # ReLU and the 1x1 logits are pointwise: apply them before the 2x
+        # interleave, which then moves C channels instead of `hidden`.
+        x = jax.nn.relu(self.upsample.unshuffled(x))
+        x = pixel_shuffle(self.logits(x).astype(jnp.float32))
+        return x.reshape((batch, rois) + x.shape[1:])
+
+
+@jax.named_scope("mask_targets")
+def mask_targets(
+    rois: jax.Array,
+    matched: jax.Array,
+    gt_boxes: jax.Array,
+    gt_masks: jax.Array,
+    *,
+    mask_size: int,
+    sampling_ratio: int,
+) -> jax.Array:
+    """Binary targets f32[B, Rm, M, M] of rois [B, Rm, 4] from GT crops.
+
+    Every crop is zero-padded by one pixel on each side, so samples outside
+    its GT box read 0 (bilinear inside, blending to 0 across the box edge),
+    as TF Model Garden's crop-and-resize with extrapolation value 0; without
+    the padding, ROIAlign's border rule would copy the crop's edge up to half
+    a crop pixel outside the box.
+
+    Args:
+      rois: f32[B, Rm, 4] in input pixels.
+      matched: int32[B, Rm] the GT index of each roi.
+      gt_boxes: f32[B, G, 4] GT boxes in input pixels.
+      gt_masks: uint8[B, G, S, S] GT masks, each cropped to its box.
+      mask_size: M.
+      sampling_ratio: ROIAlign samples per bin and axis.
+    """
+    batch, num_gt, size = gt_masks.shape[:3]
+    gt = jnp.take_along_axis(
+        gt_boxes.astype(jnp.float32), matched[..., None], axis=1
+    )  # [B, Rm, 4]
+    origin = jnp.concatenate([gt[..., :2], gt[..., :2]], axis=-1)
+    gt_w, gt_h = box_ops.widths_heights(gt)
+    scale = size / jnp.maximum(jnp.stack([gt_w, gt_h, gt_w, gt_h], -1), 1e-6)
+    # Crop pixels, shifted by the one-pixel zero border.
+    boxes_in_mask = (rois - origin) * scale + 1.0
+    padded = size + 2
+    masks = jnp.pad(
+        gt_masks.astype(jnp.float32), ((0, 0), (0, 0), (1, 1), (1, 1))
+    )  # [B, G, S+2, S+2]
+    flat = masks.reshape(batch, num_gt * padded * padded, 1)
+    sizes = jnp.full(matched.shape, padded, jnp.int32)
+    resampled = roi_align.roi_align(
+        flat,
+        boxes_in_mask,
+        matched * (padded * padded),
+        sizes,
+        sizes,
+        output_size=mask_size,
+        sampling_ratio=sampling_ratio,
+    )
+    return (resampled[..., 0] >= 0.5).astype(jnp.float32)
+
+
+def class_mask_logits(mask_logits: jax.Array, classes: jax.Array) -> jax.Array:
+    """The mask logits [B, R, M, M] of each roi's class 1..C (any for 0)."""
+    index = jnp.maximum(classes - 1, 0)[..., None, None, None]
+    return jnp.take_along_axis(mask_logits, index, axis=-1)[..., 0]
+
+
+class MaskBranch(nnx.Module):
+    """The mask head on pooled rois: its targets and loss, predicted masks."""
+
+    def __init__(
+        self,
+        head: MaskHead,
+        *,
+        pool_size: int,
+        pooling: roi_heads.PoolOptions,
+        mask_size: int,
+        num_rois: int,
+    ):
+        """Args:
+        head: pooled [B, R, Q, Q, F] (and valid rois or None, what a norm
+          in it counts) -> mask logits [B, R, M, M, C].
+        pool_size: Q, its ROIAlign output side.
+        pooling: multilevel ROIAlign settings (sampling_ratio also
+          resamples the GT masks).
+        mask_size: M, side of the mask targets.
+        num_rois: Rm, the first sampled rois (foreground first) it trains
+          on (`num_mask_rois`).
+        """
+        self.head = head
+        self.pool_size = pool_size
+        self.pooling = pooling
+        self.mask_size = mask_size
+        self.num_rois = num_rois
+
+    def pool(
+        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array
+    ) -> jax.Array:
+        """Features [B, R, Q, Q, F] of boxes [B, R, 4]."""
+        return roi_heads.pool_rois(
+            pyramid,
+            boxes,
+            output_size=self.pool_size,
+            **self.pooling._asdict(),
+        )
+
+    def loss(
+        self,
+        pooled: jax.Array,
+        targets: roi_heads.RoiTargets,
+        batch: dict[str, jax.Array],
+    ) -> jax.Array:
+        """Mask targets, head and loss of the first Rm sampled rois,
+        pooled [B, Rm, Q, Q, F]; GT of `batch` (boxes, masks, mask_valid)."""
+        count = self.num_rois
+        rois = targets.rois[:, :count]
+        matched = targets.matched[:, :count]
+        classes = targets.classes[:, :count]
+        has_mask = jnp.take_along_axis(
+            batch["mask_valid"].astype(bool), matched, axis=1
+        )
+        is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
+        mask_logits = self.head(pooled, is_valid)
+        targets_of_rois = mask_targets(
+            rois,
+            matched,
+            batch["boxes"],
+            batch["masks"],
+            mask_size=self.mask_size,
+            sampling_ratio=self.pooling.sampling_ratio,
+        )
+        return losses.mask_loss(
+            class_mask_logits(mask_logits, classes),
+            targets_of_rois,
+            is_valid,
+        )
+
+    def predict(
+        self, pyramid: roi_align.FlatPyramid, detections: roi_heads.Detections
+    ) -> jax.Array:
+        """Masks f32[B, K, M, M] of the detections: probabilities of the
+        detected class, 0 in empty slots."""
+        mask_logits = self.head(self.pool(pyramid, detections.boxes))
+        masks = jax.nn.sigmoid(
+            class_mask_logits(mask_logits, detections.classes).astype(
+                jnp.float32
+            )
+        )
+        return jnp.where((detections.classes > 0)[..., None, None], masks, 0.0)
+
+
+def num_mask_rois(sampling: roi_heads.RoiSampling, max_mask_rois: int) -> int:
+    """Rm: at most max_mask_rois, and no more than the foreground slots."""
+    return min(max_mask_rois, int(sampling.num_rois * sampling.fg_fraction))
