@@ -1,4 +1,5 @@
-"""Module docstring lengths over detector/ and ops/: the median, per package.
+"""The code's shape: module docstring lengths, package pairs joined by an
+import, the config's path through the calls, MaskRCNN's constructor.
 
 python benchmarks/code_stats.py [--paths detector/data/lsj.py ...]
 """
@@ -10,6 +11,10 @@ import statistics
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks import config_flow  # noqa: E402
+from tests import test_import_graph  # noqa: E402
+
 PACKAGES = ("detector", "ops")
 
 
@@ -60,6 +65,45 @@ def main(argv: list[str]) -> None:
         )
     for path in args.paths or ():
         print(f"{path}: {docstring_lines(path.resolve())}")
+    graph = test_import_graph.import_graph()
+    packages = {test_import_graph._package(m) for m in graph}
+    detector = sorted(p for p in packages if p.startswith("detector."))
+    pairs = test_import_graph.package_pairs(graph)
+    possible = len(detector) * (len(detector) - 1) // 2
+    print(
+        f"detector/ package pairs joined by an import: {len(pairs)} of "
+        f"{possible} ({len(detector)} packages)"
+    )
+    visited, steps, climbs = config_flow.trace(ROOT)
+    print(
+        f"config from train_and_evaluate: {len(visited)} modules, "
+        f"{len(steps)} cross-module calls, {len(climbs)} into a higher layer"
+    )
+    for caller, callee in climbs:
+        print(f"  climbs: {caller} -> {callee}")
+    print(
+        "MaskRCNN.__init__ arguments besides rngs: "
+        f"{constructor_arguments(ROOT / 'detector/modeling/model.py')}"
+    )
+
+
+def constructor_arguments(path: pathlib.Path, name: str = "MaskRCNN") -> int:
+    """Arguments of class `name`'s __init__ in `path`, self and rngs out."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == name:
+            for item in node.body:
+                if (
+                    isinstance(item, ast.FunctionDef)
+                    and item.name == "__init__"
+                ):
+                    args = item.args
+                    names = [
+                        a.arg
+                        for a in args.posonlyargs + args.args + args.kwonlyargs
+                    ]
+                    return len([n for n in names if n not in ("self", "rngs")])
+    raise ValueError(f"{path}: no class {name} with an __init__")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from flax import nnx
 from detector.modeling import extents, norms
 
 
-def _upsample2x(x: jax.Array) -> jax.Array:
+def upsample2x(x: jax.Array) -> jax.Array:
     """Nearest-neighbour 2x upsampling of [B, H, W, C]."""
     batch, height, width, channels = x.shape
     x = jnp.broadcast_to(
@@ -91,7 +91,7 @@ class FPN(nnx.Module):
         ]
         merged = [laterals[-1]]
         for lateral in reversed(laterals[:-1]):
-            merged.insert(0, lateral + _upsample2x(merged[0]))
+            merged.insert(0, lateral + upsample2x(merged[0]))
         outputs = [
             conv(extents.masked(x))
             for conv, x in zip(self.output, merged, strict=True)

@@ -65,7 +65,7 @@ def test_top_down_path_reaches_the_finest_level():
 
     grad = p2_grad_wrt_c3(state, jnp.ones((1, 8, 8, 4)), jnp.ones((1, 4, 4, 4)))
     assert np.abs(np.asarray(grad)).sum() > 0.0
-    upsampled = fpn._upsample2x(jnp.arange(4.0).reshape(1, 2, 2, 1))
+    upsampled = fpn.upsample2x(jnp.arange(4.0).reshape(1, 2, 2, 1))
     np.testing.assert_array_equal(
         upsampled[0, :, :, 0],
         [[0, 0, 1, 1], [0, 0, 1, 1], [2, 2, 3, 3], [2, 2, 3, 3]],
