@@ -50,7 +50,7 @@ _error_line = commands.error_line
         (
             ["--nms=gpu"],
             "error: flag --nms=gpu: value should be one of "
-            "<auto|cpu|while_loop|pallas>",
+            "<auto|cpu|while_loop|pallas|pallas_mosaic_gpu|pallas_triton>",
         ),
         (
             ["--config=configs/missing.py"],

@@ -45,7 +45,8 @@ def _error_lines(results: list[tuple[int, str]]) -> list[str]:
 
 
 def _eval_summary(workdir: pathlib.Path) -> tuple[str, dict]:
-    """(file name, contents) of the one eval summary, latency left out."""
+    """(file name, contents) of the one eval summary; latency and the run's
+    own paths left out."""
     found = sorted(
         path
         for path in workdir.glob("eval_*.json")
@@ -54,6 +55,11 @@ def _eval_summary(workdir: pathlib.Path) -> tuple[str, dict]:
     assert len(found) == 1, found
     summary = json.loads(found[0].read_text())
     summary.pop("predict_latency_ms_per_image")
+    # Each run names its own data folder and checkpoint.
+    assert summary.pop("checkpoint") == str(
+        workdir / "checkpoints" / str(summary["step"])
+    )
+    summary.pop("root")
     return found[0].name, summary
 
 

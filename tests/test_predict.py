@@ -38,11 +38,13 @@ BLOCKED = (
     "ml_collections",
     "optax",
 )
-# detector.data's image-file readers are numpy and PIL only: allowed.
+# detector.data's image-file readers and its resize rule are numpy and PIL
+# only: allowed.
 ALLOWED = (
     "detector.data",
     "detector.data.image_file",
     "detector.data.orientation",
+    "detector.data.resize",
 )
 _BLOCKER = f"""
 import runpy, sys
