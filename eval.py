@@ -4,11 +4,8 @@ r"""Evaluates the latest checkpoint of a workdir on a COCO subset.
   python eval.py --workdir=DIR --config=configs/coco_r50_fpn.py \
       --split='val2017[:500]' --nms=pallas --max_images=100
 
-Without --config the workdir's config.json is used; --config=W/config.json
-reads another run's; --config.a.b=v overrides a field of either. Prints the
-COCO 12-number summaries for bbox and segm and writes
-<workdir>/eval_<slug>.json, .png and .detections.json (COCO results format;
-the exact split in a file name: 'val[:3]' -> eval_val_3-<hash>.json).
+Writes <workdir>/eval_<slug>.json, .png and .detections.json
+(docs/training.md).
 """
 
 import pathlib

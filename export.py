@@ -4,13 +4,8 @@ r"""Exports a workdir's predict function as a jax.export artifact.
   python export.py --workdir=W --out=W/export --platforms=cpu,cuda,tpu \
       --nms=pallas
 
-Writes <out>/predict.jax (the serialized predict function of the newest
-checkpoint, weights inside, batch dimension symbolic) and <out>/predict.json
-(input size, pixel mean and std, categories, NMS backend per platform, JAX
-and calling convention versions, platforms, checkpoint step). Run it with
-`python predict.py --exported=<out> IMAGES...`. Without --config the
-workdir's config.json is used; --config.a.b=v overrides a field of it. The
-cpu NMS backend (a host callback) cannot be exported.
+Run it with `python predict.py --exported=<out> IMAGES...`
+(docs/export-and-predict.md).
 """
 
 import pathlib

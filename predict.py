@@ -3,23 +3,8 @@
   python predict.py --workdir=workdirs/shapes photos/ more/a.jpg
   python predict.py --exported=workdirs/shapes/export photos/
 
-Reads JPEG/PNG files of any size and mode (grayscale, RGBA, 16-bit,
-EXIF-rotated), resizes them in float as eval does (the config's
-data.resize rule, no rounding to uint8), predicts --batch_size at a
-time, appends each batch's results to <out>/predictions.jsonl and at the
-end writes <out>/predictions.json (COCO results keyed by file name: bbox
-[x, y, w, h] in original pixels, score, category_id, segmentation RLE)
-and one overlay PNG per image. A file that cannot be read is skipped with
-one line, as is one over --max_pixels (default 100 megapixels; a JPEG
-far larger than the model's input is decoded at a reduced scale and its
-overlay drawn at it). Ctrl-C (exit 130) or SIGTERM (143) keeps what
-finished; the same command continues (--overwrite predicts everything
-again). Exit 1 with one `error:` line when nothing was predicted.
---workdir restores the newest checkpoint (with the workdir's config.json)
-and runs the model here; --exported runs an artifact written by export.py
-and imports only numpy, PIL and jax (detector/predict/ and
-detector/imaging/): not the model, the config, the training code,
-TensorFlow, Flax or orbax.
+Writes <out>/predictions.json and one overlay PNG per image; a rerun of the
+same command continues (docs/export-and-predict.md).
 """
 
 import pathlib

@@ -5,15 +5,7 @@
   python train.py --config=configs/shapes.py:runlocal    # tiny smoke run
   python train.py --config.train.num_steps=500           # override any field
 
---nms overrides both NMS sites (RPN proposals and detections). A run that
-finds checkpoints in its workdir resumes from the latest one; config.json is
-written once the restore and the --strict_device audit have passed.
-SIGTERM or Ctrl-C (SIGINT) saves a checkpoint after the current step and
-exits with 143 or 130; a second one, or one before step 1 (the pipeline
-starting, the compiles: nothing to save), exits at once. A workdir already
-trained to num_steps is reported complete without evaluating again, unless
---evaluate_finished. The last line names the workdir, the final AP and the
-commands that come next (eval.py, export.py, predict.py).
+A run resumes from its workdir's latest checkpoint (docs/training.md).
 """
 
 import pathlib

@@ -1,9 +1,6 @@
-"""Box arithmetic on (x1, y1, x2, y2) boxes, x2 and y2 exclusive.
-
-Shapes: boxes f32[..., N, 4]; pairwise results f32[..., N, N2] of boxes
-a f32[..., N, 4] and b f32[..., N2, 4] (N, N2: any box counts). Every function
-broadcasts over leading batch dimensions and is jit-, vmap- and grad-safe.
-A box with x2 < x1 or y2 < y1 has zero area.
+"""Box arithmetic on (x1, y1, x2, y2) boxes, x2 and y2 exclusive; jit-, vmap-
+and grad-safe, broadcasting over leading batch dimensions.
+Shapes: boxes f32[..., N, 4]; pairwise results f32[..., N, N2].
 """
 
 import jax

@@ -1,23 +1,6 @@
-"""Where host round-trips happen: a transfer guard and a compiled-program audit.
-
-`jax.transfer_guard("disallow")` catches implicit transfers made from Python
-(a numpy array handed to a jitted step, `float(x)` on a device array) but not
-a host callback compiled into the program. So this module does both:
-
-    with device_only_transfers():          # loop body: explicit moves only
-        batch = jax.device_put(batch, sharding)
-        state, metrics = step(state, batch)
-        metrics = jax.device_get(metrics)
-
-    findings = audit(step, state, batch)   # or audit_compiled(compiled)
-    for f in findings: print(f)            # e.g. host callback at rpn/nms
-
-The audit reads the optimised HLO of the compiled program and reports host
-callbacks (pure_callback, io_callback, jax.debug.print/callback: custom calls
-`xla_ffi_python_{cpu,gpu}_callback`, their partitioned forms and the legacy
-`xla_python_*_callback`), host send/recv, and infeed/outfeed, each with the
-op name from its metadata.
-"""
+"""Where host round-trips happen: a transfer guard for implicit transfers
+made from Python, and an audit of the compiled program for the host
+callbacks and transfers compiled into it (docs/architecture.md)."""
 
 import contextlib
 import dataclasses
@@ -108,7 +91,10 @@ def _parse_line(line: str) -> HostRoundTrip | None:
 
 
 def audit_hlo_text(hlo_text: str) -> list[HostRoundTrip]:
-    """Host round-trips in the text of an optimised HLO module."""
+    """Host round-trips in the text of an optimised HLO module: host
+    callbacks (pure_callback, io_callback, jax.debug.*: the custom calls
+    `xla_ffi_python_{cpu,gpu}_callback`, their partitioned forms and the
+    legacy `xla_python_*_callback`), host send/recv and infeed/outfeed."""
     findings = (_parse_line(line) for line in hlo_text.splitlines())
     return [f for f in findings if f is not None]
 

@@ -1,36 +1,7 @@
 """Gather-based ROIAlign over feature maps flattened into one array per image.
 
-Every map an ROI may read from (the FPN levels, or the per-instance GT mask
-crops) lives in one array f32[B, X, F]: map after map, each row-major. An ROI
-names its map by an offset and a height and width, so every ROI of every
-level is pooled by one gather; nothing depends on data-dependent shapes and
-the same program runs on TPU, GPU and CPU. Gradients w.r.t. the features are
-the scatter-add transpose of that gather, accumulated in float32.
-
-Two implementations pool the gathered taps (IMPLEMENTATIONS, chosen per
-platform by 'auto'): 'gather' takes each bin's s x s x 4 taps and sums them
-with their weights; 'matmul' gathers each roi's (2 s Q) x (2 s Q) tap grid
-and interpolates with one bilinear-weight matrix per axis (two batched
-matmuls), as TPU implementations do.
-
-Sampling follows ROIAlign with the aligned (half-pixel) convention by
-default: pixel i covers [i, i + 1) and its centre is i + 0.5; each of the
-Q x Q bins averages s x s bilinear samples placed at the bin's sub-cell
-centres; a sample more than one pixel outside the map reads 0 and one up to
-a pixel outside reads the border. `aligned=False` is the original Mask R-CNN
-convention (torchvision's and Detectron's `aligned=False`): box coordinates
-are used as index-space positions without the half-pixel shift, and a box
-is at least one pixel wide and tall.
-
-A map may hold a smaller image at its top left (a canvas): with `limits`
-(per roi) or a pyramid's `extents` (per image, in input pixels) the
-border rules above apply at the image's own last row and column, so a roi
-samples as from a map of that image alone (torchvision's tensor of it)
-and never reads the canvas past them.
-
-Shapes: B batch, R rois per image, X pixels of all maps together, F channels,
-Q output (pool) size, s sampling ratio, L pyramid levels, T = 2 s Q taps
-per axis (matmul).
+Shapes: B batch, R rois per image, X pixels of all maps, F channels, Q pool
+size, s sampling ratio, L levels, T = 2 s Q taps per axis (matmul).
 """
 
 from collections.abc import Sequence
@@ -322,10 +293,10 @@ def roi_align(
       output_size: Q, the pooled grid is Q x Q.
       sampling_ratio: s >= 1 samples per bin along each axis.
       implementation: a key of IMPLEMENTATIONS, or 'auto'.
-      aligned: the half-pixel convention (module docstring); False is the
+      aligned: the half-pixel convention (docs/model.md); False is the
         original Mask R-CNN's.
       limits: int32[B, R] heights and widths, at most the map's, that the
-        samples clamp to and read 0 past (module docstring); None: the
+        samples clamp to and read 0 past (docs/model.md); None: the
         map's.
 
     Returns:

@@ -1,14 +1,5 @@
-"""The config mapped onto the model's parts: one home for config -> model.
-
-    model = build_model(config, rngs=nnx.Rngs(config.seed))
-
-`detector/modeling/` takes constructor arguments only; each part is built
-from its own config section: the backbone and FPN from `config.model`, the
-RPN from `model.rpn` (and the anchors), the box and mask branches from
-`model.roi`, `model.detection` and `model.loss`. They are built, and draw
-their parameters from `rngs`, in that order. The config is validated where
-a run starts (`detector.config.validate`), not here.
-"""
+"""The config mapped onto the model's parts: one home for config -> model,
+each part built from its own config section (docs/model.md)."""
 
 from typing import Any
 

@@ -1,19 +1,6 @@
-"""The full configuration schema, with defaults, shared by every config file.
-
-Config files in `configs/` start from `base_config()` and change what they
-need; every field a module reads is declared here, so a typo in an override
-(`--config.model.fpn_chanels=128`) is an error, not a silently ignored key.
-Each section (`data`, `model`, `train`, `eval`) lives in its own module with
-its defaults, ranges and the checks that need no registry; `check_schema`
-runs them all. Names that registries define (backbones, NMS backends, ...)
-are checked beside those registries, all at once by
-`detector.launch.validate` where a run starts; this package imports nothing
-of detector/ or ops/.
-
-Box convention everywhere: (x1, y1, x2, y2) in pixels of the padded model
-input, x2 and y2 exclusive (a COCO [x, y, w, h] box is [x, y, x + w, y + h]).
-Class ids: 1..num_classes for objects, 0 for background / padding.
-"""
+"""The full configuration schema, with defaults, shared by every config
+file: every field a module reads is declared here, so a mistyped override
+is an error; one module per section (docs/training.md)."""
 
 import json
 import pathlib

@@ -1,9 +1,5 @@
-"""config.model: backbone, FPN, anchors, heads, losses and dtype.
-
-The names the registries define (backbones, norms, box heads, ROIAlign
-implementations, NMS backends) are checked beside them
-(detector/launch/validate.py); this module checks ranges and combinations.
-"""
+"""config.model: backbone, FPN, anchors, heads, losses and dtype; ranges
+and combinations (registry names are checked beside the registries)."""
 
 import jax
 import jax.numpy as jnp

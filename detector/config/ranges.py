@@ -1,20 +1,5 @@
-"""Declared ranges of the numeric config fields: one table per section.
-
-    RANGES = {
-        "train.learning_rate": ranges.above(0, "the peak learning rate"),
-        "train.momentum": ranges.between(0, 1, high_open=True),
-        "data.scale_jitter": ranges.each(ranges.above(0), length=2,
-                                         ordered=True),
-    }
-    ranges.check(config, "train", RANGES)
-
-Each section module keeps its table beside its defaults, and its validate()
-calls `check` before any check that combines fields. `check` walks every
-field of the section: a number, or a tuple of numbers, without an entry in
-the table is an error of the table itself, so a new field cannot go
-unchecked. A value outside its range is one ValueError line:
-`config.<key>=<value>: must be <range> (<meaning>)`.
-"""
+"""Declared ranges of the numeric config fields: one table per section,
+checked before any check that combines fields (docs/training.md)."""
 
 import dataclasses
 import math

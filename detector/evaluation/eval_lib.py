@@ -1,24 +1,5 @@
-"""COCO-subset evaluation: jitted predict, host post-processing, COCOeval.
-
-    results = evaluate(config, eval_graphdef, params, rest, mesh=mesh,
-                       workdir=workdir, split="val2017[:500]")
-
-The predict program is compiled (and audited for host round-trips) once per
-eval batch shape by `compile_predict`; a trainer compiles it before step 1
-and hands it to every `evaluate` call.
-
-Writes `<workdir>/eval_<slug>.json` (`split_slug`: the split's exact string
-in a file name) for the run's own data, `eval_<source>_<root name>_<slug>`
-for other data (`result_stem`), so that the run's result is never replaced:
-    {"split": ..., "source": ..., "root": ..., "step": N, "checkpoint": ...,
-     "images": N, "bbox": {"AP", "AP50", "AP75", "APs", "APm",
-     "APl", "AR1", "AR10", "AR100", "ARs", "ARm", "ARl"}, "segm": {...},
-     "predict_latency_ms_per_image": median, "nms_backend": ...,
-     "host_roundtrips_per_predict": n, "deterministic": bool}
-and `<workdir>/eval_<slug>.png` with the predictions drawn over the first
-images. The COCOeval backend (eval.coco_backend, coco_backends.py) prints the
-standard 12-number summaries.
-"""
+"""COCO-subset evaluation: jitted predict, host post-processing, COCOeval;
+results in `<workdir>/eval_<slug>.json` (docs/training.md)."""
 
 import dataclasses
 import hashlib

@@ -1,22 +1,6 @@
-"""Command-line plumbing shared by train.py, eval.py and export.py.
-
-- `--help` lists the program's own flags, `--config` and the multi-host
-  flags included, and exits with 0 (usage.py; predict.py uses it too).
-- One-line errors: a bad flag, config file, config variant or
-  `--config.a.b=v` override, a bad value in a config, or an unreadable /
-  unwritable path ends the program with a single `error: ...` line and exit
-  code 1, not a traceback from inside the flag, config or file libraries,
-  and in plain words (`error: --config: configs/x.py: No such file or
-  directory`, no exception names).
-- Multi-host start-up: `--multihost=auto|on|off`, `--coordinator_address`,
-  `--num_processes`, `--process_id` and `--coordinator_timeout_s` (defined
-  by each entry point with `MultihostFlags`) decide whether and how to call
-  `jax.distributed.initialize()` before anything touches a device.
-- `start_jax(config, multihost_flags)` does what must come before JAX starts a
-  backend: the XLA flags of `config.train.deterministic`, then multi-host.
-- `--nms`: `define_nms` lists ops.nms.BACKENDS; `set_nms_backend` points
-  both NMS sites of a config at one backend.
-"""
+"""Command-line plumbing shared by the entry points: one-line errors, the
+--config and --nms flags, and multi-host start-up before JAX starts a
+backend."""
 
 import contextlib
 import os

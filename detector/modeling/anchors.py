@@ -1,14 +1,5 @@
 """Static anchors for a fixed image size, computed once on the host.
 
-Level l has stride 2**l and one anchor per (cell, aspect ratio): side
-anchor_scale * 2**l, aspect ratio r = height / width (w = side / sqrt(r),
-h = side * sqrt(r)), centred at (i + offset) * stride: the cell centre with
-the default offset 0.5, the cell's top-left pixel with 0 (torchvision's and
-Detectron's anchors). With `round_sizes` the half-extents are rounded to
-whole pixels, as torchvision's AnchorGenerator rounds its base anchors.
-Anchors of a level are ordered [H_l, W_l, A] row-major, matching a head
-output [B, H_l, W_l, A] reshaped to [B, H_l * W_l * A].
-
 Shapes: L levels, A anchors per cell (len(aspect_ratios)), N_l = H_l W_l A.
 """
 
@@ -19,7 +10,7 @@ import numpy as np
 
 
 class AnchorSpec(NamedTuple):
-    """The anchors of a pyramid (module docstring)."""
+    """The anchors of a pyramid (docs/model.md, "RPN")."""
 
     min_level: int
     max_level: int

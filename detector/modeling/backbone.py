@@ -1,36 +1,7 @@
 """The backbone registry, and ResNets (18, 50, 101 and a CPU-sized 'tiny').
 
-    module, channels = backbone.build(
-        options, max_level=5, dtype=dtype, rngs=rngs
-    )
-
-`BACKBONES` maps a backbone name (config model.backbone) to an entry that
-builds the module from `BackboneOptions` and says which levels it provides
-and which of its parts `freeze_at` freezes; adding a ResNet depth is one
-line in `RESNETS`.
-
-Freezing (detectron2's FREEZE_AT): freeze_at=1 freezes the stem, 2 the stem
-and stage 1 (C2), and so on. Gradients stop at the output of the last
-frozen part, and a 'batch' or 'sync_batch' norm becomes 'frozen_batch'
-there; the optimizer gives the frozen params no state and no updates
-(optimizer.py).
-
-Norms: 'group' (GroupNorm; the default, for training from scratch), 'batch'
-(BatchNorm, trained; train/eval follows nnx's model.train() /
-model.eval(); statistics per device), 'sync_batch' (BatchNorm whose
-statistics span the global batch across the data mesh axis,
-norms.BatchNorm; torchvision's v2 and detectron2's SyncBN recipes) and
-'frozen_batch' (an affine transform from running statistics, all held as
-non-trainable `FrozenStat` variables so an optimizer over nnx.Param never
-touches them; for pretrained weights).
-
-Activations run in the module's dtype (float32 or bfloat16); parameters
-are float32.
-
 Shapes: B batch, H, W input size; F_l channels of the output at level l
-(stride 2**l; the FPN paper's feature map C_l).
-Output: {2: [B, H/4, W/4, F_2], 3: ..., 4: ..., 5: [B, H/32, W/32, F_5]}
-(up to the top level the model uses).
+(stride 2**l); output {level: [B, H / 2**l, W / 2**l, F_l]}.
 """
 
 import functools

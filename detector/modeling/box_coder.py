@@ -1,10 +1,5 @@
 """Faster R-CNN box deltas: encode boxes against reference boxes and back.
 
-deltas = (dx, dy, dw, dh) * weights with dx = (x - xa) / wa, dy likewise,
-dw = log(w / wa), dh likewise; x, y box centres, w, h widths and heights
-(x2 and y2 exclusive, so w = x2 - x1). Decoding clips dw and dh at
-log(1000 / 16) so exp() cannot overflow.
-
 Shapes: boxes, references, deltas f32[..., 4] (broadcasting).
 """
 

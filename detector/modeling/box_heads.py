@@ -1,21 +1,5 @@
 """The box head registry: '2fc' (the 2017 head) and '4conv1fc'.
 
-    head = box_heads.build(BoxHeadOptions(...), num_classes, dtype=...,
-                           rngs=rngs)
-    class_logits, deltas = head(pooled, valid)
-
-`BOX_HEADS` maps a box head name (config model.roi.box_head) to its
-builder; adding a head is one class and one entry. Every head ends in the
-same two linear layers, `classes` (C + 1 logits) and `deltas` (4 per
-class), drawn from N(0, 0.01) and N(0, 0.001) (model.CLASS_DEPENDENT names
-them).
-
-'4conv1fc' is torchvision's FastRCNNConvFCHead([256] * 4, [1024]) of
-maskrcnn_resnet50_fpn_v2 and detectron2's FastRCNNConvFCHead(conv_dims
-[256] * 4, fc_dims [1024]) of its GN, SyncBN and LSJ baselines: 3x3 convs
-(no bias with a norm) -> norm -> ReLU, flattened, then one fc + ReLU. The
-norm's statistics count the valid rois only (norms.BatchNorm's mask).
-
 Shapes: B batch, R rois per image, N = B * R, Q pool size, F channels of
 the pooled features, D conv channels, H fc width, C classes.
 """

@@ -1,19 +1,5 @@
-"""Activations past each image's extent zeroed before every convolution.
-
-    with extents.zero_outside(padded_sizes, canvas):
-        features = backbone(images)   # its convolutions call masked(x)
-
-An image on a canvas larger than itself is, to every layer, an image with
-more pixels: past the image's extent (its size rounded up to 32, the
-tensor torchvision runs) the input is zero, but each layer's activations
-there are not (biases, norms), and a convolution near the extent's bottom
-and right edges reads them where torchvision reads its zero padding.
-`masked` zeroes a feature map [B, H_l, W_l, F] past the extent scaled to
-its stride (canvas / H_l), which makes every convolution see what it sees
-in torchvision's tensor; a max-pool after a ReLU too (its inputs are >= 0).
-The modules that convolve the canvas (backbone, FPN output, RPN head) call
-`masked` on their inputs; outside a `zero_outside` block it returns x
-unchanged (a module run on its own, or with no sizes given).
+"""Activations past each image's extent on the canvas zeroed before every
+convolution, as torchvision's zero padding reads them (docs/model.md).
 
 Shapes: B batch, H_l, W_l a feature map's height and width, F channels.
 """

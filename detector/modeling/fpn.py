@@ -1,15 +1,5 @@
 """Feature pyramid network: P_min..P_max from backbone levels C_min..C_top.
 
-Lateral 1x1 convs on C_l (l = min_level..top, top = min(max_level, the
-backbone's coarsest level)), a top-down pathway with 2x nearest
-upsampling, then a 3x3 output conv per level. The laterals and the
-outputs each carry a norm of norms.HEAD_NORMS ('none': a conv with a bias).
-torchvision's FeaturePyramidNetwork(norm_layer=...) and detectron2's FPN
-(norm=...) put the norm in both; the 2017 layouts (config model.fpn_norm
-'auto') have none in the laterals and the backbone's 'group' or 'batch' in
-the outputs. Levels above top come from P_top by max-pooling (kernel 1,
-stride 2), as in the FPN paper's P6.
-
 Shapes: B batch, H, W input size, F fpn channels.
 Output: [P_l f[B, H / 2**l, W / 2**l, F] for l in min_level..max_level].
 """

@@ -1,14 +1,5 @@
 """Loss terms of Mask R-CNN: elementwise losses and their masked means.
 
-All losses are computed in float32. Every term takes a weight (or validity
-mask) so that padded or unsampled entries contribute exactly nothing, and
-every normaliser is at least 1, so a batch with no instances gives 0, not
-NaN.
-
-Names: TERM_NAMES are rpn_cls, rpn_box (RPN objectness and deltas), cls,
-box (box head classes and class-specific deltas) and mask (mask head);
-LOSS_NAMES adds total, their weighted sum.
-
 Shapes: B batch, S sampled anchors, R sampled rois, C classes, M mask size.
 """
 

@@ -1,14 +1,8 @@
-"""The mask branch: the mask head's layers, its targets and loss on the
-sampled rois, and the masks of the detections.
+"""The mask branch: head layers, targets and loss on the sampled rois, and
+the masks of the detections.
 
-Mask targets resample each matched GT's pre-cropped S x S mask at the roi
-(box-normalised coordinates) with the same gather-based ROIAlign, reading 0
-outside the GT box, then threshold at 0.5.
-
-Shapes (the letters of docs/architecture.md): B batch, G GT boxes per
-image, Rm mask rois, N flattened rois (B * Rm), C classes, F channels,
-Q pool size, S GT mask crop size, M predicted mask size (2Q, 28), K kept
-detections.
+Shapes: B batch, G GT per image, Rm mask rois, N = B * Rm, C classes,
+F channels, Q pool size, S GT crop size, M mask size, K detections.
 """
 
 import jax

@@ -1,13 +1,5 @@
 """IoU matching of boxes (anchors or ROIs) to ground truth, static shapes.
 
-A box's label is 1 (foreground) when its best IoU with a valid GT box is
->= fg_iou, 0 (background) when that IoU lies in [bg_iou_low, bg_iou_high),
-and -1 (ignored) otherwise. Padded GT never matches: with no valid GT every
-box's best IoU is 0. With low-quality matching (RPN), every valid GT's
-best-overlapping boxes are foreground too, so each GT gets at least one
-positive (as in detectron2 and TF Model Garden); their matched GT stays the
-IoU argmax.
-
 Shapes: N boxes, G GT boxes per image; leading batch dims broadcast.
 """
 

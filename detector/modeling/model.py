@@ -1,31 +1,8 @@
 """Mask R-CNN in Flax NNX: backbone -> FPN -> RPN -> box and mask branches.
 
-    model = MaskRCNN(backbone, fpn, rpn, box_branch, mask_branch, ...)
-    terms = model.losses(batch, key)  # rpn_cls, rpn_box, cls, box, mask, total
-    model.eval(); outputs = model.predict(images, image_sizes)
-
-The model is built from its parts, each holding its own settings
-(`detector.build.model.build_model` maps a config onto them). Both methods
-are pure functions of the module state and their inputs with static
-shapes, so each jits into one program (the NMS backends are static
-settings: switching one recompiles and changes nothing else). No host
-callback is added here; with the 'while_loop' or 'pallas' NMS backend the
-whole train step and predict stay on the device.
-
-The input is a canvas: each image sits at its top left, `image_sizes`
-(int32[B, 2], the batch's 'image_size') its own (height, width). Anchors
-follow the canvas's shape; proposals and detections clip to each image's
-size, and anchors past it rounded up to the backbone's stride take no part
-in the proposals (`rpn.generate_proposals`), every convolution sees
-zeros past that extent (`extents`) and ROIAlign samples clamp to it
-(`roi_align.FlatPyramid.extents`), as if each image had been run alone on
-a tensor padded to a multiple of 32, as torchvision pads it.
-
-Shapes (the letters of docs/architecture.md where they exist): B batch,
-H, W image size, G max GT instances (data.max_instances), S GT mask crop
-size (data.gt_mask_size), P proposals per image, R sampled rois, Rm mask
-rois (the first Rm of R), C classes, M predicted mask size (28),
-K kept detections (detection.max_detections).
+Shapes (docs/architecture.md): B batch, H, W image size, G GT instances,
+S GT crop size, P proposals, R rois, Rm mask rois, C classes, M mask size,
+K detections.
 """
 
 import jax
@@ -46,7 +23,7 @@ CLASS_DEPENDENT = (
 
 
 class MaskRCNN(nnx.Module):
-    """Mask R-CNN with a backbone-FPN; see the module docstring."""
+    """Mask R-CNN with a backbone-FPN; see docs/model.md."""
 
     def __init__(
         self,
@@ -120,7 +97,7 @@ class MaskRCNN(nnx.Module):
     def losses(
         self, batch: dict[str, jax.Array], key: jax.Array
     ) -> dict[str, jax.Array]:
-        """Training losses (float32 scalars) of a batch (module docstring).
+        """Training losses (float32 scalars) of a batch (docs/model.md).
 
         Args:
           batch: image f32[B, H, W, 3], boxes f32[B, G, 4], classes
@@ -184,7 +161,7 @@ class MaskRCNN(nnx.Module):
     def predict(
         self, images: jax.Array, image_sizes: jax.Array | None = None
     ) -> dict[str, jax.Array]:
-        """Detections of images f32[B, H, W, 3] (module docstring).
+        """Detections of images f32[B, H, W, 3] (docs/model.md).
 
         Args:
           images: the normalised canvases, zero past each image.

@@ -1,28 +1,5 @@
 """Norms of the FPN and heads, and cross-replica (masked) BatchNorm.
 
-    layer = norms.conv_norm(256, 256, 3, norm="sync_batch", groups=32,
-                            dtype=dtype, rngs=rngs)
-    y = layer(x, mask)  # mask: bool[N] rows whose statistics count
-
-`HEAD_NORMS` maps a head norm name (config model.fpn_norm,
-model.rpn.head_norm, model.roi.box_head_norm, model.roi.mask_head_norm)
-to a layer builder; adding a norm is one entry. 'none' builds no norm (the
-conv then has a bias, as torchvision's Conv2dNormActivation and
-detectron2's Conv2d without a norm).
-
-`BatchNorm` is nnx.BatchNorm with two additions:
-- `mask`: statistics over the rows (first axis) where mask is true only,
-  as sums and a count, so a batch with no valid row gives the running
-  statistics no NaN (they are then left as they are);
-- `cross_replica_axis`: the sums and the count are summed across that
-  mesh axis ('data', the data-parallel axis of the train step's
-  shard_map), so every device of every process normalises with the
-  statistics of the global batch (detectron2's NaiveSyncBatchNorm with
-  stats_mode='N', weighting each replica by its valid rows). Outside a
-  shard_map binding the axis (a plain call, eval's predict on one
-  device) the statistics are this call's.
-Without a mask or a bound axis it is nnx.BatchNorm exactly.
-
 Shapes: N rows (images, or rois flattened over the batch), H, W spatial,
 F channels.
 """

@@ -1,18 +1,7 @@
 """The box branch: ROI sampling and targets, the box head, detections.
 
-Train: GT boxes are appended to the proposals, matched (fg >= fg_iou, bg in
-[bg_iou_low, bg_iou_high)) and num_rois are sampled per image at fg_fraction
-foreground, with static shapes and each image's own PRNG key; foreground
-rois come first, so the mask branch trains on the first Rm slots.
-
-Predict (NMS site 2): class-specific decode, candidates with
-score > score_threshold, the top pre_nms_top_k (roi, class) pairs, then
-class-aware `ops.nms` for the whole batch at once.
-
-Shapes (the letters of docs/architecture.md where they exist): B batch,
-P proposals per image, G GT boxes per image, R sampled rois, C classes,
-F channels, Q pool size, N_pre pre-NMS (roi, class) candidates, K kept
-detections.
+Shapes: B batch, P proposals, G GT boxes, R sampled rois, C classes,
+F channels, Q pool size, N_pre pre-NMS candidates, K kept detections.
 """
 
 from typing import NamedTuple, Sequence

@@ -1,22 +1,8 @@
-"""Region proposal network: head, training targets, proposals (NMS site 1),
-and the `RPN` module that holds them with their settings.
+"""Region proposal network: head, targets, proposals (NMS site 1), `RPN`.
 
-The head is shared across levels: one or more 3x3 convs + ReLU (RPNHead),
-then 1x1 convs for one objectness logit and four deltas per anchor.
-Targets are computed on device with static shapes: IoU matching
-(>= fg_iou positive, < bg_iou negative, each GT's best anchors positive)
-and balanced sampling with each image's own PRNG key. Proposals decode the
-top-k anchors of every level, clip them, mask out tiny boxes, run
-`ops.nms` over [B, L] at once, merge the levels and keep the best
-post_nms_top_k; gradients never flow through them. With each image's own
-size (`image_sizes`), proposals clip to it and the anchors whose cell lies
-past it rounded up to `size_divisor` (torchvision's padded tensor,
-size_divisible 32) take no part, as if the image had been run alone.
-
-Shapes (the letters of docs/architecture.md where they exist): B batch,
-L levels, A anchors per cell, N_l = H_l W_l A anchors of level l,
-N = sum N_l, G GT boxes per image, S sampled anchors, N_pre pre-NMS boxes
-per level, P proposals per image (kept by NMS), F fpn channels.
+Shapes: B batch, L levels, A anchors per cell, N_l anchors of level l,
+N = sum N_l, G GT boxes, S sampled anchors, N_pre pre-NMS boxes per level,
+P proposals, F fpn channels.
 """
 
 from typing import NamedTuple, Sequence

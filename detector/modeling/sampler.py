@@ -1,11 +1,5 @@
 """Balanced positive / negative sampling with static shapes.
 
-Random choice without data-dependent shapes: every candidate draws a
-uniform priority from the image's own PRNG key; the top `cap` positives by
-priority are chosen, then one top_k over (chosen positives first, then
-negatives) fills `num_samples` slots. Slots left with nothing to sample are
-marked invalid and must contribute nothing downstream.
-
 Shapes: N candidates, S samples (per image; vmap over the batch).
 """
 

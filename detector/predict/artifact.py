@@ -1,32 +1,6 @@
-"""An exported predict artifact on disk: load it, check it, call it.
-
-A folder written by export.py holds two files:
-
-  predict.jax   `jax.export` serialization of the predict function, weights
-                inside; called as f(images f32[b, H, W, 3] (resized,
-                unrounded, at the top left), image_sizes i32[b, 2] (each
-                image's resized height and width), orig_sizes i32[b, 2]
-                (the original's)) -> OUTPUTS
-  predict.json  what a caller needs beside it (`REQUIRED_KEYS`): the
-                input size (the canvas), the resize rule and its sizes
-                (`images.Resize`), the batch dimension's name, pixel mean and
-                std, categories, the NMS backend per platform, the JAX
-                version and calling convention the artifact was serialized
-                with, the platforms, the checkpoint step, the mask pasting
-                rule, and the artifact's sha256
-
-Outputs, per image b (K detection slots, T mask size):
-  boxes f32[b, K, 4] (x1, y1, x2, y2) in original-image pixels, clipped,
-  each of positive width and height;
-  scores f32[b, K]; category_ids i32[b, K] (0: empty slot); masks
-  f32[b, K, T, T] probabilities over each box; num_valid i32[b] (the
-  first num_valid slots are detections).
-
-Every problem (a missing, truncated or altered file, an artifact from a JAX
-whose calling convention this one cannot run, a platform it was not lowered
-for, images of the wrong size or dtype) is an `ArtifactError`: one line that
-names the file or the argument.
-"""
+"""An exported predict artifact on disk (predict.jax and predict.json): load
+it, check it, call it; every problem is one `ArtifactError` line
+(docs/export-and-predict.md)."""
 
 import dataclasses
 import hashlib
@@ -133,7 +107,7 @@ def _deserialize(path: pathlib.Path, data: bytes) -> jax.export.Exported:
 
 
 def load(directory: str | pathlib.Path) -> Artifact:
-    """Reads and checks an export folder (the module docstring's files).
+    """Reads and checks an export folder (predict.jax, predict.json).
 
     Raises:
       ArtifactError: a missing or unreadable file, an artifact whose bytes

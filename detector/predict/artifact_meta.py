@@ -1,20 +1,5 @@
-"""predict.json's schema: every key a caller reads, checked in one place.
-
-    artifact_meta.check(meta, path)   # raises ArtifactError, one line
-
-Each entry of SCHEMA is (key, test, what the value must be). A missing key
-or a value that fails its test is one line naming the file and the key, so
-that a hand-edited predict.json (`categories: null`, `image_size: "abc"`)
-is refused when it is loaded instead of failing deep inside a call.
-
-predict.json is deliberately not covered by the artifact's sha256 (which is
-recorded inside it, so it cannot cover itself): renaming a category or
-changing the mask pasting rule are edits a user may make, and the schema
-catches every edit that the runtime could not work with. `categories` must
-list `num_classes` entries (the model's classes: a shorter list would leave
-outputs with ids it does not name), and image_size must equal the
-serialized function's input size (`artifact.load`).
-"""
+"""predict.json's schema: every key a caller reads, checked in one place
+(docs/export-and-predict.md)."""
 
 import re
 from collections.abc import Callable

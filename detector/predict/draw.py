@@ -1,14 +1,5 @@
-"""One overlay PNG per image: masks, boxes and labels over the original.
-
-Masks first, then every box, then every label on its own filled
-background, so that no box edge strikes through a label.
-PIL only, so the exported predictor draws without matplotlib; predict.py
-draws with it in both of its forms. An image whose long side is under
-MIN_DRAWN_SIDE pixels is drawn on a copy upscaled by a whole factor (pixels
-repeated, not smoothed), so that the labels stay small beside the shapes,
-and every label is kept inside the picture: above its box where there is
-room, else inside the box's top, and shifted left at the right edge.
-"""
+"""One overlay PNG per image: masks, boxes and labels over the original, with
+PIL only (docs/export-and-predict.md)."""
 
 import io
 import math

@@ -1,18 +1,5 @@
-"""predict.py's output folder: a folder, never one that holds an input,
-used by one run at a time, and every file in it replaced whole.
-
-    output_files.check_out(out, paths)     # before anything is read
-    with output_files.locked(out):         # creates it; one run at a time
-        output_files.write(out / "a.png", png_bytes)
-
-An --out that is a file or cannot be written into is refused in one line.
-An --out that holds one of the run's input files (the input folder itself,
-or a folder above an input) is refused in one line: an overlay `a.png`
-would replace an input `a.png`, and a later run would predict from the
-overlay. Each file is written to a temporary file and renamed over its
-name, so a symlink already in --out is replaced, never written through to
-its target, and a run stopped mid-write leaves the old file whole.
-"""
+"""predict.py's output folder: never one that holds an input, one run at a
+time, every file in it replaced whole (docs/export-and-predict.md)."""
 
 import contextlib
 import os

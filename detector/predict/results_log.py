@@ -1,17 +1,5 @@
-"""predictions.jsonl: each image's results appended as its batch ends, so
-that an interrupted run keeps them and the same command continues.
-
-    log = results_log.ResultsLog.open(out / "predictions.jsonl", model)
-    log.done(path)           # its results when an earlier run finished it
-    log.append([(path, results), ...])   # one write and fsync per batch
-
-One line per image: {"file": the path as named, "size", "mtime_ns" (the
-file's identity: an edited or replaced file is predicted again), "model"
-(the predictor's identity: another artifact or checkpoint predicts again),
-"results": its COCO results}. A last line cut short (a kill mid-write) is
-dropped when the file is opened, so the next line starts whole; a link in
-its place is removed, never appended through.
-"""
+"""predictions.jsonl: each image's results appended as its batch ends, so an
+interrupted run keeps them and the same command continues."""
 
 import json
 import os
@@ -49,7 +37,9 @@ def _whole_lines(path: pathlib.Path) -> list[dict]:
 
 
 class ResultsLog:
-    """An open predictions.jsonl (see the module docstring)."""
+    """An open predictions.jsonl (docs/export-and-predict.md): a last line
+    cut short (a kill mid-write) is dropped when it is opened, and a link in
+    its place is removed, never appended through."""
 
     def __init__(self, path: pathlib.Path, model: str, done: dict):
         self.path, self._model, self._done = path, model, done

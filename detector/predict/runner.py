@@ -1,34 +1,5 @@
-"""Image files -> batches -> predictions.json and one overlay PNG each.
-
-    predictor = Predictor(resize, categories, run, mask_paste, identity)
-    summary = predict_files(predictor, ["photos/"], pathlib.Path("out"))
-
-Both forms of predict.py end here: `run` is the exported artifact
-(`artifact.run`) or the in-process jitted model (detector/export/). Files
-are read with `images.read_decoded` (any size and mode, EXIF orientation
-applied; a JPEG at least twice the size it is resized to is decoded at a
-reduced scale, and overlaid at it), resized in float by the rule eval
-resizes by (`images.fitted_size`, `images.place`: no rounding to uint8),
-and run `batch_size` at a time. Images over `max_pixels` are skipped.
-A file that cannot be read is one line on stderr and is skipped; the rest
-are written.
-
-Each batch's results are appended to predictions.jsonl as it ends
-(`results_log`), and predictions.json is made from them, whole, at the
-end: Ctrl-C or SIGTERM (`stopping`) raises `Interrupted`, which says how
-many images are kept, and the same command continues where it stopped
-(images already in predictions.jsonl, unchanged and by the same model,
-are not predicted again unless `overwrite`). A run removes the previous
-run's predictions.json when it starts, so that the file never disagrees
-with the overlays beside it.
-
-predictions.json maps each file (as named on the command line, or
-folder/name) to its detections in COCO results format without image_id:
-{"bbox": [x, y, w, h] in original pixels, "score", "category_id",
-"segmentation": RLE at the original size}. The RLE is compressed (counts a
-string) where pycocotools is installed, else COCO's uncompressed form
-(counts a list); pycocotools and the COCO tools read both.
-"""
+"""Image files -> batches -> predictions.json and one overlay PNG each, for
+both forms of predict.py (docs/export-and-predict.md)."""
 
 import dataclasses
 import json

@@ -1,12 +1,4 @@
-"""Ctrl-C and SIGTERM as exceptions, and the exit code of each.
-
-    with stopping.sigterm_raises():     # SIGTERM raises Terminated
-        ...                             # Ctrl-C raises KeyboardInterrupt
-    sys.exit(stopping.exit_code(error))  # 130 or 143
-
-Both end predict.py between two statements wherever it is; what it had
-finished is already on disk (`results_log`).
-"""
+"""Ctrl-C and SIGTERM as exceptions, and the exit code of each (130, 143)."""
 
 import contextlib
 import signal

@@ -1,10 +1,5 @@
-"""Learning-rate schedule and optax optimizer from the config.
-
-Frozen params (backbone.frozen_prefixes: model.freeze_at) go through
-`optax.set_to_zero()` inside an `optax.multi_transform`: they get no
-optimizer state (no momentum, no Adam moments), no weight decay and no
-updates.
-"""
+"""Learning-rate schedule and optax optimizer from the config; frozen params
+get no optimizer state, no weight decay and no updates."""
 
 import functools
 

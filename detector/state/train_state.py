@@ -1,10 +1,6 @@
-"""The training state: model variables split for a pure jitted step.
-
-The model is split once with `nnx.split(model, nnx.Param, ...)` into a static
-graphdef (with the NMS backends and every other static choice), trainable
-params and the remaining variables (BatchNorm statistics, frozen BatchNorm
-values). The jitted step is a pure function of (TrainState, batch, key).
-"""
+"""The training state: model variables split once into a static graphdef,
+trainable params and the rest, so the jitted step is a pure function of
+(TrainState, batch, key)."""
 
 import json
 import pathlib

@@ -1,24 +1,6 @@
 """Where a fresh run's weights come from: a pretrained backbone file or
-another run's checkpoint, applied to the freshly initialised model.
-
-    params, rest = warm_start.apply(config, params, rest)
-
-- `model.backbone_init`: a torchvision-named ResNet weights file
-  (backbone_weights.py) replaces the backbone's variables.
-- `model.init_checkpoint`: a FILE is a torchvision Mask R-CNN state dict
-  (torchvision_maskrcnn.py); a FOLDER is another run's orbax checkpoint
-  (its workdir, its checkpoints/ folder, or one step folder). Every param
-  and variable whose path and shape match is copied; the class-dependent
-  heads (model.CLASS_DEPENDENT) are reinitialised when the checkpoint's
-  num_classes differs; everything else keeps its fresh initialisation.
-  Only `params` and `rest` are read: the step and the optimizer state start
-  fresh. The log names every array restored and every one reinitialised.
-
-train_state.restore_or_init calls this only when the workdir holds no
-checkpoint of its own: a resumed run resumes. Errors (a missing file or
-folder, no checkpoint there, nothing that matches) are one line each and
-come before the run writes anything.
-"""
+another run's checkpoint, applied to the freshly initialised model
+(docs/fine-tuning.md, docs/torchvision-weights.md)."""
 
 import pathlib
 
@@ -60,7 +42,13 @@ def _replace(state: nnx.State, arrays: dict[str, np.ndarray]) -> nnx.State:
 def apply(
     config: ml_collections.ConfigDict, params: nnx.State, rest: nnx.State
 ) -> tuple[nnx.State, nnx.State]:
-    """(params, rest) with config.model's warm start applied, if any."""
+    """(params, rest) with config.model's warm start applied, if any.
+
+    `init_checkpoint` names a torchvision state-dict FILE or another run's
+    orbax checkpoint FOLDER (its workdir, checkpoints/ or one step folder);
+    only params and rest are read, so the step and the optimizer state start
+    fresh. Called only for a workdir with no checkpoint of its own.
+    """
     model = config.model
     shapes = {
         name: tuple(leaf.shape)

@@ -1,29 +1,6 @@
-"""Pretrained ResNet weights from a torchvision-named state dict.
-
-    arrays = backbone_weights.load(path, model_config, target_shapes)
-
-Reads a weights file with torchvision's ResNet names (timm's ResNets use
-the same names) through weight_files.py (`.safetensors`, `.npz`, or `.pth`
-when torch is installed; a `module.` prefix stripped; NaN/Inf values and
-negative running variances refused) and maps it onto the backbone of this
-project's ResNet:
-
-    conv1 / bn1                  -> backbone/stem/conv, backbone/stem/norm
-    layer{s+1}.{b}.conv{j+1}     -> backbone/stages/{s}/{b}/layers/{j}/conv
-    layer{s+1}.{b}.bn{j+1}       -> backbone/stages/{s}/{b}/layers/{j}/norm
-    layer{s+1}.{b}.downsample.0  -> backbone/stages/{s}/{b}/shortcut/conv
-    layer{s+1}.{b}.downsample.1  -> backbone/stages/{s}/{b}/shortcut/norm
-
-A conv's `weight` (OIHW) becomes `kernel` (HWIO); a BatchNorm's `weight`,
-`bias`, `running_mean` and `running_var` become the norm's `scale`, `bias`,
-`mean` and `var` (the same names in FrozenBatchNorm and nnx.BatchNorm).
-`fc.*` (the ImageNet classifier), BatchNorm `num_batches_tracked`
-counters and the stages a shallow pyramid does not build are ignored.
-
-Every problem (no such file, an unreadable or damaged file, a GroupNorm
-model given BatchNorm statistics, a shape that differs, unknown or missing
-names) is one ValueError / FileNotFoundError line naming the file.
-"""
+"""Pretrained ResNet weights from a torchvision-named state dict (timm's
+ResNets use the same names), mapped onto this project's backbone
+(docs/coco.md, docs/torchvision-weights.md)."""
 
 import pathlib
 from collections.abc import Callable

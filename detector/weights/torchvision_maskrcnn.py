@@ -1,59 +1,5 @@
-"""A torchvision Mask R-CNN state dict mapped onto this project's model.
-
-    arrays, reinitialised = torchvision_maskrcnn.load(path, config, shapes)
-
-Reads a `maskrcnn_resnet50_fpn` (v1) or `maskrcnn_resnet50_fpn_v2` state
-dict (weight_files.py: a `.safetensors` file always, a `.pth` where torch
-is installed) and maps every tensor onto our variables (v1 names):
-
-    backbone.body.*                      -> backbone/* (backbone_weights.py)
-    backbone.fpn.inner_blocks.{i}.0      -> fpn/lateral/{i}       (1x1 conv)
-    backbone.fpn.layer_blocks.{i}.0      -> fpn/output/{i}        (3x3 conv)
-    rpn.head.conv.0.0                    -> rpn/head/conv
-    rpn.head.cls_logits, .bbox_pred      -> rpn/head/objectness, /deltas
-    roi_heads.box_head.fc6, .fc7         -> box_branch/head/fc1, /fc2
-    roi_heads.box_predictor.cls_score    -> box_branch/head/classes
-    roi_heads.box_predictor.bbox_pred    -> box_branch/head/deltas
-    roi_heads.mask_head.{i}.0            -> mask_branch/head/convs/{i}
-    roi_heads.mask_predictor.conv5_mask  -> mask_branch/head/upsample
-    roi_heads.mask_predictor.mask_fcn_logits -> mask_branch/head/logits
-
-(older torchvision files name the same tensors rpn.head.conv and
-roi_heads.mask_head.mask_fcn{i + 1}; both are read). The layouts differ:
-
-- convs are OIHW there, HWIO here; 1x1 convs are Linear kernels [in, out];
-- fc6 reads the 7 x 7 x F pooled features flattened channel-first
-  (F, 7, 7); ours are flattened channels-last (7, 7, F), so its input rows
-  are permuted;
-- ConvTranspose2d stores [in, out, kH, kW] and, with kernel = stride = 2,
-  writes out[2i + a, 2j + b] = x[i, j] @ W[:, :, a, b]: the same form as
-  our Deconv2x kernel [a, b, in, out] (no flip);
-- the RPN's per-location anchor order is the same (channel a of cls_logits
-  and channels 4a..4a+3 of bbox_pred are aspect ratio a, in
-  model.aspect_ratios order), so those map without a permutation;
-- the class heads have 91 outputs indexed by COCO category id (0 the
-  background, 11 ids unused). With data.num_classes 90 they map one to one;
-  with 80 (COCO's used ids, in id order, as the COCO reader numbers them)
-  our class c takes row COCO_CATEGORY_IDS[c - 1]; with any other count the
-  class-dependent heads keep their fresh initialisation, as a fine-tuning
-  start from another run's checkpoint does.
-
-v2 (told by roi_heads.box_head.0.0.weight) puts a BatchNorm2d after the
-FPN, box and mask head convs: torchvision's Conv2dNormActivation `X` holds
-the conv at `X.0` (no bias) and the norm at `X.1` (weight, bias,
-running_mean, running_var -> ours X/conv/kernel, X/norm/{scale, bias,
-mean, var}); its RPN head has two convs (rpn.head.conv.1.0 ->
-rpn/head/more_convs/0), its box head is FastRCNNConvFCHead
-(roi_heads.box_head.{0..3} the convs, .5 the fc, whose input rows are
-permuted like fc6's). The table is built from the config's layout
-(model.fpn_norm, rpn.head_convs, roi.box_head, ...); each version needs
-the settings VERSIONS lists (configs/coco_r50_fpn.py :torchvision and
-:torchvision_v2 set them). Every problem is one ValueError line naming the
-file and the first tensor (and both shapes where they differ) or the first
-setting the version needs; Faster R-CNN and Keypoint R-CNN files are named
-as such.
-
-
+"""A torchvision Mask R-CNN state dict (`maskrcnn_resnet50_fpn` v1 or v2)
+mapped onto this project's model (docs/torchvision-weights.md).
 
 Shapes: F fpn channels, Q box pool size (7), A anchors per location,
 K + 1 torchvision classes (91), C our classes (data.num_classes).
@@ -425,7 +371,8 @@ def load(
     config: ml_collections.ConfigDict,
     target_shapes: dict[str, tuple[int, ...]],
 ) -> dict[str, np.ndarray]:
-    """Our variable path -> float32 array in our layout (module docstring).
+    """Our variable path -> float32 array in our layout
+    (docs/torchvision-weights.md).
 
     Args:
       path: the state-dict file (model.init_checkpoint).

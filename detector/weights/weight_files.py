@@ -1,23 +1,6 @@
-"""Reading a PyTorch-named state dict from a weights file, checked.
-
-    state = weight_files.read(path, field="model.backbone_init")
-
-One home for what every torchvision-named weights file goes through before
-its tensors are mapped (backbone_weights.py: a ResNet; torchvision_maskrcnn.py:
-a whole Mask R-CNN):
-
-- the reader by suffix: `.safetensors` (the safetensors package's numpy API,
-  no torch) and `.npz` always, `.pth` / `.pt` when torch is installed;
-- a DataParallel / DistributedDataParallel `module.` prefix on every name is
-  stripped, with a log line;
-- every floating tensor (float16 and bfloat16 included) must be finite, and
-  no BatchNorm `running_var` may be negative: a bad file is refused before
-  training starts instead of surfacing as a NaN loss at step 1. A bfloat16
-  tensor of a `.pth` is read as bfloat16, as from `.safetensors`.
-
-Every problem is one FileNotFoundError / ValueError line that starts with
-`config.<field>='<path>'`.
-"""
+"""Reading a PyTorch-named state dict from a weights file, checked: the one
+home for what every torchvision-named file goes through before its tensors
+are mapped (backbone_weights.py, torchvision_maskrcnn.py)."""
 
 import pathlib
 
@@ -152,7 +135,13 @@ def check_values(
 
 
 def read(path: str | pathlib.Path, field: str) -> dict[str, np.ndarray]:
-    """The checked named arrays of a weights file (module docstring).
+    """The checked named arrays of a weights file.
+
+    The reader goes by suffix: `.safetensors` (numpy, no torch) and `.npz`
+    always, `.pth` / `.pt` where torch is installed (bfloat16 kept as
+    bfloat16). A DataParallel `module.` prefix is stripped with a log line;
+    every floating tensor must be finite and no BatchNorm `running_var`
+    negative, so a bad file is refused before training starts.
 
     Args:
       path: the file; its suffix picks the reader.

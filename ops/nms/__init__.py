@@ -1,24 +1,6 @@
-"""Non-maximum suppression with interchangeable backends.
-
-    from ops.nms import nms
-    indices, num_valid = nms(boxes, scores, max_output_size=100,
-                             iou_threshold=0.5, score_threshold=0.05,
-                             classes=None, backend="pallas")
-
-boxes f32[..., N, 4] as (x1, y1, x2, y2); scores f32[..., N]; optional
-classes int[..., N] (a box then only suppresses boxes of its own class).
-Returns indices int32[..., K] (kept box indices in selection order, padded
-with -1) and num_valid int32[...]. Leading batch dimensions are native; the
-function works under jit and vmap and stays out of autodiff.
-
-Backends (`BACKENDS`): 'cpu' (numpy on the host through a callback),
-'while_loop' (N x N mask + lax.while_loop), 'pallas' (tiled Pallas kernel:
-Mosaic on TPU; on CUDA GPUs Mosaic GPU from Hopper on, Triton below;
-interpret mode on CPU), 'pallas_mosaic_gpu' and 'pallas_triton' (pallas
-with its CUDA kernel named), and 'auto', which picks per platform when the
-program is lowered. ops/nms/reference.py is the specification every backend
-matches index for index.
-"""
+"""Non-maximum suppression with interchangeable backends: `nms`, `BACKENDS`
+and 'auto'; the contract and the backends are in docs/architecture.md ("The
+NMS operator"), and ops/nms/reference.py states it in numpy."""
 
 import functools
 import numbers
@@ -304,7 +286,8 @@ def nms(
     classes: ArrayLike | None = None,
     backend: str = "auto",
 ) -> tuple[jax.Array, jax.Array]:
-    """Greedy non-maximum suppression; see the module docstring.
+    """Greedy non-maximum suppression; see docs/architecture.md ("The NMS
+    operator").
 
     Args:
       boxes: f32[..., N, 4] as (x1, y1, x2, y2).

@@ -1,9 +1,6 @@
 """Pieces every on-device backend shares: candidate order, the overlap test,
-and turning a keep mask over sorted candidates into output indices.
-
-The arithmetic mirrors ops/nms/reference.py operation for operation, so the
-backends round exactly like the numpy specification.
-"""
+and turning a keep mask over sorted candidates into output indices; they
+round exactly like ops/nms/reference.py."""
 
 import dataclasses
 

@@ -1,9 +1,5 @@
-"""Host-offload NMS: the numpy reference on the host via `jax.pure_callback`.
-
-This is the baseline most detectors ship: every call is a device -> host ->
-device round-trip, which the host audit (ops/host_audit.py) reports as
-`xla_ffi_python_*_callback` in the compiled program.
-"""
+"""Host-offload NMS: the numpy reference on the host via `jax.pure_callback`,
+a device -> host -> device round-trip per call (the offload baseline)."""
 
 import functools
 

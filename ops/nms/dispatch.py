@@ -1,32 +1,6 @@
-"""Per-platform code whose branches are lowered for their own platform only.
-
-    out = dispatch.platform_switch(x, y, cpu=f_cpu, tpu=f_tpu, cuda=f_gpu,
-                                   default=f_cpu)
-
-What `lax.platform_dependent` does, except for one thing that matters to
-exporting: `lax.platform_dependent` lowers every kept branch for all the
-platforms of a multi-platform lowering, so a Mosaic kernel in the TPU branch
-is also lowered for the CPU (and fails: Pallas kernels lower only for their
-own platform). Here each branch is lowered inside a lowering context that
-names only the platforms it serves, so one program can hold the Mosaic
-kernel for TPU, the Triton kernel for CUDA and interpret mode for CPU
-(`jax.export.export(..., platforms=("cpu", "cuda", "tpu"))`). With one
-lowering platform, only that platform's branch is lowered.
-
-Each branch is lowered on its platform's device: where neither the active
-abstract mesh nor the default device is of that platform (exporting for TPU
-and CUDA from a CPU host), it is lowered under a one-device abstract mesh of
-`target_device(platform)`, so Mosaic knows its TPU generation, and Triton
-and the pallas backend's choice of GPU kernel the GPU's compute capability
-(`compute_capability(lowering_device("cuda"))`).
-
-Branches take and return flat sequences of arrays of the same shapes on
-every platform; the primitive has no differentiation or batching rules (the
-NMS backends call it on stop_gradient inputs, inside their custom_vmap).
-It carries the effects of the default branch, the one traced when it is
-bound: the ordered host callbacks of a kernel in Pallas' GPU interpret mode
-(pallas_mosaic_gpu on CPU) thread their token through it.
-"""
+"""Per-platform code whose branches are lowered for their own platform only,
+so one exported program can hold the TPU, CUDA and CPU NMS kernels
+(docs/export-and-predict.md, "Multi-platform")."""
 
 import contextlib
 from collections.abc import Callable
@@ -58,7 +32,9 @@ _platform_switch_p.multiple_results = True
 
 
 def _default_branch_type(avals, branches, default):
-    """The outputs and effects of the default branch (module docstring)."""
+    """The outputs and effects of the default branch, the one traced when the
+    primitive is bound: the ordered host callbacks of a kernel in Pallas' GPU
+    interpret mode thread their token through it."""
     specs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals]
     jaxpr = jax.make_jaxpr(default)(*specs)
     outs = [jax.core.ShapedArray(o.shape, o.dtype) for o in jaxpr.out_avals]
@@ -113,8 +89,10 @@ def compute_capability(device) -> tuple[int, int] | None:
 
 
 def _on_device(platform: str):
-    """A context lowering `platform`'s branch on such a device (module
-    docstring); no change where the mesh or the default device is one."""
+    """A context lowering `platform`'s branch on such a device: a one-device
+    abstract mesh of `target_device(platform)`, so that Mosaic knows its TPU
+    generation and Triton and the pallas backend the GPU's compute
+    capability; no change where the mesh or the default device is one."""
     if platform not in _DEVICE_PLATFORMS:
         return contextlib.nullcontext()
     names = _DEVICE_PLATFORMS[platform]
@@ -172,6 +150,9 @@ def platform_switch(
     **per_platform: Callable[..., tuple[jax.Array, ...]],
 ) -> list[jax.Array]:
     """`per_platform[lowering platform](*args)`, else `default(*args)`.
+
+    The primitive has no differentiation or batching rules: the NMS backends
+    call it on stop_gradient inputs, inside their custom_vmap.
 
     Args:
       *args: arrays passed to the branch.

@@ -1,18 +1,6 @@
-"""The Pallas NMS backend: sort outside, sequential tiled greedy kernel inside.
-
-The boxes are sorted by score (ops/nms/common.py) and handed to a kernel that
-walks them tile by tile, tests each tile against the boxes kept so far,
-resolves the tile against itself, and stops once `max_output_size` boxes are
-kept. The kernel is picked when the program is lowered, per platform:
-- TPU: Mosaic (ops/nms/pallas_tpu.py), batch as a parallel grid axis;
-- CUDA GPU (`pick_cuda_kernel`): Mosaic GPU (ops/nms/pallas_mosaic_gpu.py), one
-  warpgroup per image, on compute capability 9.0 (Hopper) and newer; Triton
-  (ops/nms/pallas_gpu.py), one program per image, below that, or where K is
-  more than the Mosaic GPU kernel keeps in shared memory;
-- anything else (CPU): the Triton kernel in Pallas interpret mode.
-Where this JAX has no kernel for the GPU, lowering for it is a ValueError
-saying why (use while_loop).
-"""
+"""The Pallas NMS backend: sort outside, a sequential tiled greedy kernel
+inside, picked per platform as the program is lowered (docs/architecture.md,
+"The NMS operator")."""
 
 import functools
 

@@ -1,23 +1,5 @@
-"""Tiled greedy NMS kernel for GPU (Triton) and CPU (Pallas interpret mode).
-
-On CUDA GPUs pallas runs it below Hopper, and where the Mosaic GPU kernel
-(ops/nms/pallas_mosaic_gpu.py) does not fit; see ops/nms/pallas.py.
-
-One program per image walks its score-sorted boxes tile by tile:
-1. the tile is tested against the boxes kept so far, read back from a
-   compact kept-box buffer in chunks of one tile;
-2. the tile is resolved against itself: with S[i, j] = "i would suppress
-   j" (i < j), the kept set is the fixed point of
-   alive = alive0 & ~any_i(alive[i] & S[i, :]), reached by iterating from
-   alive0 (each pass settles at least one more box, so it ends in at most
-   `tile` passes, usually two or three);
-3. the kept boxes of the tile are appended to the buffer (a one-hot
-   compaction), and the walk stops once `max_output_size` boxes are kept.
-
-Device memory is O(N + K): no N x N matrix exists. The kept-box buffer is an
-extra output used as scratch (Triton kernels have no scratch memory), so a
-barrier orders its stores before the next tile's loads.
-"""
+"""Tiled greedy NMS kernel for GPU (Triton) and CPU (Pallas interpret mode):
+one program per image, O(N + K) device memory (docs/architecture.md)."""
 
 import functools
 

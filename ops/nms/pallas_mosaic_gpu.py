@@ -1,9 +1,5 @@
-"""Tiled greedy NMS kernel for Hopper and newer GPUs (Pallas Mosaic GPU).
-
-One warpgroup per image walks the score-sorted boxes a tile at a time, with
-the tile x tile blocks in the layout of Hopper's MMA accumulator; the design
-is in docs/architecture.md ("The NMS operator").
-"""
+"""Tiled greedy NMS kernel for Hopper and newer GPUs (Pallas Mosaic GPU): one
+warpgroup per image (docs/architecture.md, "The NMS operator")."""
 
 import functools
 

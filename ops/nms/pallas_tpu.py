@@ -1,24 +1,6 @@
-"""Tiled greedy NMS kernel for TPU (Mosaic).
-
-Grid (batch, tile): the batch axis is parallel (split across cores), the tile
-axis is a sequential ("arbitrary") walk over the score-sorted boxes in
-lane-dense tiles (`BlockSizes.tile`, 128: one vreg row). VMEM scratch holds
-the kept boxes so far (a compact buffer of K + 2 tiles of slots) and SMEM the
-count, so device memory is O(N + K).
-
-Per tile, in both layouts the VPU likes (boxes along lanes as rows of an
-(8, tile) block, and along sublanes as columns of a (tile, 8) block):
-1. load the tile, in both layouts;
-2. test it against the kept buffer, one tile of kept boxes at a time
-   (`suppressed_by_kept`);
-3. resolve the tile against itself by the fixed-point iteration of
-   ops/nms/pallas_gpu.py, alternating row and column form so no transpose is
-   needed (each half-step is one pass of the iteration; `resolve_tile`);
-4. append the tile's kept boxes to the buffer with a one-hot compaction that
-   also rotates them to their lane, so the store is two aligned blocks
-   (`append_kept`);
-once K boxes are kept, later tiles only write zeros (`clear_tile`).
-"""
+"""Tiled greedy NMS kernel for TPU (Mosaic): a parallel batch grid axis and
+a sequential walk over lane-dense tiles, O(N + K) device memory
+(docs/architecture.md, "The NMS operator")."""
 
 import functools
 
@@ -48,7 +30,8 @@ def _kernel(
     iou_threshold,
     class_aware,
 ):
-    """One (image, tile) grid step; see the module docstring.
+    """One (image, tile) grid step; see docs/architecture.md ("The NMS
+    operator").
 
     Refs: rows f32[8, tile] (fields as rows, then the candidate flag), cols
     f32[tile, 8] (the same as columns), classes i32[1, tile] and

@@ -1,20 +1,5 @@
-"""The numpy specification of NMS that every backend must match index for index.
-
-Semantics (docs/architecture.md, "The NMS operator"):
-- candidates are boxes whose score is not NaN, is > score_threshold (when one
-  is given), and whose four coordinates are finite;
-- candidates are visited in stable descending score order (equal scores:
-  lower index first); a visited candidate that no kept box suppresses is
-  kept, until `max_output_size` boxes are kept;
-- kept box i suppresses box j when both have the same class (always, without
-  classes) and `inter > iou_threshold * union`, all in float32, where a box
-  with x2 < x1 or y2 < y1 has zero area.
-
-Every product whose result is then added to or subtracted from is written
-`max(a * b, 0)`: the value is unchanged (both factors are >= 0), but a
-compiler cannot fuse the product into a multiply-add, so XLA, Triton and
-Mosaic round exactly like numpy does here.
-"""
+"""The numpy specification of NMS that every backend matches index for
+index (docs/architecture.md, "The NMS operator")."""
 
 import numpy as np
 

@@ -1,10 +1,5 @@
-"""A measurement baseline, not an NMS: the top K candidates with no suppression.
-
-benchmarks/step_bench.py swaps it in for NMS to measure what NMS itself
-costs in a training step: same inputs, same output shapes and candidate rules
-(NaN scores, non-finite boxes and scores <= score_threshold are never
-selected), but no overlap test.
-"""
+"""A measurement baseline, not an NMS: the top K candidates, no suppression
+(benchmarks/step_bench.py swaps it in to measure what NMS costs)."""
 
 import jax
 import jax.numpy as jnp

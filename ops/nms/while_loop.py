@@ -1,10 +1,5 @@
-"""The classic on-device NMS: an N x N suppression mask and a `lax.while_loop`
-that picks the best remaining box each step.
-
-Memory is O(N^2) per image (the mask), time O(N^2) for the mask plus
-O(K * N) for the loop, which stops as soon as K boxes are kept or no
-candidate remains.
-"""
+"""The classic on-device NMS: an N x N suppression mask (O(N^2) memory per
+image) and a `lax.while_loop` that keeps the best remaining box each step."""
 
 import functools
 
