@@ -201,6 +201,11 @@ def _check_host_nms_run(
     assert summary["deterministic"] is True
 
 
+# The default suite holds each promise more cheaply: the strict refusals in
+# process (test_train_lib.py test_strict_device_*), two-device training
+# (test_multihost.py, test_sync_batch_norm.py) and a damaged checkpoint's
+# line (test_train_lib.py test_no_intact_checkpoint_is_one_clear_error).
+@pytest.mark.slow
 def test_train_on_two_devices_then_strict_rerun_writes_nothing(tmp_path):
     # One training run (its checks in _check_host_nms_run) serves both
     # parts. The RPN NMS runs on the host; the detections keep the default
