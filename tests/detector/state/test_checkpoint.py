@@ -6,6 +6,7 @@ import shutil
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from detector.state import checkpoint
 
@@ -40,10 +41,16 @@ def test_a_step_removed_after_listing_falls_back_to_the_next(tmp_path, caplog):
 
 
 def _host_and_device_fingerprints(tree):
-    """(checksums, finite) by `_fingerprint_tree` and by the device program
-    alone, for a dict of arrays in host memory."""
-    leaves = jax.tree.leaves(tree)
-    assert all(map(checkpoint._in_host_memory, leaves))  # CPU: NumPy
+    """(checksums, finite) by `_fingerprint_tree` of `tree` placed on a CPU
+    device (the NumPy path) and by the device program on the default
+    device (a GPU's own program where there is one)."""
+    try:
+        cpu = jax.devices("cpu")[0]
+    except RuntimeError:  # e.g. JAX_PLATFORMS names no cpu
+        pytest.skip("no CPU device: no array can sit in host memory")
+    host_tree = jax.device_put(tree, cpu)
+    assert all(map(checkpoint._in_host_memory, jax.tree.leaves(host_tree)))
+    leaves = jax.device_put(jax.tree.leaves(tree), jax.devices()[0])
     sums, finite = jax.device_get(checkpoint._fingerprints(leaves))
     names = sorted(tree)  # the flattening order of a dict
     device = (
@@ -53,7 +60,7 @@ def _host_and_device_fingerprints(tree):
         },
         dict(zip(names, map(bool, finite), strict=True)),
     )
-    return checkpoint._fingerprint_tree(tree), device
+    return checkpoint._fingerprint_tree(host_tree), device
 
 
 def test_host_fingerprints_equal_the_device_program():
