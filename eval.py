@@ -11,8 +11,6 @@ COCO 12-number summaries for bbox and segm and writes
 the exact split in a file name: 'val[:3]' -> eval_val_3-<hash>.json).
 """
 
-import pathlib
-
 from absl import app, flags
 
 from detector.distributed import peers
@@ -38,11 +36,9 @@ _MULTIHOST = cli.MultihostFlags()
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.check_no_arguments(argv)
     logs.quiet_libraries()
-    workdir = pathlib.Path(_WORKDIR.value).expanduser()
-    config = run_config.load(_CONFIG, workdir)
+    workdir, config = run_config.load_workdir(_WORKDIR, _CONFIG)
     cli.start_jax(config, _MULTIHOST)
     from detector.evaluation import eval_lib
 
