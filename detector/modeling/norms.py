@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ops import names
+
 # He (fan-out) init for convolutions followed by ReLU (backbone.conv_init).
 conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
 DATA_AXIS = "data"
@@ -161,12 +163,8 @@ HEAD_NORMS: dict[str, Callable[..., nnx.Module | None]] = {
 def check_name(name: str, key: str, *, auto: bool = False) -> None:
     """Raises one ValueError line naming config `key` for an unknown head
     norm; `auto` also admits 'auto' (the config's 2017 layouts)."""
-    if name in HEAD_NORMS or (auto and name == "auto"):
-        return
-    raise ValueError(
-        f"config.{key}={name!r}: unknown norm; known: "
-        f"{'auto, ' if auto else ''}{', '.join(HEAD_NORMS)}"
-    )
+    known = (("auto",) if auto else ()) + tuple(HEAD_NORMS)
+    names.check_known(name, key, known, "norm")
 
 
 class ConvNorm(nnx.Module):
