@@ -8,8 +8,6 @@ Writes <workdir>/eval_<slug>.json, .png and .detections.json
 (docs/training.md).
 """
 
-import pathlib
-
 from absl import app, flags
 
 from detector.distributed import peers
@@ -35,11 +33,9 @@ _MULTIHOST = cli.MultihostFlags()
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.check_no_arguments(argv)
     logs.quiet_libraries()
-    workdir = pathlib.Path(_WORKDIR.value).expanduser()
-    config = run_config.load(_CONFIG, workdir)
+    workdir, config = run_config.load_workdir(_WORKDIR, _CONFIG)
     cli.start_jax(config, _MULTIHOST)
     from detector.evaluation import eval_lib
 

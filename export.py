@@ -35,11 +35,9 @@ _NMS = cli.define_nms(
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.check_no_arguments(argv)
     logs.quiet_libraries()
-    workdir = pathlib.Path(_WORKDIR.value).expanduser()
-    config = run_config.load(_CONFIG, workdir)
+    workdir, config = run_config.load_workdir(_WORKDIR, _CONFIG)
     with cli.one_line_errors():
         if _NMS.value:
             cli.set_nms_backend(config, _NMS.value)

@@ -53,8 +53,7 @@ def default_workdir() -> str:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) > 1:
-        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
+    cli.check_no_arguments(argv)
     logs.quiet_libraries()
     config = cli.config_value(_CONFIG)
     cli.start_jax(config, _MULTIHOST)

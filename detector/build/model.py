@@ -31,6 +31,15 @@ def options(cls: type, section: ml_collections.ConfigDict, **given: Any):
     )
 
 
+def _layer_args(model: ml_collections.ConfigDict, rngs: nnx.Rngs) -> dict:
+    """The norm groups, compute dtype and rngs of a part with norm layers."""
+    return dict(
+        groups=model.group_norm_groups,
+        dtype=resolve_dtype(model.dtype),
+        rngs=rngs,
+    )
+
+
 def backbone_options(
     model: ml_collections.ConfigDict,
 ) -> backbone.BackboneOptions:
@@ -72,9 +81,7 @@ def build_fpn(
         max_level=model.max_level,
         lateral_norm=lateral_norm,
         output_norm=output_norm,
-        groups=model.group_norm_groups,
-        dtype=resolve_dtype(model.dtype),
-        rngs=rngs,
+        **_layer_args(model, rngs),
     )
 
 
@@ -105,9 +112,7 @@ def build_rpn(
         len(model.aspect_ratios),
         num_convs=rpn_config.head_convs,
         norm=rpn_config.head_norm,
-        groups=model.group_norm_groups,
-        dtype=resolve_dtype(model.dtype),
-        rngs=rngs,
+        **_layer_args(model, rngs),
     )
     return rpn.RPN(
         head,
@@ -188,9 +193,7 @@ def build_mask_branch(
         roi.mask_head_convs,
         num_classes,
         norm=mask_head_norm(model),
-        groups=model.group_norm_groups,
-        dtype=resolve_dtype(model.dtype),
-        rngs=rngs,
+        **_layer_args(model, rngs),
     )
     return mask_head.MaskBranch(
         head,

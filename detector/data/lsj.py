@@ -3,6 +3,8 @@ FixedSizeCrop and flip, boxes recomputed from the cropped masks
 (docs/modern-recipe.md).
 """
 
+import functools
+
 import ml_collections
 import tensorflow as tf
 
@@ -56,17 +58,17 @@ def _mask_boxes(
     return boxes, found
 
 
-def transform(
+def _kept_boxes(
     example: dict,
-    key: tf.Tensor,
+    geometry: tuple[tf.Tensor, ...],
+    *,
     data: ml_collections.ConfigDict,
     has_masks: bool,
-) -> dict:
-    """One training example -> fixed-shape model input and targets (the
-    keys of transforms.transform)."""
-    hw = tf.cast(tf.shape(example["image"])[:2], tf.float32)
-    flip, scale, resized, offset = sample_geometry(hw, key, data)
-    factor, shift, limit = transforms.box_map(hw, resized, offset, data)
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Input boxes f32[N, 4] recomputed from the cropped masks (from the
+    box annotations without masks), and the rows kept: found, at least
+    data.lsj_min_box_size wide and tall, at most data.max_instances."""
+    hw, flip, factor, shift, limit = geometry
     if has_masks:
         flipped = transforms.flip_x(example["masks"], flip, 2)
         # The visible input [0, limit) in flipped original pixels.
@@ -86,18 +88,24 @@ def transform(
         & (boxes[:, 2] > boxes[:, 0])
         & (boxes[:, 3] > boxes[:, 1])
     )[:, 0]
-    keep = keep[: data.max_instances]
+    return boxes, keep[: data.max_instances]
+
+
+def transform(
+    example: dict,
+    key: tf.Tensor,
+    data: ml_collections.ConfigDict,
+    has_masks: bool,
+) -> dict:
+    """One training example -> fixed-shape model input and targets (the
+    keys of transforms.transform)."""
+    hw = tf.cast(tf.shape(example["image"])[:2], tf.float32)
+    flip, scale, resized, offset = sample_geometry(hw, key, data)
+    kept_boxes = functools.partial(_kept_boxes, data=data, has_masks=has_masks)
+    targets = transforms.training_targets(
+        example, hw, flip, resized, offset, data, has_masks, kept_boxes
+    )
     model_input = transforms.model_input(
         example, hw, flip, scale, resized, offset, data
     )
-    return model_input | transforms.targets(
-        example,
-        tf.gather(boxes, keep),
-        keep,
-        hw,
-        flip,
-        factor,
-        shift,
-        data,
-        has_masks,
-    )
+    return model_input | targets

@@ -3,6 +3,8 @@ Shapes: h, w original image; H, W model input; N instances; M
 data.max_instances; S data.gt_mask_size (docs/architecture.md, "Resizing").
 """
 
+from collections.abc import Callable
+
 import ml_collections
 import numpy as np
 import tensorflow as tf
@@ -283,7 +285,7 @@ def transform(
     out = model_input(example, hw, flip, scale, resized, offset, data)
     if training:
         out.update(
-            _transform_targets(
+            training_targets(
                 example, hw, flip, resized, offset, data, has_masks
             )
         )
@@ -322,7 +324,21 @@ def visible_size(
     )
 
 
-def _transform_targets(
+def _clipped_boxes(
+    example: dict, geometry: tuple[tf.Tensor, ...]
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """The instances' boxes mapped and clipped to the input, and the rows
+    kept (not empty there)."""
+    hw, flip, factor, shift, limit = geometry
+    boxes = flip_boxes(example["boxes"], flip, hw[1]) * factor - shift
+    boxes = tf.clip_by_value(boxes, 0.0, limit)
+    keep = tf.where((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))[
+        :, 0
+    ]
+    return boxes, keep
+
+
+def training_targets(
     example: dict,
     hw: tf.Tensor,
     flip: tf.Tensor,
@@ -330,14 +346,16 @@ def _transform_targets(
     offset: tf.Tensor,
     data: ml_collections.ConfigDict,
     has_masks: bool,
+    kept_boxes: Callable[..., tuple[tf.Tensor, tf.Tensor]] = _clipped_boxes,
 ) -> dict:
-    """Maps boxes and masks through the geometry; pads them to M."""
+    """Maps boxes and masks through the geometry; pads them to M.
+
+    `kept_boxes(example, (hw, flip, factor, shift, limit))` gives the
+    input boxes f32[N, 4] and the rows kept (`_clipped_boxes`; lsj.py
+    recomputes them from the masks).
+    """
     factor, shift, limit = box_map(hw, resized, offset, data)
-    boxes = flip_boxes(example["boxes"], flip, hw[1]) * factor - shift
-    boxes = tf.clip_by_value(boxes, 0.0, limit)
-    keep = tf.where((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1]))[
-        :, 0
-    ]
+    boxes, keep = kept_boxes(example, (hw, flip, factor, shift, limit))
     return targets(
         example,
         tf.gather(boxes, keep),

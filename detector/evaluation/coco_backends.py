@@ -11,6 +11,8 @@ from collections.abc import Callable
 import numpy as np
 from absl import logging
 
+from ops import names
+
 
 @dataclasses.dataclass(frozen=True)
 class Backend:
@@ -94,11 +96,7 @@ _MISSING = set()  # backends already logged as missing
 def check_name(name: str, key: str) -> None:
     """Raises one ValueError line naming config `key` for an unknown
     backend."""
-    if name not in BACKENDS:
-        raise ValueError(
-            f"config.{key}={name!r}: unknown COCOeval backend; known: "
-            f"{', '.join(BACKENDS)}"
-        )
+    names.check_known(name, key, BACKENDS, "COCOeval backend")
 
 
 def available(name: str) -> str:

@@ -479,26 +479,23 @@ def torchvision_crops(
     )
 
 
-def paste_masks(
-    masks: np.ndarray,
-    boxes: np.ndarray,
-    height: int,
-    width: int,
-    threshold: float = 0.5,
-) -> np.ndarray:
-    """`centres_crops` at image size: bool[D, height, width]."""
-    return centres_crops(masks, boxes, height, width, threshold).full()
+def _at_image_size(crops: Callable[..., BoxMasks]) -> Callable[..., np.ndarray]:
+    """The pasting rule `crops` returning bool[D, height, width]."""
+
+    def paste(
+        masks: np.ndarray,
+        boxes: np.ndarray,
+        height: int,
+        width: int,
+        threshold: float = 0.5,
+    ) -> np.ndarray:
+        return crops(masks, boxes, height, width, threshold).full()
+
+    return paste
 
 
-def paste_masks_torchvision(
-    masks: np.ndarray,
-    boxes: np.ndarray,
-    height: int,
-    width: int,
-    threshold: float = 0.5,
-) -> np.ndarray:
-    """`torchvision_crops` at image size: bool[D, height, width]."""
-    return torchvision_crops(masks, boxes, height, width, threshold).full()
+paste_masks = _at_image_size(centres_crops)
+paste_masks_torchvision = _at_image_size(torchvision_crops)
 
 
 # eval.mask_paste: how box-relative masks become image masks (BoxMasks).

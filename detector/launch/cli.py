@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator, Mapping
 
 import ml_collections
-from absl import flags
+from absl import app, flags
 from ml_collections import config_flags
 
 from detector.distributed import determinism, multihost, peers
@@ -36,6 +36,12 @@ _EXCEPTION_NAME = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
 _ERRNO = re.compile(r"^\[Errno \d+\] (?P<reason>[^:]+): '(?P<path>.*)'$")
 # JAX's own default wait for the coordinator and the other processes.
 COORDINATOR_TIMEOUT_S = 300
+
+
+def check_no_arguments(argv: list[str]) -> None:
+    """Raises app.UsageError listing argv's positional arguments, if any."""
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
 
 
 def fail(message: str) -> None:

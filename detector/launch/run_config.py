@@ -24,6 +24,14 @@ def get_config(path: str) -> ml_collections.ConfigDict:
     return config_lib.load_json(pathlib.Path(path).expanduser())
 
 
+def load_workdir(
+    workdir_flag: flags.FlagHolder, config_flag: flags.FlagHolder
+) -> tuple[pathlib.Path, ml_collections.ConfigDict]:
+    """The workdir `workdir_flag` names and its config (`load`)."""
+    workdir = pathlib.Path(workdir_flag.value).expanduser()
+    return workdir, load(config_flag, workdir)
+
+
 def load(
     flag: flags.FlagHolder, workdir: str | pathlib.Path
 ) -> ml_collections.ConfigDict:

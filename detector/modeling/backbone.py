@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from detector.modeling import extents, norms
+from ops import names
 
 NORMS = ("group", "batch", "sync_batch", "frozen_batch")
 
@@ -348,20 +349,13 @@ MAX_FREEZE_AT = 5  # stem + four stages
 def check_name(name: str, key: str) -> None:
     """Raises one ValueError line naming config `key` for an unknown
     backbone."""
-    if name not in BACKBONES:
-        raise ValueError(
-            f"config.{key}={name!r}: unknown backbone; "
-            f"known: {', '.join(BACKBONES)}"
-        )
+    names.check_known(name, key, BACKBONES, "backbone")
 
 
 def check_norm(name: str, key: str) -> None:
     """Raises one ValueError line naming config `key` for an unknown
     backbone norm."""
-    if name not in NORMS:
-        raise ValueError(
-            f"config.{key}={name!r}: unknown norm; known: {', '.join(NORMS)}"
-        )
+    names.check_known(name, key, NORMS, "norm")
 
 
 def check_freeze_at(freeze_at: int, key: str) -> None:

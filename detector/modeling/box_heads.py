@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from detector.modeling import norms, roi_heads
+from ops import names
 
 
 class BoxHeadOptions(NamedTuple):
@@ -123,11 +124,7 @@ BOX_HEADS: dict[str, Callable[..., nnx.Module]] = {
 def check_name(name: str, key: str) -> None:
     """Raises one ValueError line naming config `key` for an unknown box
     head."""
-    if name not in BOX_HEADS:
-        raise ValueError(
-            f"config.{key}={name!r}: unknown box head; "
-            f"known: {', '.join(BOX_HEADS)}"
-        )
+    names.check_known(name, key, BOX_HEADS, "box head")
 
 
 def build(

@@ -40,38 +40,29 @@ class FPN(nnx.Module):
         # The coarsest backbone level used; levels above it are pooled.
         self.top_level = min(max_level, max(in_channels))
         levels = range(min_level, self.top_level + 1)
+
+        def layers(in_channels_of, kernel, norm):
+            """One conv (no ReLU) per level to `channels`."""
+            return nnx.List(
+                [
+                    norms.conv_norm(
+                        in_channels_of(level),
+                        channels,
+                        kernel,
+                        norm=norm,
+                        groups=groups,
+                        relu=False,
+                        dtype=dtype,
+                        rngs=rngs,
+                    )
+                    for level in levels
+                ]
+            )
+
         # Lateral 1x1 convs as Linear layers over channels (cheaper
         # gradients on CPU than a 1x1 convolution).
-        self.lateral = nnx.List(
-            [
-                norms.conv_norm(
-                    in_channels[level],
-                    channels,
-                    1,
-                    norm=lateral_norm,
-                    groups=groups,
-                    relu=False,
-                    dtype=dtype,
-                    rngs=rngs,
-                )
-                for level in levels
-            ]
-        )
-        self.output = nnx.List(
-            [
-                norms.conv_norm(
-                    channels,
-                    channels,
-                    3,
-                    norm=output_norm,
-                    groups=groups,
-                    relu=False,
-                    dtype=dtype,
-                    rngs=rngs,
-                )
-                for _ in levels
-            ]
-        )
+        self.lateral = layers(in_channels.__getitem__, 1, lateral_norm)
+        self.output = layers(lambda level: channels, 3, output_norm)
 
     def __call__(self, features: dict[int, jax.Array]) -> list[jax.Array]:
         levels = list(range(self.min_level, self.top_level + 1))

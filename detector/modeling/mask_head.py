@@ -218,10 +218,7 @@ class MaskBranch(nnx.Module):
     ) -> jax.Array:
         """Features [B, R, Q, Q, F] of boxes [B, R, 4]."""
         return roi_heads.pool_rois(
-            pyramid,
-            boxes,
-            output_size=self.pool_size,
-            **self.pooling._asdict(),
+            pyramid, boxes, output_size=self.pool_size, pooling=self.pooling
         )
 
     def loss(

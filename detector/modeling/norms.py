@@ -10,6 +10,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ops import names
+
 # He (fan-out) init for convolutions followed by ReLU (backbone.conv_init).
 conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
 DATA_AXIS = "data"
@@ -138,55 +140,16 @@ HEAD_NORMS: dict[str, Callable[..., nnx.Module | None]] = {
 def check_name(name: str, key: str, *, auto: bool = False) -> None:
     """Raises one ValueError line naming config `key` for an unknown head
     norm; `auto` also admits 'auto' (the config's 2017 layouts)."""
-    if name in HEAD_NORMS or (auto and name == "auto"):
-        return
-    raise ValueError(
-        f"config.{key}={name!r}: unknown norm; known: "
-        f"{'auto, ' if auto else ''}{', '.join(HEAD_NORMS)}"
-    )
+    known = (("auto",) if auto else ()) + tuple(HEAD_NORMS)
+    names.check_known(name, key, known, "norm")
 
 
 class ConvNorm(nnx.Module):
-    """Conv (no bias) -> norm (statistics over the masked rows) -> ReLU?
+    """Conv (no bias) -> norm (statistics over the masked rows) -> ReLU?"""
 
-    A 1x1 conv is a Linear layer over channels (a cheaper gradient on CPU).
-    """
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel: int,
-        *,
-        norm: str,
-        groups: int,
-        dtype: jnp.dtype,
-        rngs: nnx.Rngs,
-        relu: bool = True,
-        kernel_init: Callable = conv_init,
-    ):
-        if kernel == 1:
-            self.conv = nnx.Linear(
-                in_channels,
-                out_channels,
-                use_bias=False,
-                kernel_init=kernel_init,
-                dtype=dtype,
-                rngs=rngs,
-            )
-        else:
-            pad = kernel // 2
-            self.conv = nnx.Conv(
-                in_channels,
-                out_channels,
-                (kernel, kernel),
-                padding=((pad, pad), (pad, pad)),
-                use_bias=False,
-                kernel_init=kernel_init,
-                dtype=dtype,
-                rngs=rngs,
-            )
-        self.norm = HEAD_NORMS[norm](out_channels, groups, dtype, rngs)
+    def __init__(self, conv: nnx.Module, norm: nnx.Module, relu: bool):
+        self.conv = conv
+        self.norm = norm
         self.relu = relu
 
     def __call__(
@@ -242,16 +205,23 @@ def conv_norm(
     norm, a biasless conv then the norm; with 'none', a conv with a bias
     (its kernel and bias at the layer's top, as nnx.Conv's). Either is
     called as layer(x, mask)."""
-    kwargs = dict(dtype=dtype, rngs=rngs, relu=relu, kernel_init=kernel_init)
-    if norm != "none":
-        return ConvNorm(
+    kwargs = dict(kernel_init=kernel_init, dtype=dtype, rngs=rngs)
+    if norm == "none":
+        if kernel == 1:
+            return Linear(in_channels, out_channels, relu=relu, **kwargs)
+        return Conv(in_channels, out_channels, kernel, relu=relu, **kwargs)
+    # A 1x1 conv is a Linear layer over channels (a cheaper gradient on CPU).
+    if kernel == 1:
+        conv = nnx.Linear(in_channels, out_channels, use_bias=False, **kwargs)
+    else:
+        pad = kernel // 2
+        conv = nnx.Conv(
             in_channels,
             out_channels,
-            kernel,
-            norm=norm,
-            groups=groups,
+            (kernel, kernel),
+            padding=((pad, pad), (pad, pad)),
+            use_bias=False,
             **kwargs,
         )
-    if kernel == 1:
-        return Linear(in_channels, out_channels, **kwargs)
-    return Conv(in_channels, out_channels, kernel, **kwargs)
+    layer_norm = HEAD_NORMS[norm](out_channels, groups, dtype, rngs)
+    return ConvNorm(conv, layer_norm, relu)

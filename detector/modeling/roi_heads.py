@@ -264,12 +264,7 @@ def pool_rois(
     boxes: jax.Array,
     *,
     output_size: int,
-    sampling_ratio: int,
-    canonical_size: float,
-    canonical_level: int,
-    implementation: str = "auto",
-    aligned: bool = True,
-    level_eps: float = 0.0,
+    pooling: PoolOptions,
 ) -> jax.Array:
     """Multilevel ROIAlign of boxes [B, R, 4]; gradients reach features."""
     with jax.named_scope("roi_align"):
@@ -277,12 +272,7 @@ def pool_rois(
             pyramid,
             jax.lax.stop_gradient(boxes),
             output_size=output_size,
-            sampling_ratio=sampling_ratio,
-            canonical_size=canonical_size,
-            canonical_level=canonical_level,
-            implementation=implementation,
-            aligned=aligned,
-            level_eps=level_eps,
+            **pooling._asdict(),
         )
 
 
@@ -340,10 +330,7 @@ class BoxBranch(nnx.Module):
     ) -> jax.Array:
         """Features [B, R, Q, Q, F] of boxes [B, R, 4]."""
         return pool_rois(
-            pyramid,
-            boxes,
-            output_size=self.pool_size,
-            **self.pooling._asdict(),
+            pyramid, boxes, output_size=self.pool_size, pooling=self.pooling
         )
 
     def losses(

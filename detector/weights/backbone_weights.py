@@ -41,33 +41,36 @@ def module_table(
     `depths` blocks per stage; block 0 of a stage has a projection shortcut
     where our ResidualBlock has one (stride 2, or a channel change).
     """
-    table = {
-        "conv1": ("backbone/stem/conv", "conv"),
-        "bn1": ("backbone/stem/norm", "norm"),
-    }
+    table = {}
+    _add_conv_norm(table, "conv1", "bn1", "backbone/stem")
     convs = 3 if bottleneck else 2
     for s, depth in enumerate(depths[:num_stages]):
         for b in range(depth):
             ours, theirs = f"backbone/stages/{s}/{b}", f"layer{s + 1}.{b}"
             for j in range(convs):
-                table[f"{theirs}.conv{j + 1}"] = (
-                    f"{ours}/layers/{j}/conv",
-                    "conv",
-                )
-                table[f"{theirs}.bn{j + 1}"] = (
-                    f"{ours}/layers/{j}/norm",
-                    "norm",
+                _add_conv_norm(
+                    table,
+                    f"{theirs}.conv{j + 1}",
+                    f"{theirs}.bn{j + 1}",
+                    f"{ours}/layers/{j}",
                 )
             if b == 0 and (s > 0 or bottleneck):
-                table[f"{theirs}.downsample.0"] = (
-                    f"{ours}/shortcut/conv",
-                    "conv",
-                )
-                table[f"{theirs}.downsample.1"] = (
-                    f"{ours}/shortcut/norm",
-                    "norm",
+                _add_conv_norm(
+                    table,
+                    f"{theirs}.downsample.0",
+                    f"{theirs}.downsample.1",
+                    f"{ours}/shortcut",
                 )
     return table
+
+
+def _add_conv_norm(
+    table: dict[str, tuple[str, str]], conv: str, norm: str, ours: str
+) -> None:
+    """Maps torchvision's `conv` and its BatchNorm `norm` onto the conv and
+    norm of our ConvNorm at `ours`."""
+    table[conv] = (f"{ours}/conv", "conv")
+    table[norm] = (f"{ours}/norm", "norm")
 
 
 def tensor_table(

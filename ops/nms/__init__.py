@@ -12,7 +12,7 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from ops import host_audit
-from ops.nms import cpu, dispatch, pallas, topk, while_loop
+from ops.nms import common, cpu, dispatch, pallas, topk, while_loop
 
 # The pallas backends: the CUDA kernel each runs (None: pallas picks it per
 # GPU). On TPU they all run the Mosaic kernel; on CPU pallas_mosaic_gpu runs
@@ -67,17 +67,8 @@ def check_backend(
     )
 
 
-def _check_inputs(
-    boxes,
-    scores,
-    classes,
-    max_output_size,
-    iou_threshold,
-    score_threshold,
-    backend,
-):
-    """Raises ValueError naming the argument for every malformed input."""
-    check_backend(backend)
+def _check_arrays(boxes, scores, classes):
+    """Raises ValueError naming the argument for a malformed input array."""
     if not jnp.issubdtype(boxes.dtype, jnp.floating):
         raise ValueError(
             f"boxes must be floating point, got dtype "
@@ -108,6 +99,10 @@ def _check_inputs(
                 f"classes shape {classes.shape} does not match "
                 f"scores shape {scores.shape}"
             )
+
+
+def _check_params(max_output_size, iou_threshold, score_threshold):
+    """Raises ValueError naming the argument for a malformed setting."""
     if (
         isinstance(max_output_size, bool)
         or not isinstance(max_output_size, numbers.Integral)
@@ -208,7 +203,7 @@ def host_advice(finding: host_audit.HostRoundTrip) -> str:
     )
 
 
-def _auto(boxes, scores, classes, **params):
+def _auto(boxes, scores, classes, params):
     """Dispatches per platform at lowering time (see AUTO_BACKEND); each
     platform's backend is lowered for that platform only
     (ops/nms/dispatch.py), so a multi-platform export never lowers a
@@ -218,10 +213,10 @@ def _auto(boxes, scores, classes, **params):
     def branch(platform):
         def run(boxes, scores, *classes):
             # Picked as the branch lowers: on its platform's device.
-            backend = auto_backend(platform, params["max_output_size"])
+            backend = auto_backend(platform, params.max_output_size)
             impl = _IMPLEMENTATIONS[backend]
             return tuple(
-                impl(boxes, scores, classes[0] if classes else None, **params)
+                impl(boxes, scores, classes[0] if classes else None, params)
             )
 
         return run
@@ -238,7 +233,7 @@ def _auto(boxes, scores, classes, **params):
 
 
 @functools.cache
-def _batched_call(backend: str, has_classes: bool, **params):
+def _batched_call(backend: str, has_classes: bool, params: common.Params):
     """The backend on [B, N] inputs; vmap folds into the native batch dim."""
     impl = (
         _auto
@@ -247,7 +242,7 @@ def _batched_call(backend: str, has_classes: bool, **params):
     )
 
     def run(boxes, scores, classes):
-        return impl(boxes, scores, classes if has_classes else None, **params)
+        return impl(boxes, scores, classes if has_classes else None, params)
 
     @jax.custom_batching.custom_vmap
     def call(boxes, scores, classes):
@@ -306,15 +301,9 @@ def nms(
     boxes = jnp.asarray(boxes)
     scores = jnp.asarray(scores)
     classes = None if classes is None else jnp.asarray(classes)
-    _check_inputs(
-        boxes,
-        scores,
-        classes,
-        max_output_size,
-        iou_threshold,
-        score_threshold,
-        backend,
-    )
+    check_backend(backend)
+    _check_arrays(boxes, scores, classes)
+    _check_params(max_output_size, iou_threshold, score_threshold)
     batch_shape, n = scores.shape[:-1], scores.shape[-1]
     if n == 0 or 0 in batch_shape:
         return (
@@ -329,15 +318,14 @@ def nms(
         if has_classes
         else jnp.zeros(scores.shape, jnp.int32)
     )
-    call = _batched_call(
-        backend,
-        has_classes,
+    params = common.Params(
         max_output_size=int(max_output_size),
         iou_threshold=float(iou_threshold),
         score_threshold=(
             None if score_threshold is None else float(score_threshold)
         ),
     )
+    call = _batched_call(backend, has_classes, params)
     with jax.named_scope("nms"):
         indices, num_valid = call(boxes, scores, classes)
     return (

@@ -3,12 +3,26 @@ and turning a keep mask over sorted candidates into output indices; they
 round exactly like ops/nms/reference.py."""
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from ops.nms import reference
+
+
+class Params(NamedTuple):
+    """The settings of one NMS call, as every backend entry takes them.
+
+    A backend entry is `nms(boxes, scores, classes, params)`: f32[B, N, 4],
+    f32[B, N], int32[B, N] or None -> (int32[B, K], int32[B]), K being
+    `max_output_size`.
+    """
+
+    max_output_size: int
+    iou_threshold: float
+    score_threshold: float | None
 
 
 @dataclasses.dataclass(frozen=True)

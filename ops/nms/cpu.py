@@ -7,19 +7,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ops.nms import reference
+from ops.nms import common, reference
 
 
-def _host_nms(
-    boxes, scores, classes, *, max_output_size, iou_threshold, score_threshold
-):
+def _host_nms(boxes, scores, classes, *, params):
     indices, num_valid = reference.nms(
         np.asarray(boxes),
         np.asarray(scores),
         classes=None if classes is None else np.asarray(classes),
-        max_output_size=max_output_size,
-        iou_threshold=iou_threshold,
-        score_threshold=score_threshold,
+        **params._asdict(),
     )
     return indices, num_valid
 
@@ -28,23 +24,16 @@ def nms(
     boxes: jax.Array,
     scores: jax.Array,
     classes: jax.Array | None,
-    *,
-    max_output_size: int,
-    iou_threshold: float,
-    score_threshold: float | None,
+    params: common.Params,
 ):
-    """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
+    """The numpy reference on the host, one callback for the batch."""
     batch_shape = scores.shape[:-1]
+    k = params.max_output_size
     out_shapes = (
-        jax.ShapeDtypeStruct(batch_shape + (max_output_size,), jnp.int32),
+        jax.ShapeDtypeStruct(batch_shape + (k,), jnp.int32),
         jax.ShapeDtypeStruct(batch_shape, jnp.int32),
     )
-    callback = functools.partial(
-        _host_nms,
-        max_output_size=max_output_size,
-        iou_threshold=iou_threshold,
-        score_threshold=score_threshold,
-    )
+    callback = functools.partial(_host_nms, params=params)
     # The numpy side loops over any leading dims, so vmap adds one more.
     return jax.pure_callback(
         callback,

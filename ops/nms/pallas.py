@@ -169,13 +169,10 @@ def nms(
     boxes: jax.Array,
     scores: jax.Array,
     classes: jax.Array | None,
-    *,
-    max_output_size: int,
-    iou_threshold: float,
-    score_threshold: float | None,
+    params: common.Params,
     cuda_kernel: str | None = None,
 ):
-    """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B]).
+    """The tiled kernel of the platform being lowered on sorted candidates.
 
     `cuda_kernel` ('mosaic_gpu' or 'triton') names the CUDA kernel instead
     of `pick_cuda_kernel`'s pick; 'mosaic_gpu' then runs in Pallas' GPU
@@ -185,12 +182,12 @@ def nms(
     if classes is None:
         classes = jnp.zeros(scores.shape, jnp.int32)
     order, fields, sorted_classes, candidate = _sorted_inputs(
-        boxes, scores, classes, score_threshold
+        boxes, scores, classes, params.score_threshold
     )
     kernel = functools.partial(
         _keep_mask,
-        max_output_size=max_output_size,
-        iou_threshold=iou_threshold,
+        max_output_size=params.max_output_size,
+        iou_threshold=params.iou_threshold,
         class_aware=class_aware,
         kernel=cuda_kernel,
         backend="pallas" if cuda_kernel is None else f"pallas_{cuda_kernel}",
@@ -203,4 +200,6 @@ def nms(
         cuda=_as_tuple(kernel, platform="cuda"),
         default=_as_tuple(kernel, platform="cpu"),
     )
-    return common.indices_from_keep_mask(keep > 0, order, max_output_size)
+    return common.indices_from_keep_mask(
+        keep > 0, order, params.max_output_size
+    )

@@ -5,21 +5,21 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ops.nms import reference
+from ops.nms import common, reference
 
 
 def nms(
     boxes: jax.Array,
     scores: jax.Array,
     classes: jax.Array | None,
-    *,
-    max_output_size: int,
-    iou_threshold: float,
-    score_threshold: float | None,
+    params: common.Params,
 ):
-    """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
-    del classes, iou_threshold  # no suppression
-    valid = reference.is_candidate(boxes, scores, score_threshold, xp=jnp)
+    """The top K candidates by score, with no overlap test."""
+    del classes  # no suppression
+    max_output_size = params.max_output_size
+    valid = reference.is_candidate(
+        boxes, scores, params.score_threshold, xp=jnp
+    )
     k = min(max_output_size, scores.shape[-1])
     _, indices = lax.top_k(jnp.where(valid, scores, -jnp.inf), k)
     indices = jnp.where(

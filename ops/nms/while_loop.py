@@ -49,21 +49,20 @@ def nms(
     boxes: jax.Array,
     scores: jax.Array,
     classes: jax.Array | None,
-    *,
-    max_output_size: int,
-    iou_threshold: float,
-    score_threshold: float | None,
+    params: common.Params,
 ):
-    """Backend entry: f32[B, N, 4], f32[B, N] -> (int32[B, K], int32[B])."""
-    order, is_candidate = common.candidate_order(boxes, scores, score_threshold)
+    """Greedy selection per image by `lax.while_loop` over the N x N mask."""
+    order, is_candidate = common.candidate_order(
+        boxes, scores, params.score_threshold
+    )
     sorted_boxes = common.gather_sorted(boxes, order)
     sorted_classes = (
         None if classes is None else common.gather_sorted(classes, order)
     )
     greedy = functools.partial(
         _greedy_single,
-        max_output_size=max_output_size,
-        iou_threshold=iou_threshold,
+        max_output_size=params.max_output_size,
+        iou_threshold=params.iou_threshold,
     )
     positions, count = jax.vmap(greedy)(
         sorted_boxes, sorted_classes, is_candidate
