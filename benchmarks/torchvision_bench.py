@@ -38,27 +38,6 @@ from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import batch_file  # noqa: E402
 
-_CONFIG = config_flags.DEFINE_config_file(
-    "config",
-    str(_REPO / "configs" / "coco_r50_fpn.py") + ":shapes",
-    "Config whose model settings torchvision's model takes.",
-)
-_BATCHES = flags.DEFINE_string(
-    "batches", None, "Batch file of step_bench.py --save_batches."
-)
-_STEPS = flags.DEFINE_integer("steps", 30, "Timed steps (and predicts).")
-_WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps (and predicts).")
-_OWN_RESIZE = flags.DEFINE_bool(
-    "own_resize",
-    False,
-    "Each image at its own size, resized by torchvision's 800/1333 "
-    "transform, instead of the batch file's canvases.",
-)
-_OURS = flags.DEFINE_string(
-    "ours", None, "step_bench.json of the same batch file: prints the ratio."
-)
-_OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
-
 # torchvision's own resize (its maskrcnn_resnet50_fpn defaults).
 OWN_MIN_SIZE, OWN_MAX_SIZE = 800, 1333
 INSTALL_HINT = "pip install -e '.[torch]'"
@@ -340,6 +319,33 @@ def table(result: dict, compared: dict[str, float] | None) -> str:
     return "\n".join(lines)
 
 
+def _define_flags() -> None:
+    """The command's flags (defined only when run: tests import this)."""
+    global _CONFIG, _BATCHES, _STEPS, _WARMUP, _OWN_RESIZE, _OURS, _OUT
+    _CONFIG = config_flags.DEFINE_config_file(
+        "config",
+        str(_REPO / "configs" / "coco_r50_fpn.py") + ":shapes",
+        "Config whose model settings torchvision's model takes.",
+    )
+    _BATCHES = flags.DEFINE_string(
+        "batches", None, "Batch file of step_bench.py --save_batches."
+    )
+    _STEPS = flags.DEFINE_integer("steps", 30, "Timed steps (and predicts).")
+    _WARMUP = flags.DEFINE_integer("warmup", 5, "Untimed steps (and predicts).")
+    _OWN_RESIZE = flags.DEFINE_bool(
+        "own_resize",
+        False,
+        "Each image at its own size, resized by torchvision's 800/1333 "
+        "transform, instead of the batch file's canvases.",
+    )
+    _OURS = flags.DEFINE_string(
+        "ours",
+        None,
+        "step_bench.json of the same batch file: prints the ratio.",
+    )
+    _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
+
+
 def main(argv) -> None:
     del argv
     torch, torchvision = import_torch()
@@ -390,4 +396,5 @@ def main(argv) -> None:
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(main)

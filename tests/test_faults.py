@@ -132,6 +132,10 @@ def test_a_signal_while_it_compiles_exits_at_once_saving_nothing(
     assert not (workdir / "config.json").exists()
 
 
+# Behind -m slow: it waits for step 1. The default suite keeps the rule in
+# process (test_preemption.py, first signal sets the flag, the second exits)
+# and the process-level signal before step 1 above.
+@pytest.mark.slow
 def test_a_second_signal_exits_at_once(tmp_path):
     logs = tmp_path / "logs"
     with processes.started([_train(tmp_path, tmp_path / "run")], logs) as (

@@ -18,7 +18,7 @@ GUARDED = {
     "tests/detector/engine/test_train_lib.py": 1,
     "tests/test_entry_points.py": 1,
     "tests/test_multihost.py::"
-    "test_two_processes_train_resume_and_evaluate_like_one": 1,
+    "test_two_processes_train_and_evaluate_like_one": 1,
     "tests/test_multihost.py::"
     "test_mismatched_configs_fail_on_every_process_before_writing": 1,
     "tests/test_multihost.py::"
