@@ -8,11 +8,12 @@
   TF_CPP_MIN_LOG_LEVEL says; `install` makes the first `import tensorflow`
   run with file descriptor 2 pointed at /dev/null. Import errors still
   raise; only what the import prints is dropped.
-- hypothesis keeps a Python callback in `gc.callbacks`. When pytest-xdist
-  stops a worker it interrupts the worker's main thread; a
-  KeyboardInterrupt that lands while the collector runs that callback is
-  "unraisable", and pytest prints its traceback above the summary.
-  `drop_gc_callbacks` removes hypothesis' callbacks once the tests are done.
+- hypothesis and JAX (`_xla_gc_callback`) keep Python callbacks in
+  `gc.callbacks`. When pytest-xdist stops a worker it interrupts the
+  worker's main thread; a KeyboardInterrupt that lands while the collector
+  runs such a callback is "unraisable", and pytest prints its traceback
+  above the summary. `drop_gc_callbacks` removes them once the tests are
+  done.
 """
 
 import contextlib
@@ -23,7 +24,7 @@ import os
 import sys
 
 _QUIET_IMPORTS = ("tensorflow",)
-_GC_CALLBACK_PACKAGES = ("hypothesis",)
+_GC_CALLBACK_PACKAGES = ("hypothesis", "jax")
 
 
 @contextlib.contextmanager
