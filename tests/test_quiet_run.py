@@ -90,3 +90,22 @@ def test_hypothesis_gc_callback_is_dropped():
         timeout=120,
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_jax_gc_callback_is_dropped():
+    code = (
+        "import gc\n"
+        "import jax\n"
+        "from tests.helpers import quiet_run\n"
+        "assert quiet_run.drop_gc_callbacks() == 1\n"
+        "assert not [c for c in gc.callbacks\n"
+        "            if c.__module__.startswith('jax')]\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
