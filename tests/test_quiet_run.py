@@ -72,34 +72,25 @@ def test_tensorflow_imports_without_native_lines():
     assert result.stderr == ""
 
 
-def test_hypothesis_gc_callback_is_dropped():
-    code = (
-        "import gc\n"
+# package -> the lines that make it register its gc callback.
+_GC_CALLBACK_SETUPS = {
+    "hypothesis": (
         "from hypothesis.internal.conjecture import junkdrawer\n"
-        "from tests.helpers import quiet_run\n"
         "junkdrawer.gc_cumulative_time()\n"
-        "assert quiet_run.drop_gc_callbacks() == 1\n"
-        "assert not [c for c in gc.callbacks\n"
-        "            if c.__module__.startswith('hypothesis')]\n"
-    )
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 0, result.stderr
+    ),
+    "jax": "import jax\n",
+}
 
 
-def test_jax_gc_callback_is_dropped():
+@pytest.mark.parametrize("package", sorted(_GC_CALLBACK_SETUPS))
+def test_a_packages_gc_callback_is_dropped(package):
     code = (
         "import gc\n"
-        "import jax\n"
-        "from tests.helpers import quiet_run\n"
+        + _GC_CALLBACK_SETUPS[package]
+        + "from tests.helpers import quiet_run\n"
         "assert quiet_run.drop_gc_callbacks() == 1\n"
         "assert not [c for c in gc.callbacks\n"
-        "            if c.__module__.startswith('jax')]\n"
+        f"            if c.__module__.startswith({package!r})]\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],
