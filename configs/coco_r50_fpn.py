@@ -98,12 +98,13 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
 
 def _set_multiscale_input(data: ml_collections.ConfigDict) -> None:
     """detectron2's input: short side 640..800 (step 32) per image, long
-    side at most 1333, flip; one 1344 x 1344 canvas holds both
-    orientations."""
+    side at most 1333, flip; landscape images on an 832 x 1344 canvas,
+    portrait ones on 1344 x 832, one orientation per step."""
     data.resize = "shortest_edge"
     data.min_size = tuple(range(640, 801, 32))
     data.max_size = 1333
-    data.image_size = (1344, 1344)
+    data.image_size = (832, 1344)
+    data.group_orientations = True
     data.hflip = True
 
 
@@ -112,6 +113,7 @@ def _letterbox(config: ml_collections.ConfigDict) -> None:
     data = config.data
     data.resize = "letterbox"
     data.image_size = (1024, 1024)
+    data.group_orientations = False
     data.scale_jitter = (0.8, 1.25)
 
 
@@ -279,7 +281,8 @@ def _torchvision(config: ml_collections.ConfigDict) -> None:
     data.resize = "shortest_edge"
     data.min_size = (800,)
     data.max_size = 1333
-    data.image_size = (1344, 1344)
+    data.image_size = (1344, 1344)  # one canvas, as the parity tests ran
+    data.group_orientations = False
     model = config.model
     model.backbone = "resnet50"
     model.norm = "frozen_batch"

@@ -62,6 +62,7 @@ def get_config(arg: str | None = None) -> ml_collections.ConfigDict:
     _set_model(config.model)
     data = config.data
     data.image_size = (1024, 1024)
+    data.group_orientations = False  # LSJ keeps its square crop
     data.augment = "lsj"
     data.lsj_min, data.lsj_max = 0.1, 2.0
     data.hflip = True

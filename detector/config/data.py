@@ -71,6 +71,11 @@ def defaults() -> ml_collections.ConfigDict:
     # each image is resized by data.resize and padded. Must be divisible by
     # 2**model.max_level.
     data.image_size = (1024, 1024)
+    # Orientation canvases (shortest_edge only): data.image_size, height <=
+    # width, is the landscape canvas and its transpose the portrait one;
+    # each training step, eval batch and predict batch holds one
+    # orientation (detector/data/canvases.py, orientation_schedule.py).
+    data.group_orientations = False
     # The resize rule (detector/data/resize.py):
     # 'letterbox' fits the long side to data.image_size (scale_jitter and
     # a random crop in training); 'shortest_edge' is torchvision's and
@@ -130,6 +135,34 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"must be in (0, data.lsj_max={data.lsj_max}]",
     )
     check_image_size(config.data.image_size)
+    if data.group_orientations:
+        _check_grouping(data)
+
+
+def _check_grouping(data: ml_collections.ConfigDict) -> None:
+    """Orientation canvases hold shortest-edge images, landscape first."""
+    check(
+        data.resize == "shortest_edge",
+        "data.group_orientations",
+        True,
+        f"needs data.resize='shortest_edge' (is {data.resize!r}): "
+        "letterbox keeps one canvas",
+    )
+    check(
+        data.augment == "jitter",
+        "data.group_orientations",
+        True,
+        f"needs data.augment='jitter' (is {data.augment!r}): LSJ keeps "
+        "its square crop",
+    )
+    height, width = data.image_size
+    check(
+        height <= width,
+        "data.image_size",
+        tuple(data.image_size),
+        "with data.group_orientations it is the landscape canvas: "
+        "height <= width",
+    )
 
 
 def largest_tensors(config: ml_collections.ConfigDict) -> dict[str, tuple]:

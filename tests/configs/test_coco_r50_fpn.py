@@ -3,6 +3,7 @@
 import pytest
 
 from configs import coco_r50_fpn
+from detector.data import canvases
 from detector.launch.validate import validate
 from detector.modeling import backbone
 from detector.state import optimizer
@@ -28,7 +29,9 @@ def test_default_is_the_pretrained_1x_recipe():
         True,
     )
     assert data.min_size == (640, 672, 704, 736, 768, 800)
-    assert tuple(data.image_size) == (1344, 1344)
+    # Landscape on 832 x 1344, portrait on 1344 x 832: each holds its
+    # orientation's largest shortest-edge size, 800 x 1333.
+    assert canvases.canvases(data) == ((832, 1344), (1344, 832))
     assert (train.optimizer, train.momentum, train.weight_decay) == (
         "sgd",
         0.9,

@@ -1,0 +1,49 @@
+"""The canvases an image is placed on: one (`data.image_size`), or a
+landscape and a portrait one with `data.group_orientations`."""
+
+from collections.abc import Sequence
+
+import ml_collections
+
+Canvas = tuple[int, int]  # (height, width)
+
+LANDSCAPE, PORTRAIT = 0, 1
+# Orientation index -> its name (logs, benchmark tables).
+NAMES = ("landscape", "portrait")
+
+
+def canvases(data: ml_collections.ConfigDict) -> tuple[Canvas, ...]:
+    """The canvases, indexed by orientation (one when not grouping)."""
+    height, width = (int(v) for v in data.image_size)
+    if data.group_orientations:
+        return (height, width), (width, height)
+    return ((height, width),)
+
+
+def orientation(height: int, width: int) -> int:
+    """PORTRAIT for an image taller than wide, else LANDSCAPE (squares)."""
+    return PORTRAIT if height > width else LANDSCAPE
+
+
+def orientations(sizes: Sequence[tuple[int, int]]) -> list[int]:
+    """The orientation of each (height, width)."""
+    return [orientation(int(h), int(w)) for h, w in sizes]
+
+
+def canvas_of(
+    data: ml_collections.ConfigDict, height: int, width: int
+) -> Canvas:
+    """The canvas an h x w image is placed on."""
+    choices = canvases(data)
+    return choices[orientation(height, width) % len(choices)]
+
+
+def on_canvas(
+    data: ml_collections.ConfigDict, canvas: Canvas
+) -> ml_collections.ConfigDict:
+    """A copy of config.data whose one canvas is `canvas`: the transforms
+    of one orientation's images."""
+    placed = ml_collections.ConfigDict(data.to_dict())
+    placed.image_size = tuple(canvas)
+    placed.group_orientations = False
+    return placed
