@@ -14,7 +14,9 @@ back through `data.pixel_mean` / `pixel_std` and rounded), with the mean and
 std in the file; `load` normalises them again. A loaded image is within half
 a grey level of the pipeline's (|error| <= 0.5 / std, ~0.009), and the file
 is `np.savez_compressed`: a batch of 8 COCO-sized 1024 x 1024 shapes images
-with its masks is a few MiB.
+with its masks is a few MiB. Batches on different canvases (orientation
+canvases) are stored at the top left of the largest, with each batch's
+canvas in `canvas` [num_batches, 2], and cut back on loading.
 """
 
 import pathlib
@@ -23,10 +25,12 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
+from detector.data import canvases
 from detector.distributed import sharding
 
 FORMAT = 1
 _PIXELS = "image_u8"
+_CANVAS = "canvas"  # only when the batches' canvases differ
 
 
 # Model inputs a batch file may lack (made up on loading).
@@ -48,7 +52,16 @@ def save(
         for key in sharding.MODEL_INPUTS
         if key != "image"
     }
-    images = np.stack([b["image"] for b in batches]) * std + mean
+    shapes = np.asarray([b["image"].shape[1:3] for b in batches], np.int32)
+    bound = shapes.max(axis=0)
+    if (shapes != bound).any():
+        arrays[_CANVAS] = shapes
+    images = np.zeros(
+        (len(batches), len(batches[0]["image"]), *bound, 3), np.float32
+    )
+    for index, batch in enumerate(batches):
+        height, width = batch["image"].shape[1:3]
+        images[index, :, :height, :width] = batch["image"] * std + mean
     arrays[_PIXELS] = np.clip(np.rint(images), 0, 255).astype(np.uint8)
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -90,12 +103,23 @@ def load(path: str | pathlib.Path) -> list[dict[str, np.ndarray]]:
             for k in sharding.MODEL_INPUTS
             if k != "image" and k in npz.files
         }
+        shapes = npz[_CANVAS] if _CANVAS in npz.files else None
+    if shapes is not None:  # each batch cut back to its own canvas
+        images = [
+            image[:, :height, :width]
+            for image, (height, width) in zip(images, shapes, strict=True)
+        ]
     arrays["image"] = images
     # Files saved before images carried their sizes: the whole canvas.
     arrays.setdefault(
         "image_size",
-        np.broadcast_to(
-            np.asarray(images.shape[2:4], np.int32), (*images.shape[:2], 2)
+        np.stack(
+            [
+                np.broadcast_to(
+                    np.asarray(image.shape[1:3], np.int32), (len(image), 2)
+                )
+                for image in images
+            ]
         ),
     )
     return [
@@ -106,12 +130,15 @@ def load(path: str | pathlib.Path) -> list[dict[str, np.ndarray]]:
 
 def expected_shapes(
     config: ml_collections.ConfigDict,
+    canvas: tuple[int, int] | None = None,
 ) -> dict[str, tuple[int, ...]]:
-    """Per-batch shapes of the model inputs the pipeline makes for `config`."""
+    """Per-batch shapes of the model inputs the pipeline makes for `config`
+    on `canvas` (default its first: `canvases.canvases`)."""
     data = config.data
     b, m, s = config.train.batch_size, data.max_instances, data.gt_mask_size
+    canvas = canvas or canvases.canvases(data)[0]
     return {
-        "image": (b, *data.image_size, 3),
+        "image": (b, *canvas, 3),
         "image_size": (b, 2),
         "boxes": (b, m, 4),
         "classes": (b, m),
@@ -126,8 +153,21 @@ def check_shapes(
     config: ml_collections.ConfigDict,
     path: str | pathlib.Path,
 ) -> None:
-    """ValueError naming the file and entry if a shape differs from config's."""
+    """ValueError naming the file and entry if a shape differs from config's
+    (each batch on one of the config's canvases)."""
+    choices = canvases.canvases(config.data)
+    for index, batch in enumerate(batches):
+        canvas = tuple(batch["image"].shape[1:3])
+        if canvas not in choices:
+            raise ValueError(
+                f"{path}: batch {index} is on a {canvas[0]} x {canvas[1]} "
+                f"canvas, the config's are {list(choices)} (data.image_size, "
+                "data.group_orientations); save the batches with the same "
+                "config"
+            )
     for key, want in expected_shapes(config).items():
+        if key == "image":
+            continue
         got = batches[0][key].shape
         if got != want:
             raise ValueError(

@@ -6,12 +6,14 @@ Generates a size mix like COCO train2017's (a sample of 128 images: the
 long side is 640 in 110, 92 landscape, 34 portrait, 2 square; the common
 sizes 640x480 (35), 640x427 (12), 480x640 (9), 427x640 (6), 640x426 (5),
 width x height), resizes each by the rule of each setup
-(`detector.imaging.images.fitted_size`), and reports per setup: the padded
-fraction of the canvas pixels (the pixels the network runs on that hold no
-image), the canvas pixels per image relative to torchvision's (each image
-padded to a multiple of 32 alone), and the number of compiled programs
-(distinct canvas shapes). Writes canvas_bench.json under --out. Pure
-numpy: no device needed.
+(`detector.imaging.images.fitted_size`) onto the canvas the setup's config
+gives it (`detector.data.canvases.canvas_of`), and reports per setup: the
+padded fraction of the canvas pixels (the pixels the network runs on that
+hold no image), the canvas pixels per image relative to torchvision's
+(each image padded to a multiple of 32 alone), and the number of compiled
+programs (distinct canvas shapes), at eval's short side 800 and averaged
+over the 1x config's training short sides. Writes canvas_bench.json under
+--out. Pure numpy: no device needed.
 
 `--time_predict` also times R50-FPN's jitted predict (configs/coco_r50_fpn.py,
 fresh weights, `--dtype` (float32), batch `--batch`) on each single canvas of
@@ -32,6 +34,8 @@ sys.path.insert(0, str(_REPO))
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
+from configs import coco_r50_fpn  # noqa: E402
+from detector.data import canvases  # noqa: E402
 from detector.data import resize as resize_lib  # noqa: E402
 from detector.imaging import images  # noqa: E402
 
@@ -70,55 +74,85 @@ def _round_up(size: tuple[int, int], divisor: int = 32) -> tuple[int, int]:
     return tuple(int(math.ceil(s / divisor) * divisor) for s in size)
 
 
-def _smallest_canvas(size, canvases):
-    """The canvas of least area that holds `size`."""
-    fits = [c for c in canvases if c[0] >= size[0] and c[1] >= size[1]]
-    return min(fits, key=lambda c: c[0] * c[1])
+def _one_canvas(arg: str, canvas: tuple[int, int]):
+    """configs/coco_r50_fpn.py's config `arg` on the one canvas `canvas`."""
+    config = coco_r50_fpn.get_config(arg)
+    config.data.image_size = canvas
+    config.data.group_orientations = False
+    return config.data
 
 
-SHORTEST_EDGE = images.Resize("shortest_edge", (1344, 1344), 800, 1333)
-# name -> (resize rule, canvases or None: each image's own, rounded to 32).
-SETUPS = {
-    "letterbox 1024x1024": (
-        images.Resize("letterbox", (1024, 1024)),
-        ((1024, 1024),),
-    ),
-    "shortest_edge, 1344x1344 (train/eval/predict)": (
-        SHORTEST_EDGE,
-        ((1344, 1344),),
-    ),
-    "shortest_edge, 832x1344 + 1344x832 pair": (
-        SHORTEST_EDGE,
-        ((832, 1344), (1344, 832), (1344, 1344)),
-    ),
-    "shortest_edge, torchvision (per image, x32)": (SHORTEST_EDGE, None),
-}
+def setups() -> dict:
+    """name -> config.data of each measured setup (None: torchvision's
+    per-image tensors, at the 1x config's resize)."""
+    one_x = coco_r50_fpn.get_config().data
+    return {
+        "letterbox 1024x1024 (`:letterbox`)": coco_r50_fpn.get_config(
+            "letterbox"
+        ).data,
+        "shortest_edge, one 1344x1344 canvas (`:torchvision`)": _one_canvas(
+            "", (1344, 1344)
+        ),
+        "shortest_edge, 832x1344 + 1344x832 by orientation (the 1x config)": (
+            one_x
+        ),
+        "shortest_edge, torchvision (per image, x32)": None,
+    }
 
 
-def measure(sizes: list[tuple[int, int]]) -> dict:
-    """Per setup: padded fraction, pixels vs torchvision's, programs."""
+def _rule(data, min_size: int) -> images.Resize:
+    return images.Resize(
+        data.resize, tuple(data.image_size), min_size, data.max_size
+    )
+
+
+def _measure_at(sizes, min_size: int) -> dict:
+    """Per setup, every image resized with short side `min_size`."""
+    one_x = coco_r50_fpn.get_config().data
     torchvision = sum(
-        np.prod(_round_up(resize_lib.shortest_edge_size(s, 800, 1333)))
+        np.prod(
+            _round_up(
+                resize_lib.shortest_edge_size(s, min_size, one_x.max_size)
+            )
+        )
         for s in sizes
     )
     results = {}
-    for name, (resize, canvases) in SETUPS.items():
+    for name, data in setups().items():
         used, image_pixels, shapes = 0, 0, set()
         for size in sizes:
-            canvas_max = resize.image_size
-            resized = images.fitted_size(size, resize, canvas_max)
-            canvas = (
-                _round_up(resized)
-                if canvases is None
-                else _smallest_canvas(resized, canvases)
-            )
-            shapes.add(canvas)
+            if data is None:
+                resized = resize_lib.shortest_edge_size(
+                    size, min_size, one_x.max_size
+                )
+                canvas = _round_up(resized)
+            else:
+                canvas = canvases.canvas_of(data, *size)
+                resized = images.fitted_size(
+                    size, _rule(data, min_size), canvas
+                )
+            shapes.add(tuple(canvas))
             used += canvas[0] * canvas[1]
             image_pixels += resized[0] * resized[1]
         results[name] = {
             "padded_fraction": 1.0 - image_pixels / used,
             "pixels_vs_torchvision": used / torchvision,
             "programs": len(shapes),
+        }
+    return results
+
+
+def measure(sizes: list[tuple[int, int]]) -> dict:
+    """Per setup at eval's size (short side 800): padded fraction, pixels
+    vs torchvision's, programs; under "train", the same averaged over the
+    1x config's training short sides (data.min_size)."""
+    results = _measure_at(sizes, 800)
+    train_sides = coco_r50_fpn.get_config().data.min_size
+    per_side = [_measure_at(sizes, side) for side in train_sides]
+    for name, result in results.items():
+        result["train"] = {
+            key: float(np.mean([r[name][key] for r in per_side]))
+            for key in ("padded_fraction", "pixels_vs_torchvision")
         }
     return results
 
@@ -178,11 +212,16 @@ def main(argv) -> None:
     sizes = coco_like_sizes(_SEED.value)
     results = measure(sizes)
     print(f"{len(sizes)} COCO-like sizes (seed {_SEED.value})")
-    print(f"{'setup':48s} {'padded':>7s} {'px/tv':>6s} {'programs':>8s}")
+    print(
+        f"{'setup':68s} {'padded':>7s} {'px/tv':>6s} {'programs':>8s} "
+        f"{'train padded':>12s} {'train px/tv':>11s}"
+    )
     for name, r in results.items():
         print(
-            f"{name:48s} {r['padded_fraction']:7.1%} "
-            f"{r['pixels_vs_torchvision']:6.2f} {r['programs']:8d}"
+            f"{name:68s} {r['padded_fraction']:7.1%} "
+            f"{r['pixels_vs_torchvision']:6.2f} {r['programs']:8d} "
+            f"{r['train']['padded_fraction']:12.1%} "
+            f"{r['train']['pixels_vs_torchvision']:11.2f}"
         )
     report = {"images": len(sizes), "setups": results}
     if _TIME.value:

@@ -30,7 +30,9 @@ stages, each its own compiled program, with model FLOPs and utilisation
 (benchmarks/step_parts.py), and writes step_parts.json. `--trace DIR`
 writes a jax.profiler trace of a few train steps (TensorBoard or Perfetto).
 `--flops_only` prints the model GFLOP of each stage, the step and predict,
-counted from shapes alone (nothing is initialised or run).
+counted from shapes alone (nothing is initialised or run), per canvas of
+the config (two with `data.group_orientations`). Batches on two canvases
+compile one step program each.
 """
 
 import copy
@@ -48,6 +50,7 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import batch_file, nms_bench, step_parts  # noqa: E402
+from detector.data import canvases  # noqa: E402
 from detector.distributed import determinism, sharding  # noqa: E402
 from detector.engine import train_step as step_lib  # noqa: E402
 from detector.launch import cli, validate  # noqa: E402
@@ -105,14 +108,20 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     step_fn = step_lib.make_train_step(graphdef, tx, schedule, mesh)
-    compiled, findings = host_audit.compile_audited(
-        step_fn, state, batches[0], key, program=f"train_step[{backend}]"
-    )
+    programs = {}  # canvas -> (compiled step, its host round-trips)
+    for batch in batches:
+        canvas = _canvas(batch)
+        if canvas not in programs:
+            programs[canvas] = host_audit.compile_audited(
+                step_fn, state, batch, key, program=f"train_step[{backend}]"
+            )
+    findings = max((f for _, f in programs.values()), key=len)
     times = []
     with host_audit.device_only_transfers():
         for i in range(_WARMUP.value + _STEPS.value):
+            batch = batches[i % len(batches)]
             started = time.perf_counter()
-            state, metrics = compiled(state, batches[i % len(batches)], key)
+            state, metrics = programs[_canvas(batch)][0](state, batch, key)
             jax.block_until_ready(metrics)
             if i >= _WARMUP.value:
                 times.append((time.perf_counter() - started) * 1e3)
@@ -121,10 +130,16 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
         "median_ms": float(median),
         "p90_ms": float(p90),
         "images_per_sec": config.train.batch_size / (median / 1e3),
+        "programs": len(programs),
         "host_roundtrips_per_step": len(findings),
         "host_roundtrip_ops": [str(f) for f in findings],
         "final_total_loss": float(jax.device_get(metrics["total"])),
     }
+
+
+def _canvas(batch: dict) -> tuple[int, int]:
+    """The (H, W) canvas of a batch: one compiled step each."""
+    return tuple(batch["image"].shape[1:3])
 
 
 def nms_share(results: dict, backend: str) -> dict | None:
@@ -255,10 +270,12 @@ def main(argv) -> None:
         validate.validate(config)
     determinism.apply(config.train.deterministic)  # before any backend
     if _FLOPS_ONLY.value:
-        for name, gflop in step_parts.count_parts(
-            config, sharding.make_mesh()
-        ).items():
-            print(f"{name}: {gflop:.1f} GFLOP")
+        for canvas in canvases.canvases(config.data):
+            print(f"canvas {canvas[0]} x {canvas[1]}:")
+            for name, gflop in step_parts.count_parts(
+                config, sharding.make_mesh(), canvas
+            ).items():
+                print(f"  {name}: {gflop:.1f} GFLOP")
         return
     with cli.one_line_errors():
         if _SAVE_BATCHES.value:

@@ -343,9 +343,12 @@ _BATCH_DTYPES = {
 
 
 def count_parts(
-    config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh
+    config: ml_collections.ConfigDict,
+    mesh: jax.sharding.Mesh,
+    canvas: tuple[int, int] | None = None,
 ) -> dict[str, float]:
-    """Model GFLOP of each stage, the train step and predict, from shapes.
+    """Model GFLOP of each stage, the train step and predict, from shapes,
+    on `canvas` (default the config's first).
 
     Everything is traced abstractly (nothing is initialised, compiled or
     run), so this works for any config on any machine.
@@ -357,7 +360,7 @@ def count_parts(
     rest = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), rest)
     batch = {
         k: jax.ShapeDtypeStruct(shape, _BATCH_DTYPES[k])
-        for k, shape in batch_file.expected_shapes(config).items()
+        for k, shape in batch_file.expected_shapes(config, canvas).items()
     }
     key = jax.eval_shape(lambda: jax.random.key(0))
     stages = _Stages(graphdef, rest)

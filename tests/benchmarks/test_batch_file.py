@@ -66,11 +66,17 @@ def test_shape_mismatch_names_the_file_and_the_entry(tmp_path):
     other = _config(size=(64, 64))
     with pytest.raises(
         ValueError,
-        match=r"b\.npz: image has shape "
-        r"\(2, 32, 48, 3\), the config's pipeline makes "
-        r"\(2, 64, 64, 3\)",
+        match=r"b\.npz: batch 0 is on a 32 x 48 canvas, the config's are "
+        r"\[\(64, 64\)\]",
     ):
         batch_file.check_shapes(batch_file.load(path), other, path)
+    more = _config(instances=5)
+    with pytest.raises(
+        ValueError,
+        match=r"b\.npz: boxes has shape \(2, 3, 4\), the config's pipeline "
+        r"makes \(2, 5, 4\)",
+    ):
+        batch_file.check_shapes(batch_file.load(path), more, path)
 
 
 def test_a_file_that_is_not_a_batch_file_is_one_clear_error(tmp_path):
@@ -102,3 +108,25 @@ def test_coco_sized_shapes_variant_keeps_the_model_and_reads_shapes():
     assert (config.data.source, config.data.num_classes) == ("shapes", 3)
     with pytest.raises(ValueError, match="known: .*runlocal, shapes"):
         coco_r50_fpn.get_config("huge")
+
+
+def test_batches_on_both_orientation_canvases_round_trip(tmp_path):
+    config = _config(size=(32, 64))
+    config.data.resize = "shortest_edge"
+    config.data.group_orientations = True
+    landscape = _batches(config, 2)
+    portrait = [
+        dict(b, image=np.ascontiguousarray(b["image"].swapaxes(1, 2)))
+        for b in _batches(config, 1, seed=1)
+    ]
+    batches = [landscape[0], portrait[0], landscape[1]]
+    path = batch_file.save(tmp_path / "b.npz", batches, config.data)
+    loaded = batch_file.load(path)
+    batch_file.check_shapes(loaded, config, path)
+    half_level = 0.5 / np.asarray(config.data.pixel_std) + 1e-6
+    for want, got in zip(batches, loaded, strict=True):
+        assert got["image"].shape == want["image"].shape
+        assert np.all(np.abs(got["image"] - want["image"]) <= half_level)
+    config.data.group_orientations = False
+    with pytest.raises(ValueError, match=r"batch 1 is on a 64 x 32 canvas"):
+        batch_file.check_shapes(loaded, config, path)
