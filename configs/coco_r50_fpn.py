@@ -15,8 +15,9 @@ the batch, linear warmup over 1000 steps (at batch 16) from 0.001 x the LR,
 x0.1 at 2/3 and 8/9 of training, weight decay 1e-4, 90k steps at batch 16
 (1.44M images, ~12 epochs); inputs resized as detectron2 trains them
 (`_set_multiscale_input`): short side drawn from 640..800 in steps of 32,
-long side at most 1333, flipped half the time, on a 1344 x 1344 canvas
-(eval: short side 800).
+long side at most 1333, flipped half the time, landscape images on an
+832 x 1344 canvas and portrait ones on 1344 x 832, each step one
+orientation (eval: short side 800, the same canvases).
 `--config.train.batch_size=B` rescales the LR (x B/16), the steps and the
 warmup (x 16/B) with it.
 
