@@ -16,7 +16,7 @@ import tensorflow as tf
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import augment, sources, transforms
+from detector.data import augment, canvases, sources, transforms
 from detector.data.sources import base as source_lib
 from detector.data.sources import coco_json
 from detector.data.sources import shapes as shapes_source
@@ -219,7 +219,9 @@ class EvalSplit:
 
     `coco` holds the ground truth of every evaluated image (all processes),
     crowd regions included; `image_ids` are this process's images in the
-    order its batches yield them. Every process yields `num_batches` batches.
+    order its batches yield them. Every process yields `num_batches`
+    batches: with data.group_orientations, the landscape canvas's and then
+    the portrait canvas's, as many of each on every process.
     """
 
     coco: coco_lib.COCO
@@ -237,11 +239,59 @@ class EvalSplit:
         return _NumpyBatches(self._make_dataset(), self._source)
 
 
+@dataclasses.dataclass(frozen=True)
+class _EvalBlock:
+    """This process's images of one canvas: positions in ground-truth order,
+    and the batches every process yields on that canvas."""
+
+    canvas: canvases.Canvas
+    positions: list[int]
+    num_batches: int
+
+
+def _eval_blocks(
+    data: ml_collections.ConfigDict,
+    ground_truth: coco_lib.COCO,
+    image_ids: list[int],
+    process: tuple[int, int],
+    batch: int,
+) -> list[_EvalBlock]:
+    """Each canvas's images, split in contiguous per-process blocks.
+
+    An image's canvas follows its size in the ground truth (the size once
+    turned by its EXIF orientation, as decoded).
+    """
+    index, count = process
+    placed = canvases.canvases(data)
+    kinds = [canvases.LANDSCAPE] * len(image_ids)
+    if data.group_orientations:
+        kinds = canvases.orientations(
+            [
+                (ground_truth.imgs[i]["height"], ground_truth.imgs[i]["width"])
+                for i in image_ids
+            ]
+        )
+    blocks = []
+    for kind, canvas in enumerate(placed):
+        positions = [k for k, of in enumerate(kinds) if of == kind]
+        share = math.ceil(len(positions) / count)
+        begin = min(index * share, len(positions))
+        end = min(begin + share, len(positions))
+        blocks.append(
+            _EvalBlock(canvas, positions[begin:end], math.ceil(share / batch))
+        )
+    return blocks
+
+
 def _eval_dataset(
-    images: tf.data.Dataset, config, count: int, batch: int, num_batches: int
+    images: tf.data.Dataset,
+    data: ml_collections.ConfigDict,
+    count: int,
+    batch: int,
+    num_batches: int,
 ) -> tf.data.Dataset:
-    """Decoded examples -> fixed-size eval batches with padding rows."""
-    data = config.data
+    """Decoded examples -> fixed-size eval batches with padding rows, on
+    `data`'s one canvas."""
     examples = images.map(
         lambda e: transforms.transform(e, None, data, False, False),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -250,7 +300,7 @@ def _eval_dataset(
     padding = tf.data.Dataset.from_tensors(
         transforms.padding_example(data)
     ).repeat(num_batches * batch - count)
-    return examples.concatenate(padding).batch(batch).prefetch(data.prefetch)
+    return examples.concatenate(padding).batch(batch)
 
 
 def eval_split(
@@ -264,35 +314,43 @@ def eval_split(
     """The evaluation split `split` (default data.eval_split), sliceable.
 
     `max_images` > 0 keeps the first `max_images` images of the split. Each
-    process reads a contiguous block of the images.
+    process reads a contiguous block of each canvas's images.
     """
     source_class = _source_class(config)
     split = split or config.data.eval_split
-    index, count = _processes(process_index, process_count)
-    batch = _per_process(config.eval.batch_size, count, "eval.batch_size")
+    process = _processes(process_index, process_count)
+    batch = _per_process(config.eval.batch_size, process[1], "eval.batch_size")
     _set_up_tensorflow()
     source = source_class(config, split, max_images)
     ground_truth, all_ids = source.ground_truth()
-    per_process = math.ceil(len(all_ids) / count)
-    begin = min(index * per_process, len(all_ids))
-    end = min(begin + per_process, len(all_ids))
-    num_batches = max(1, math.ceil(per_process / batch))
+    blocks = [
+        block
+        for block in _eval_blocks(
+            config.data, ground_truth, all_ids, process, batch
+        )
+        if block.num_batches
+    ]
 
     def make_dataset() -> tf.data.Dataset:
-        return _eval_dataset(
-            source.eval_images(begin, end),
-            config,
-            end - begin,
-            batch,
-            num_batches,
-        )
+        datasets = [
+            _eval_dataset(
+                source.eval_images(block.positions),
+                canvases.on_canvas(config.data, block.canvas),
+                len(block.positions),
+                batch,
+                block.num_batches,
+            )
+            for block in blocks
+        ]
+        joined = functools.reduce(tf.data.Dataset.concatenate, datasets)
+        return joined.prefetch(config.data.prefetch)
 
     return EvalSplit(
         coco=ground_truth,
         category_ids=source.category_ids,
-        image_ids=list(all_ids[begin:end]),
+        image_ids=[all_ids[k] for block in blocks for k in block.positions],
         has_masks=source.has_masks,
-        num_batches=num_batches,
+        num_batches=sum(block.num_batches for block in blocks),
         _make_dataset=make_dataset,
         _source=source,
     )

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from pycocotools import coco as coco_lib
 
-from detector.data import pipeline
+from detector.data import canvases, pipeline
 from detector.distributed import determinism, multihost, sharding
 from detector.evaluation import (
     coco_backends,
@@ -68,11 +68,23 @@ def make_predict(graphdef: nnx.GraphDef, mesh: Mesh) -> jax.stages.Wrapped:
 
 @dataclasses.dataclass(frozen=True)
 class CompiledPredict:
-    """The predict program compiled for the eval batch, and its audit."""
+    """The predict program compiled for the eval batch on each canvas
+    (`data/canvases.py`), and the audit of one call."""
 
-    # (params, rest, images, image_sizes) -> detections
-    run: jax.stages.Compiled
+    # canvas (H, W) -> (params, rest, images, image_sizes) -> detections
+    programs: dict[canvases.Canvas, jax.stages.Compiled]
     findings: list[host_audit.HostRoundTrip]
+
+    def run(self, params, rest, images, image_sizes):
+        """Runs the program of `images`' canvas (f32[B, H, W, 3])."""
+        canvas = tuple(images.shape[1:3])
+        if canvas not in self.programs:
+            raise ValueError(
+                f"images on a {canvas[0]}x{canvas[1]} canvas: predict is "
+                "compiled for "
+                + ", ".join(f"{h}x{w}" for h, w in self.programs)
+            )
+        return self.programs[canvas](params, rest, images, image_sizes)
 
 
 def compile_predict(
@@ -84,32 +96,41 @@ def compile_predict(
     *,
     strict: bool = False,
 ) -> CompiledPredict:
-    """Compiles predict for f32[eval.batch_size, H, W, 3] images and their
-    i32[eval.batch_size, 2] sizes, audited.
+    """Compiles predict for f32[eval.batch_size, H, W, 3] images on each
+    canvas and their i32[eval.batch_size, 2] sizes, audited.
 
     `graphdef` is the eval-mode graphdef. Raises HostRoundTripError when
-    `strict` and the program goes through the host.
+    `strict` and a program goes through the host.
     """
     rows = NamedSharding(mesh, P("data"))
-    images = jax.ShapeDtypeStruct(
-        (config.eval.batch_size, *config.data.image_size, 3),
-        jnp.float32,
-        sharding=rows,
-    )
     sizes = jax.ShapeDtypeStruct(
         (config.eval.batch_size, 2), jnp.int32, sharding=rows
     )
-    compiled, findings = host_audit.compile_audited(
-        make_predict(graphdef, mesh),
-        params,
-        rest,
-        images,
-        sizes,
-        program="predict",
-        strict=strict,
-        advice=nms_lib.host_advice,
-    )
-    return CompiledPredict(compiled, findings)
+    jitted = make_predict(graphdef, mesh)
+    placed = canvases.canvases(config.data)
+    programs, findings = {}, []
+    for kind, canvas in enumerate(placed):
+        if canvas in programs:  # a square canvas in both orientations
+            continue
+        images = jax.ShapeDtypeStruct(
+            (config.eval.batch_size, *canvas, 3), jnp.float32, sharding=rows
+        )
+        programs[canvas], found = host_audit.compile_audited(
+            jitted,
+            params,
+            rest,
+            images,
+            sizes,
+            program=(
+                f"predict ({canvases.NAMES[kind]} canvas)"
+                if len(placed) > 1
+                else "predict"
+            ),
+            strict=strict,
+            advice=nms_lib.host_advice,
+        )
+        findings = max(findings, found, key=len)
+    return CompiledPredict(programs, findings)
 
 
 def coco_metrics(
@@ -244,7 +265,8 @@ def saved_result(
 
 
 def detections_path(stem: pathlib.Path) -> pathlib.Path:
-    """`<stem>.detections.json`: every detection in COCO results format.
+    """`<stem>.detections.json`: every detection in COCO results format,
+    in image-id order.
 
     The list pycocotools' `loadRes` and the COCO test server take: image_id,
     category_id, bbox [x, y, w, h] in original pixels, score and, with
@@ -272,8 +294,10 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
 
     Batch k becomes COCO results on a host thread while the device predicts
     batch k + 1 (`overlap.InOrder`); the results keep the batches' order.
+    The drawings are this process's images of the lowest ids.
     """
-    latencies, drawn = [], []
+    latencies = []
+    drawn = visualize.LowestIds(config.eval.num_visualized)
     with host_audit.device_only_transfers(), overlap.InOrder() as host:
         for batch in progress.bar(
             data.batches(),
@@ -301,10 +325,9 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
                 with_masks=data.has_masks,
                 mask_paste=config.eval.mask_paste,
             )
-            if len(drawn) < config.eval.num_visualized:
-                drawn.append((batch, outputs))
+            drawn.add(batch, outputs)
         results = [r for part in host.results() for r in part]
-    return results, latencies, drawn
+    return results, latencies, drawn.rows()
 
 
 def evaluate(
@@ -342,8 +365,10 @@ def evaluate(
     results, latencies, drawn = _run_predict(
         data, predict, params, rest, mesh, config
     )
-    # Every process's results, in process order (a collective).
+    # Every process's results (a collective), in image-id order; each
+    # image keeps its detections' order.
     results = [r for part in multihost.gather_json(results) for r in part]
+    results.sort(key=lambda r: r["image_id"])
     # Serialised before COCOeval adds its own keys to the dicts.
     detections = json.dumps(results) if jax.process_index() == 0 else ""
     image_ids = sorted(data.coco.getImgIds())  # all processes' images

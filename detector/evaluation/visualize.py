@@ -14,6 +14,35 @@ import matplotlib.pyplot as plt  # noqa: E402
 _COLOURS = plt.get_cmap("tab10").colors
 
 
+class LowestIds:
+    """Keeps the rows of the `count` lowest image ids of the batches seen,
+    each a one-row (batch, outputs) pair for `draw_predictions`."""
+
+    def __init__(self, count: int):
+        self._count = count
+        self._rows: list[tuple[int, dict, dict]] = []
+
+    def add(self, batch: dict, outputs: dict) -> None:
+        """Considers the valid rows of a batch and its predictions."""
+        for i in np.flatnonzero(batch["image_valid"]):
+            image_id = int(batch["image_id"][i])
+            full = len(self._rows) >= self._count
+            if full and (not self._rows or image_id >= self._rows[-1][0]):
+                continue
+            row = (
+                image_id,
+                {k: np.array(v[i : i + 1]) for k, v in batch.items()},
+                {k: np.array(v[i : i + 1]) for k, v in outputs.items()},
+            )
+            self._rows.append(row)
+            self._rows.sort(key=lambda kept: kept[0])
+            del self._rows[self._count :]
+
+    def rows(self) -> list[tuple[dict, dict]]:
+        """The kept (batch, outputs) rows, by image id."""
+        return [(batch, outputs) for _, batch, outputs in self._rows]
+
+
 def _input_image(
     batch: dict, i: int, config: ml_collections.ConfigDict
 ) -> np.ndarray:

@@ -84,8 +84,8 @@ class CocoJsonSource:
     def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
         return self.folder.coco(), self.folder.image_ids
 
-    def eval_images(self, begin: int, end: int) -> tf.data.Dataset:
-        """Images [begin, end) without targets, decoded inside tf.data."""
+    def eval_images(self, positions: list[int]) -> tf.data.Dataset:
+        """Images at `positions` without targets, decoded inside tf.data."""
 
         def load(index):
             image, image_id = tf.numpy_function(
@@ -99,7 +99,8 @@ class CocoJsonSource:
                 "image_id": tf.ensure_shape(image_id, []),
             }
 
-        return tf.data.Dataset.range(begin, end).map(load)
+        indices = np.asarray(positions, np.int64).reshape([-1])
+        return tf.data.Dataset.from_tensor_slices(indices).map(load)
 
     def take_error(self) -> Exception | None:
         error, self.folder.error = self.folder.error, None

@@ -508,9 +508,19 @@ class TfdsSource:
             )
         return coco_folder.build_coco(dataset), image_ids
 
-    def eval_images(self, begin: int, end: int) -> tf.data.Dataset:
-        records = self.builder.raw(self.split).skip(begin).take(end - begin)
-        return records.map(lambda r: self.builder.decode(r, training=False))
+    def eval_images(self, positions: list[int]) -> tf.data.Dataset:
+        """The split's records read in order, those at `positions` decoded."""
+        if positions != sorted(set(positions)):
+            raise ValueError(
+                "eval_images positions must be ascending and distinct: "
+                f"tfds {self.builder.name} reads its records in order"
+            )
+        wanted = np.zeros(max(positions, default=-1) + 1, bool)
+        wanted[positions] = True
+        records = self.builder.raw(self.split).take(len(wanted)).enumerate()
+        return records.filter(lambda k, _: tf.gather(wanted, k)).map(
+            lambda _, r: self.builder.decode(r, training=False)
+        )
 
     def take_error(self) -> Exception | None:
         return None  # decoding errors are TensorFlow's, one line each

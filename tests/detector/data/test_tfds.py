@@ -257,6 +257,25 @@ def test_eval_split_from_tfds(tfds_config):
     assert batches[0]["orig_size"].tolist() == [[40, 60], [50, 30]]
 
 
+def test_grouped_eval_reads_each_orientation_in_order(tfds_config):
+    config = tfds_config
+    config.data.resize = "shortest_edge"
+    config.data.min_size, config.data.max_size = (32,), 64
+    config.data.group_orientations = True
+    split = pipeline.eval_split(config)
+    # 201 is 40 x 60, 202 50 x 30, 203 square (landscape), 204 60 x 40.
+    assert split.image_ids == [201, 203, 202, 204]
+    batches = list(split.batches())
+    assert [b["image_id"].tolist() for b in batches] == [
+        [201, 203],
+        [202, 204],
+    ]
+    assert [b["image"].shape[1:3] for b in batches] == [(64, 80), (80, 64)]
+    source = tfds_coco.TfdsSource(config, "validation")
+    with pytest.raises(ValueError, match="must be ascending and distinct"):
+        source.eval_images([2, 0])
+
+
 def test_tfds_config_errors(tfds_config):
     tfds_config.data.num_classes = 3
     with pytest.raises(ValueError, match="80 labels but data.num_classes"):

@@ -1,0 +1,100 @@
+"""Evaluation on orientation canvases: one predict program per canvas, the
+results in image-id order and equal to one canvas that holds both
+orientations (the model behaves as if each image were alone)."""
+
+import json
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pycocotools.cocoeval")
+pytest.importorskip("tensorflow")
+
+from flax import nnx  # noqa: E402
+
+from detector.build import model as factory  # noqa: E402
+from detector.distributed import sharding  # noqa: E402
+from detector.evaluation import eval_lib  # noqa: E402
+from tests.helpers import mixed_orientations  # noqa: E402
+
+COUNT = 7  # images 2 and 5 are portrait
+# float32 error between canvases on CPU: input pixels and box coordinates.
+BOX_ATOL, SCORE_ATOL, METRIC_ATOL = 1e-3, 1e-5, 1e-6
+
+
+def _config(root):
+    """The grouped config on a CPU-sized model; frozen BatchNorm, whose
+    output at a pixel does not depend on the canvas around the image."""
+    config = mixed_orientations.grouped_config(root)
+    config.data.eval_split = "val"
+    model = config.model
+    model.norm = "frozen_batch"
+    model.backbone_width, model.fpn_channels = 8, 16
+    model.roi.box_head_dim, model.roi.mask_head_dim = 32, 16
+    model.detection.score_threshold = 0.0
+    model.detection.max_detections = 100
+    config.eval.num_visualized = 3
+    return config
+
+
+def _evaluate(config, workdir):
+    """(summary, detections, predict) of a fresh random-init model."""
+    model = factory.build_model(config, rngs=nnx.Rngs(0))
+    model.eval()
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    mesh = sharding.make_mesh()
+    predict = eval_lib.compile_predict(config, graphdef, params, rest, mesh)
+    summary = eval_lib.evaluate(
+        config, graphdef, params, rest, mesh=mesh, workdir=workdir,
+        predict=predict,
+    )  # fmt: skip
+    stem = eval_lib.result_stem(workdir, "val")
+    detections = json.loads(eval_lib.detections_path(stem).read_text())
+    return summary, detections, predict
+
+
+@pytest.fixture(name="runs", scope="module")
+def runs_fixture(tmp_path_factory):
+    """The grouped evaluation and the same model's on one 128 x 128 canvas."""
+    root = tmp_path_factory.mktemp("mixed")
+    mixed_orientations.write(root, "val", COUNT)
+    grouped = _config(root)
+    single = grouped.copy_and_resolve_references()
+    single.data.group_orientations = False
+    single.data.image_size = (128, 128)
+    return (
+        _evaluate(grouped, tmp_path_factory.mktemp("grouped")),
+        _evaluate(single, tmp_path_factory.mktemp("single")),
+    )
+
+
+def test_one_program_per_canvas(runs):
+    (_, _, grouped), (_, _, single) = runs
+    assert list(grouped.programs) == [(64, 128), (128, 64)]
+    assert list(single.programs) == [(128, 128)]
+    with pytest.raises(ValueError, match="on a 32x32 canvas: predict is"):
+        grouped.run(None, None, np.zeros((2, 32, 32, 3)), None)
+
+
+def test_detections_come_in_image_id_order(runs):
+    (_, detections, _), _ = runs
+    ids = [d["image_id"] for d in detections]
+    assert ids == sorted(ids) and set(ids) == set(range(1, COUNT + 1))
+
+
+def test_grouped_detections_and_metrics_equal_one_canvas(runs):
+    (grouped, got, _), (single, want, _) = runs
+    assert [d["image_id"] for d in got] == [d["image_id"] for d in want]
+    assert [d["category_id"] for d in got] == [d["category_id"] for d in want]
+    np.testing.assert_allclose(
+        [d["bbox"] for d in got], [d["bbox"] for d in want], atol=BOX_ATOL
+    )
+    np.testing.assert_allclose(
+        [d["score"] for d in got], [d["score"] for d in want], atol=SCORE_ATOL
+    )
+    for task in ("bbox", "segm"):
+        assert single[task]["AR100"] > 0  # some detections match
+        for name, value in single[task].items():
+            assert grouped[task][name] == pytest.approx(
+                value, abs=METRIC_ATOL
+            ), (task, name)
