@@ -387,16 +387,23 @@ class TfdsCoco:
         self._sizes: dict[str, np.ndarray] = {}  # split -> orientation index
 
     def raw(
-        self, split: SplitArg, shuffle_seed: int | None = None
+        self,
+        split: SplitArg,
+        shuffle_seed: int | None = None,
+        in_order: bool = False,
     ) -> tf.data.Dataset:
         """Records of `split` with the image still encoded.
 
         `split` is a split string or a TFDS subsplit (`tfds.even_splits`).
         `shuffle_seed` shuffles the file order (deterministically); None reads
-        in the stored order.
+        the files in the stored order, interleaved 16 at a time (TFDS'
+        default) unless `in_order`: one after another, so that record k is
+        the k-th that TFDS' slices ('train[k:]') count.
         """
         read_config = tfds.ReadConfig(
-            shuffle_seed=shuffle_seed, try_autocache=False
+            shuffle_seed=shuffle_seed,
+            try_autocache=False,
+            **({"interleave_cycle_length": 1} if in_order else {}),
         )
         try:
             return self.builder.as_dataset(
@@ -552,7 +559,7 @@ class TfdsCoco:
                 ]
             )
 
-        dataset = self.raw(split).map(
+        dataset = self.raw(split, in_order=True).map(
             row, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )
         batches = list(_numpy_elements(dataset.batch(4096), source))

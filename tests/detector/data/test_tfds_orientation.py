@@ -231,3 +231,75 @@ def test_an_image_missing_from_the_index_names_the_record(
         "orientation_index.*.npz to rebuild it"
     )
     assert source.take_error() is None
+
+
+class TinyCoco(tfds.core.GeneratorBasedBuilder):
+    """48 records in 2 files (TFDS interleaves them), every third portrait."""
+
+    VERSION = tfds.core.Version("1.0.0")
+    code_path = None  # no checksums file to look up beside this module
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        objects = {
+            "bbox": tfds.features.BBoxFeature(),
+            "label": tfds.features.ClassLabel(num_classes=3),
+            "is_crowd": tf.bool,
+            "area": tf.int64,
+        }
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {
+                    "image": tfds.features.Image(encoding_format="jpeg"),
+                    "image/filename": tfds.features.Text(),
+                    "image/id": tf.int64,
+                    "objects": tfds.features.Sequence(objects),
+                }
+            ),
+        )
+
+    def _split_generators(self, dl_manager):
+        del dl_manager
+        return {"train": self._generate_examples()}
+
+    def _generate_examples(self):
+        for i in range(48):
+            size = (20, 12) if i % 3 == 0 else (12, 20)
+            yield (
+                i,
+                {
+                    "image": np.full((*size, 3), i, np.uint8),
+                    "image/filename": f"{i}.jpg",
+                    "image/id": 1000 + i,
+                    "objects": {
+                        "bbox": np.zeros([0, 4], np.float32),
+                        "label": [],
+                        "is_crowd": [],
+                        "area": [],
+                    },
+                },
+            )
+
+
+def test_a_prepared_builder_shares_records_by_tfds_slices(tmp_path):
+    """The index is in the order TFDS' slices count, so a process's share
+    of the index holds the records TFDS reads for it."""
+    TinyCoco(data_dir=str(tmp_path)).download_and_prepare(
+        download_config=tfds.download.DownloadConfig(num_shards=2)
+    )
+    config = tfds_mock.config(str(tmp_path))
+    config.data.tfds_name = "tiny_coco"
+    config.data.num_classes = 3
+    source = tfds_coco.TfdsSource(config, "train")
+    assert source.orientation_counts() == (32, 16)
+    assert (tmp_path / "tiny_coco/1.0.0/orientation_index.train.npz").exists()
+    schedule = OrientationSchedule(7, (32, 16), 6)
+    for p in range(3):
+        share = tfds.even_splits("train", n=3, drop_remainder=True)[p]
+        ids = {int(r["image/id"]) for r in source.builder.raw(share)}
+        datasets = source.grouped_train_records(schedule, 0, 2, (p, 3))
+        for kind, dataset in enumerate(datasets):
+            # The first epoch of the share's stream of each orientation.
+            want = {i for i in ids if ((i - 1000) % 3 == 0) == kind}
+            read = [int(r["image/id"]) for _, r in dataset.take(len(want))]
+            assert sorted(read) == sorted(want)
