@@ -63,6 +63,8 @@ _IMAGE_SIGNATURES = (
 _ASSERTION = "assertion failed: ["
 # Bumped when the orientation index's file changes meaning.
 _INDEX_FORMAT = 1
+# What reading or writing a local or remote (gs://) file raises.
+_FILE_ERRORS = (OSError, zipfile.BadZipFile, tf.errors.OpError)
 # A split string ('train[:50%]') or a TFDS subsplit object of one.
 SplitArg: TypeAlias = str | Any
 
@@ -296,24 +298,27 @@ def _cache_folder() -> pathlib.Path:
     return pathlib.Path(root, "flax-maskrcnn", "tfds")
 
 
-def _index_paths(data_dir: str, split: str) -> tuple[pathlib.Path, ...]:
+def _index_paths(data_dir: str, split: str) -> tuple[str, str]:
     """The index file of `split`: beside the data, and in the cache folder
     (a folder per data folder)."""
     slug = re.sub(r"[^\w.-]", "_", split)
     name = f"orientation_index.{slug}.npz"
     key = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
-    return pathlib.Path(data_dir, name), _cache_folder() / key / name
+    beside = f"{str(data_dir).rstrip('/')}/{name}"
+    return beside, str(_cache_folder() / key / name)
 
 
-def _read_index(path: pathlib.Path, meta: dict) -> np.ndarray | None:
+def _read_index(path: str, meta: dict) -> np.ndarray | None:
     """The index in `path` if it was made for `meta`'s data, else None."""
-    if not path.exists():
-        return None
     try:
-        with np.load(path, allow_pickle=False) as stored:
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
             made_for = json.loads(str(stored["meta"]))
             table = np.asarray(stored["records"], np.int64)
-    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as e:
+    except (*_FILE_ERRORS, EOFError, ValueError, KeyError) as e:
         logging.warning("%s: unreadable (%s); rebuilding it", path, e)
         return None
     if made_for != meta or table.shape != (meta["records"], 3):
@@ -327,22 +332,31 @@ def _read_index(path: pathlib.Path, meta: dict) -> np.ndarray | None:
     return table
 
 
-def _write_index(
-    table: np.ndarray, meta: dict, paths: Sequence[pathlib.Path]
-) -> None:
+def _write_whole(path: str, data: bytes) -> None:
+    """Writes `data` to `path` whole or not at all: a local file by one
+    rename, a remote one (gs://) by one upload (object stores publish an
+    object whole)."""
+    if "://" in path:
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(data)
+    else:
+        files.write_bytes(path, data)
+
+
+def _write_index(table: np.ndarray, meta: dict, paths: Sequence[str]) -> None:
     """Writes the index to the first of `paths` this process can write."""
     buffer = io.BytesIO()
     np.savez(buffer, records=table, meta=np.array(json.dumps(meta)))
     beside, cached = paths
     try:
-        files.write_bytes(beside, buffer.getvalue())
+        _write_whole(beside, buffer.getvalue())
         logging.info("%s: orientation index written", beside)
         return
-    except OSError as e:
-        reason = e.strerror or str(e)
+    except _FILE_ERRORS as e:
+        reason = getattr(e, "strerror", None) or str(e)
     try:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        files.write_bytes(cached, buffer.getvalue())
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        _write_whole(cached, buffer.getvalue())
         logging.info(
             "%s: cannot write the orientation index beside the data (%s); "
             "wrote it to %s",
@@ -350,14 +364,14 @@ def _write_index(
             reason,
             cached,
         )
-    except OSError as e:
+    except _FILE_ERRORS as e:
         logging.warning(
             "orientation index not saved (%s: %s; %s: %s); the next start "
             "reads the image headers again",
             beside,
             reason,
             cached,
-            e.strerror or e,
+            getattr(e, "strerror", None) or e,
         )
 
 

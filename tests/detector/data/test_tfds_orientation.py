@@ -106,6 +106,20 @@ def test_a_read_only_data_folder_keeps_the_index_in_the_cache(
     assert cached.exists()
 
 
+def test_a_remote_data_folder_holds_the_index(
+    tmp_path, header_reads, mocked, monkeypatch
+):
+    """As on gs://: TensorFlow's in-memory file system stands in for it."""
+    folder = f"ram://{tmp_path.name}/coco/2017"
+    monkeypatch.setattr(tfds_coco.TfdsCoco, "data_dir", folder)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    _source(tmp_path).orientation_counts()
+    assert tf.io.gfile.exists(f"{folder}/orientation_index.train.npz")
+    assert _source(tmp_path).orientation_counts() == (2, 2)
+    assert len(header_reads) == 1
+    assert not (tmp_path / "cache").exists()
+
+
 def test_only_process_0_writes_the_index(
     tmp_path, data_dir, header_reads, mocked, monkeypatch
 ):
