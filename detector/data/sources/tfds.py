@@ -690,7 +690,8 @@ class TfdsSource:
 
     def _split_records(self, split: SplitArg) -> np.ndarray:
         """[N, 3] (image/id, height, width) of the records `split` reads, in
-        their stored order, from the orientation index of its base splits."""
+        the order TFDS' slices count, from the orientation index of its base
+        splits."""
         text = split_name(split)
         names = {part.split("[")[0].strip() for part in text.split("+")}
         tables = {name: self.builder.sizes(name) for name in sorted(names)}
@@ -760,12 +761,12 @@ class TfdsSource:
         def rows(kind: int) -> Iterator[tuple[int, dict]]:
             before = schedule.steps_before(start_step)[kind] * batch
             epoch, skip = divmod(before, int(per_epoch[kind]))
-            records = self._stream(share, kind, epoch, skip, table)
+            stream = self._stream(share, kind, epoch, skip, table)
             for step in itertools.count(start_step):
                 if schedule.orientation(step) == kind:
                     first = (step * count + index) * batch
                     for g in range(first, first + batch):
-                        yield g, next(records)
+                        yield g, next(stream)
 
         datasets = []
         for kind, images in enumerate(schedule.counts):
