@@ -1,10 +1,22 @@
 """The `tfds` source: TFDS coco/2017 records (boxes, no masks) read with the
-image still encoded, decoded, and their COCOeval ground truth."""
+image still encoded, decoded, and their COCOeval ground truth. Grouped
+training filters each process's share to one orientation per stream, by an
+index of image sizes read once from the headers and kept beside the data."""
 
 import functools
+import hashlib
+import io
+import itertools
+import json
+import os
+import pathlib
+import re
+import types
+import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
+import jax
 import ml_collections
 import numpy as np
 import tensorflow as tf
@@ -12,9 +24,11 @@ import tensorflow_datasets as tfds
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import coco_checks, coco_folder, gt_boxes
+from detector.data import canvases, coco_checks, coco_folder, gt_boxes
 from detector.data import orientation as orientation_lib
+from detector.data.orientation_schedule import OrientationSchedule
 from detector.data.sources import base as source
+from detector.utils import files
 
 # TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
 COCO_2017_CATEGORY_IDS = (
@@ -47,6 +61,10 @@ _IMAGE_SIGNATURES = (
     ((0, b"\x00\x00\x00\x0cJXL "),),
 )
 _ASSERTION = "assertion failed: ["
+# Bumped when the orientation index's file changes meaning.
+_INDEX_FORMAT = 1
+# What reading or writing a local or remote (gs://) file raises.
+_FILE_ERRORS = (OSError, zipfile.BadZipFile, tf.errors.OpError)
 # A split string ('train[:50%]') or a TFDS subsplit object of one.
 SplitArg: TypeAlias = str | Any
 
@@ -127,6 +145,31 @@ def _checked_image(record: dict, name: str) -> tf.Tensor:
         return tf.identity(data)
 
 
+def _header(record: dict, name: str) -> dict[str, tf.Tensor]:
+    """image/id, image/filename, and the height and width once turned by the
+    EXIF orientation (as decoded), read from the image's header: no pixel
+    decoding but for formats other than JPEG."""
+    image = _checked_image(record, name)
+    shape = tf.cond(
+        tf.io.is_jpeg(image),
+        lambda: tf.image.extract_jpeg_shape(image)[:2],
+        lambda: tf.shape(
+            tf.io.decode_image(image, channels=3, expand_animations=False)
+        )[:2],
+    )
+    shape = orientation_lib.oriented_size_tf(
+        shape, orientation_lib.orientation_tf(image)
+    )
+    return {
+        "image/id": record["image/id"],
+        "image/filename": record.get(
+            "image/filename", tf.strings.as_string(record["image/id"])
+        ),
+        "height": shape[0],
+        "width": shape[1],
+    }
+
+
 def _numpy_elements(dataset: tf.data.Dataset, context: str) -> Iterator[dict]:
     """`dataset` as numpy; a TensorFlow error becomes one ValueError line."""
     iterator = dataset.as_numpy_iterator()
@@ -138,6 +181,11 @@ def _numpy_elements(dataset: tf.data.Dataset, context: str) -> Iterator[dict]:
         except tf.errors.OpError as e:
             raise ValueError(error_line(e, context)) from None
         yield element
+
+
+def _kinds(records: np.ndarray) -> np.ndarray:
+    """The orientation of each (image/id, height, width) row."""
+    return np.asarray(canvases.orientations(records[:, 1:]), np.int64)
 
 
 def _log_unusable_boxes(name: str, image_id, count) -> np.int64:
@@ -244,6 +292,89 @@ def tfds_ground_truth(
     )
 
 
+def _cache_folder() -> pathlib.Path:
+    """Where an index goes when the data folder is read-only."""
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return pathlib.Path(root, "flax-maskrcnn", "tfds")
+
+
+def _index_paths(data_dir: str, split: str) -> tuple[str, str]:
+    """The index file of `split`: beside the data, and in the cache folder
+    (a folder per data folder)."""
+    slug = re.sub(r"[^\w.-]", "_", split)
+    name = f"orientation_index.{slug}.npz"
+    key = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
+    beside = f"{str(data_dir).rstrip('/')}/{name}"
+    return beside, str(_cache_folder() / key / name)
+
+
+def _read_index(path: str, meta: dict) -> np.ndarray | None:
+    """The index in `path` if it was made for `meta`'s data, else None."""
+    try:
+        if not tf.io.gfile.exists(path):
+            return None
+        with tf.io.gfile.GFile(path, "rb") as f:
+            data = f.read()
+        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
+            made_for = json.loads(str(stored["meta"]))
+            table = np.asarray(stored["records"], np.int64)
+    except (*_FILE_ERRORS, EOFError, ValueError, KeyError) as e:
+        logging.warning("%s: unreadable (%s); rebuilding it", path, e)
+        return None
+    if made_for != meta or table.shape != (meta["records"], 3):
+        logging.warning(
+            "%s: stale (made for %s, the data is %s); rebuilding it",
+            path,
+            made_for,
+            meta,
+        )
+        return None
+    return table
+
+
+def _write_whole(path: str, data: bytes) -> None:
+    """Writes `data` to `path` whole or not at all: a local file by one
+    rename, a remote one (gs://) by one upload (object stores publish an
+    object whole)."""
+    if "://" in path:
+        with tf.io.gfile.GFile(path, "wb") as f:
+            f.write(data)
+    else:
+        files.write_bytes(path, data)
+
+
+def _write_index(table: np.ndarray, meta: dict, paths: Sequence[str]) -> None:
+    """Writes the index to the first of `paths` this process can write."""
+    buffer = io.BytesIO()
+    np.savez(buffer, records=table, meta=np.array(json.dumps(meta)))
+    beside, cached = paths
+    try:
+        _write_whole(beside, buffer.getvalue())
+        logging.info("%s: orientation index written", beside)
+        return
+    except _FILE_ERRORS as e:
+        reason = getattr(e, "strerror", None) or str(e)
+    try:
+        os.makedirs(os.path.dirname(cached), exist_ok=True)
+        _write_whole(cached, buffer.getvalue())
+        logging.info(
+            "%s: cannot write the orientation index beside the data (%s); "
+            "wrote it to %s",
+            beside,
+            reason,
+            cached,
+        )
+    except _FILE_ERRORS as e:
+        logging.warning(
+            "orientation index not saved (%s: %s; %s: %s); the next start "
+            "reads the image headers again",
+            beside,
+            reason,
+            cached,
+            getattr(e, "strerror", None) or e,
+        )
+
+
 class TfdsCoco:
     """A TFDS COCO builder (`data.tfds_name`, `data.tfds_data_dir`)."""
 
@@ -267,18 +398,26 @@ class TfdsCoco:
             )
         self.category_ids = category_ids_for_tfds(self.label_names)
         self.has_masks = False
+        self._sizes: dict[str, np.ndarray] = {}  # split -> orientation index
 
     def raw(
-        self, split: SplitArg, shuffle_seed: int | None = None
+        self,
+        split: SplitArg,
+        shuffle_seed: int | None = None,
+        in_order: bool = False,
     ) -> tf.data.Dataset:
         """Records of `split` with the image still encoded.
 
         `split` is a split string or a TFDS subsplit (`tfds.even_splits`).
         `shuffle_seed` shuffles the file order (deterministically); None reads
-        in the stored order.
+        the files in the stored order, interleaved 16 at a time (TFDS'
+        default) unless `in_order`: one after another, so that record k is
+        the k-th that TFDS' slices ('train[k:]') count.
         """
         read_config = tfds.ReadConfig(
-            shuffle_seed=shuffle_seed, try_autocache=False
+            shuffle_seed=shuffle_seed,
+            try_autocache=False,
+            **({"interleave_cycle_length": 1} if in_order else {}),
         )
         try:
             return self.builder.as_dataset(
@@ -369,29 +508,7 @@ class TfdsCoco:
             dataset = dataset.take(max_images)
 
         def header(record):
-            image = _checked_image(record, self.name)
-            shape = tf.cond(
-                tf.io.is_jpeg(image),
-                lambda: tf.image.extract_jpeg_shape(image)[:2],
-                lambda: tf.shape(
-                    tf.io.decode_image(
-                        image, channels=3, expand_animations=False
-                    )
-                )[:2],
-            )
-            # The size once turned by the EXIF orientation, as decoded.
-            shape = orientation_lib.oriented_size_tf(
-                shape, orientation_lib.orientation_tf(image)
-            )
-            return {
-                "image/id": record["image/id"],
-                "image/filename": record.get(
-                    "image/filename", tf.strings.as_string(record["image/id"])
-                ),
-                "height": shape[0],
-                "width": shape[1],
-                "objects": record["objects"],
-            }
+            return {**_header(record, self.name), "objects": record["objects"]}
 
         source = f"tfds {self.name} {split}"
         return tfds_ground_truth(
@@ -399,6 +516,68 @@ class TfdsCoco:
             self.label_names,
             source,
         )
+
+    @property
+    def data_dir(self) -> str:
+        """The builder's folder of prepared data (its version's)."""
+        return self.builder.data_dir
+
+    def sizes(self, split: str) -> np.ndarray:
+        """[N, 3] int64 (image/id, height, width once turned) of the records
+        of base split `split` in stored order: the orientation index.
+
+        Read from its file (beside the data, else in the cache folder) when
+        that matches the data; else read from the image headers, and written
+        by process 0 (atomically; to the cache folder when the data folder
+        is read-only). A stale or unreadable file is rebuilt, with a log line.
+        """
+        if split not in self._sizes:
+            self._sizes[split] = self._load_sizes(split)
+        return self._sizes[split]
+
+    def _load_sizes(self, split: str) -> np.ndarray:
+        """`sizes` of `split`, from its file or the image headers."""
+        meta = {
+            "format": _INDEX_FORMAT,
+            "tfds": f"{self.name}:{self.builder.version}",
+            "split": split,
+            "records": self.num_examples(split),
+        }
+        paths = _index_paths(self.data_dir, split)
+        for path in paths:
+            table = _read_index(path, meta)
+            if table is not None:
+                return table
+        table = self._read_sizes(split, meta["records"])
+        if jax.process_index() == 0:
+            _write_index(table, meta, paths)
+        return table
+
+    def _read_sizes(self, split: str, count: int) -> np.ndarray:
+        """The orientation index of `split`, from each record's header."""
+        source = f"tfds {self.name} {split}"
+        logging.info(
+            "%s: reading the image headers of %d records for the "
+            "orientation index",
+            source,
+            count,
+        )
+
+        def row(record):
+            header = _header(record, self.name)
+            return tf.stack(
+                [
+                    header["image/id"],
+                    tf.cast(header["height"], tf.int64),
+                    tf.cast(header["width"], tf.int64),
+                ]
+            )
+
+        dataset = self.raw(split, in_order=True).map(
+            row, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        batches = list(_numpy_elements(dataset.batch(4096), source))
+        return np.concatenate([np.zeros([0, 3], np.int64), *batches])
 
 
 class TfdsSource:
@@ -417,6 +596,12 @@ class TfdsSource:
     share with the image still encoded (reading, no decoding). A 1-process
     run reads the whole split in the same order as before it was sharded;
     with P processes the order, and so the batches, depend on P.
+
+    Grouped training (`grouped_train_records`) reads one stream per
+    orientation: the share's records of it, epoch after epoch in the same
+    seeded order, filtered by the orientation index (`TfdsCoco.sizes`). The
+    schedule's proportions are the whole split's; a share that holds fewer
+    images of an orientation only starts its next epoch of them sooner.
     """
 
     def __init__(
@@ -425,6 +610,8 @@ class TfdsSource:
         self.builder = TfdsCoco(config.data)
         self.split = split
         self.max_images = max_images
+        self.seed = config.seed
+        self._error: Exception | None = None
         self.shuffle_buffer = max(config.data.shuffle_buffer, 1)
         self.num_classes = config.data.num_classes
         self.has_masks = self.builder.has_masks
@@ -475,13 +662,7 @@ class TfdsSource:
         index, count = process
         epoch, skip_steps = divmod(start_step, steps_per_epoch)
         while True:
-            epoch_seed = int(
-                np.random.SeedSequence(
-                    [seed, source.ORDER_STREAM, epoch]
-                ).generate_state(1)[0]
-            )
-            records = self.builder.raw(share, shuffle_seed=epoch_seed)
-            records = records.shuffle(self.shuffle_buffer, seed=epoch_seed)
+            records = self._epoch_records(share, seed, epoch)
             records = records.take(steps_per_epoch * batch)
             first_step = epoch * steps_per_epoch
 
@@ -493,6 +674,154 @@ class TfdsSource:
             records = records.enumerate().skip(skip_steps * batch)
             yield records.map(position)
             epoch, skip_steps = epoch + 1, 0
+
+    def _epoch_records(
+        self, share: SplitArg, seed: int, epoch: int
+    ) -> tf.data.Dataset:
+        """The share's records in epoch `epoch`'s order: its file order and
+        a shuffle buffer, both seeded by (seed, epoch)."""
+        epoch_seed = int(
+            np.random.SeedSequence(
+                [seed, source.ORDER_STREAM, epoch]
+            ).generate_state(1)[0]
+        )
+        records = self.builder.raw(share, shuffle_seed=epoch_seed)
+        return records.shuffle(self.shuffle_buffer, seed=epoch_seed)
+
+    def _split_records(self, split: SplitArg) -> np.ndarray:
+        """[N, 3] (image/id, height, width) of the records `split` reads, in
+        the order TFDS' slices count, from the orientation index of its base
+        splits."""
+        text = split_name(split)
+        names = {part.split("[")[0].strip() for part in text.split("+")}
+        tables = {name: self.builder.sizes(name) for name in sorted(names)}
+        sizes = {
+            name: types.SimpleNamespace(num_examples=len(table))
+            for name, table in tables.items()
+        }
+        if isinstance(split, str):
+            split = tfds.core.ReadInstruction.from_spec(split)
+        try:
+            parts = split.to_absolute(sizes)
+        except (KeyError, ValueError) as e:
+            raise ValueError(
+                f"split {text!r} of tfds {self.builder.name}: "
+                f"{str(e).splitlines()[0]}"
+            ) from None
+        records = np.concatenate(
+            [tables[p.splitname][p.from_ or 0 : p.to] for p in parts]
+        )
+        ids, repeats = np.unique(records[:, 0], return_counts=True)
+        if np.any(repeats > 1):
+            raise ValueError(
+                f"split {text!r} of tfds {self.builder.name}: image/id "
+                f"{ids[repeats > 1][0]} repeats; image ids must be unique"
+            )
+        return records
+
+    def orientation_counts(self) -> tuple[int, ...]:
+        """Images of each orientation in the training split (all processes)."""
+        kinds = _kinds(self._split_records(self.split))
+        return tuple(
+            int(n) for n in np.bincount(kinds, minlength=len(canvases.NAMES))
+        )
+
+    def grouped_train_records(
+        self,
+        schedule: OrientationSchedule,
+        start_step: int,
+        batch: int,
+        process: tuple[int, int],
+    ) -> tuple[tf.data.Dataset, ...]:
+        """One endless dataset per orientation of this process's (position,
+        encoded record) rows of that orientation's steps, in step order.
+
+        The stream of orientation o is the share's records of o, epoch
+        after epoch in `_epoch_records`' order; the k-th step of o takes its
+        records k * batch .. (k + 1) * batch - 1.
+        """
+        index, count = process
+        share = tfds.even_splits(self.split, n=count, drop_remainder=True)[
+            index
+        ]
+        records = self._split_records(share)
+        kinds = _kinds(records)
+        per_epoch = np.bincount(kinds, minlength=len(schedule.counts))
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(records[:, 0]), tf.constant(kinds)
+            ),
+            default_value=-1,
+        )
+        spec = (
+            tf.TensorSpec([], tf.int64),
+            self.builder.raw(share).element_spec,
+        )
+
+        def rows(kind: int) -> Iterator[tuple[int, dict]]:
+            before = schedule.steps_before(start_step)[kind] * batch
+            epoch, skip = divmod(before, int(per_epoch[kind]))
+            stream = self._stream(share, kind, epoch, skip, table)
+            for step in itertools.count(start_step):
+                if schedule.orientation(step) == kind:
+                    first = (step * count + index) * batch
+                    for g in range(first, first + batch):
+                        yield g, next(stream)
+
+        datasets = []
+        for kind, images in enumerate(schedule.counts):
+            if images and not per_epoch[kind]:
+                raise ValueError(
+                    f"split {self.split!r} of tfds {self.builder.name}: the "
+                    f"share of process {index} of {count} holds no "
+                    f"{canvases.NAMES[kind]} image, but the schedule has "
+                    f"{canvases.NAMES[kind]} steps; run fewer processes"
+                )
+            datasets.append(
+                # An orientation without steps: no rows (tuple() is empty).
+                tf.data.Dataset.from_generator(
+                    functools.partial(rows, kind) if images else tuple,
+                    output_signature=spec,
+                )
+            )
+        return tuple(datasets)
+
+    def _stream(
+        self,
+        share: SplitArg,
+        kind: int,
+        epoch: int,
+        skip: int,
+        table: tf.lookup.StaticHashTable,
+    ) -> Iterator[dict]:
+        """The share's records of orientation `kind`, epoch after epoch from
+        `epoch`, the first `skip` read but left out (not decoded)."""
+
+        def of_kind(record):
+            found = table.lookup(record["image/id"])
+            message = tf.strings.join(
+                [
+                    f"tfds {self.builder.name} record image/id=",
+                    tf.strings.as_string(record["image/id"]),
+                    " is not in the orientation index of split "
+                    f"{self.split}: the data changed since it was built; "
+                    "delete its orientation_index.*.npz to rebuild it",
+                ]
+            )
+            with tf.control_dependencies(
+                [tf.debugging.Assert(found >= 0, [message])]
+            ):
+                return tf.equal(found, kind)
+
+        while True:
+            records = self._epoch_records(share, self.seed, epoch)
+            records = records.filter(of_kind).skip(skip)
+            try:
+                yield from _numpy_elements(records, f"tfds {self.builder.name}")
+            except ValueError as e:  # re-raised by the pipeline (take_error)
+                self._error = self._error or e
+                raise
+            epoch, skip = epoch + 1, 0
 
     def decode_train(self, record: dict) -> dict[str, tf.Tensor]:
         return self.builder.decode(record, training=True)
@@ -523,4 +852,7 @@ class TfdsSource:
         )
 
     def take_error(self) -> Exception | None:
-        return None  # decoding errors are TensorFlow's, one line each
+        """A reading error of the grouped records (decoding errors are
+        TensorFlow's, one line each)."""
+        error, self._error = self._error, None
+        return error

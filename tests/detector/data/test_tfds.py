@@ -1,7 +1,6 @@
 """The TFDS coco/2017 source, without network, through tfds mock_data."""
 
 import itertools
-import types
 
 import numpy as np
 import pytest
@@ -10,135 +9,13 @@ import tensorflow_datasets as tfds
 
 from detector.data import pipeline
 from detector.data.sources import tfds as tfds_coco
-from tests.detector.data import helpers
-
-# (height, width, objects as (ymin, xmin, ymax, xmax) normalised, label,
-# is_crowd), image ids 101.. in this order.
-EXAMPLES = [
-    (
-        40,
-        60,
-        [
-            ((0.1, 0.1, 0.5, 0.4), 0, False),
-            ((0.5, 0.5, 0.9, 0.9), 79, False),
-            ((0.0, 0.0, 1.0, 1.0), 0, True),
-        ],
-    ),
-    (
-        50,
-        30,
-        [((0.2, 0.2, 0.6, 0.8), 5, False), ((0.3, 0.3, 0.3, 0.6), 6, False)],
-    ),  # zero height
-    (30, 30, []),
-    (60, 40, [((0.1, 0.2, 0.3, 0.4), 2, False)]),
-]
-
-
-# The first image id of each mocked split: the splits hold the same records
-# under different ids, so a test sees which split it read.
-FIRST_IDS = {"train": 101, "validation": 201}
-CORRUPT_BYTES = b"\x00\x01 not an image"
-
-
-def _records(
-    encoded_image: bool, first_id: int, corrupt: int | None = None
-) -> tf.data.Dataset:
-    """The mocked coco/2017 records, as TFDS would decode them.
-
-    Record `corrupt` (an index) holds bytes of no image format.
-    """
-
-    def generate():
-        for index, (height, width, objects) in enumerate(EXAMPLES):
-            pixels = np.full((height, width, 3), 40 * index, np.uint8)
-            image = (
-                tf.io.encode_jpeg(pixels).numpy() if encoded_image else pixels
-            )
-            if index == corrupt:
-                image = CORRUPT_BYTES
-            boxes = np.array([o[0] for o in objects], np.float32)
-            yield {
-                "image": image,
-                "image/filename": f"{index}.jpg",
-                "image/id": first_id + index,
-                "objects": {
-                    "id": np.arange(len(objects), dtype=np.int64),
-                    "area": np.full(len(objects), 12, np.int64),
-                    "bbox": boxes.reshape(-1, 4),
-                    "label": np.array([o[1] for o in objects], np.int64),
-                    "is_crowd": np.array([o[2] for o in objects], bool),
-                },
-            }
-
-    image_spec = (
-        tf.TensorSpec([], tf.string)
-        if encoded_image
-        else tf.TensorSpec([None, None, 3], tf.uint8)
-    )
-    signature = {
-        "image": image_spec,
-        "image/filename": tf.TensorSpec([], tf.string),
-        "image/id": tf.TensorSpec([], tf.int64),
-        "objects": {
-            "id": tf.TensorSpec([None], tf.int64),
-            "area": tf.TensorSpec([None], tf.int64),
-            "bbox": tf.TensorSpec([None, 4], tf.float32),
-            "label": tf.TensorSpec([None], tf.int64),
-            "is_crowd": tf.TensorSpec([None], tf.bool),
-        },
-    }
-    dataset = tf.data.Dataset.from_generator(
-        generate, output_signature=signature
-    )
-    return dataset.apply(tf.data.experimental.assert_cardinality(len(EXAMPLES)))
-
-
-def _as_dataset_fn(corrupt: int | None = None, reads: list | None = None):
-    """A builder._as_dataset that slices the split with TFDS' own rules.
-
-    Each call appends the (split name, first, stop) record range it serves
-    to `reads`.
-    """
-
-    def as_dataset(
-        self, split, decoders=None, read_config=None, shuffle_files=False
-    ):
-        del self, read_config, shuffle_files
-        skip = isinstance(
-            (decoders or {}).get("image"), tfds.decode.SkipDecoding
-        )
-        split_infos = {
-            name: types.SimpleNamespace(num_examples=len(EXAMPLES))
-            for name in FIRST_IDS
-        }
-        if isinstance(split, str):  # a subsplit object resolves itself
-            split = tfds.core.ReadInstruction.from_spec(split)
-        (absolute,) = split.to_absolute(split_infos)
-        start = absolute.from_ or 0
-        stop = len(EXAMPLES) if absolute.to is None else absolute.to
-        if reads is not None:
-            reads.append((absolute.splitname, start, stop))
-        records = _records(skip, FIRST_IDS[absolute.splitname], corrupt)
-        return records.skip(start).take(stop - start)
-
-    return as_dataset
-
-
-def _config(data_dir: str):
-    config = helpers.small_config("", source="tfds")
-    config.data.tfds_data_dir = data_dir
-    config.data.num_classes = 80
-    config.data.train_split = "train"
-    config.data.eval_split = "validation"
-    config.data.hflip = False
-    config.data.scale_jitter = (1.0, 1.0)
-    return config
+from tests.detector.data import helpers, tfds_mock
 
 
 @pytest.fixture(name="tfds_config")
 def tfds_config_fixture(tmp_path):
-    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()):
-        yield _config(str(tmp_path))
+    with tfds.testing.mock_data(as_dataset_fn=tfds_mock.as_dataset_fn()):
+        yield tfds_mock.config(str(tmp_path))
 
 
 def test_train_batches_from_tfds_and_resume(tfds_config):
@@ -159,7 +36,7 @@ def test_train_batches_from_tfds_and_resume(tfds_config):
     # crowd and zero-size boxes are gone.
     for batch in batches:
         for row, image_id in enumerate(batch["image_id"]):
-            height, width, objects = EXAMPLES[image_id - 101]
+            height, width, objects = tfds_mock.EXAMPLES[image_id - 101]
             kept = [
                 o
                 for o in objects
@@ -203,8 +80,9 @@ def test_each_of_two_processes_reads_only_its_share_and_resumes(tmp_path):
     share. Resuming either process at step 2 gives the batch of step 2.
     """
     reads = []
-    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn(reads=reads)):
-        config = _config(str(tmp_path))
+    mocked = tfds_mock.as_dataset_fn(reads=reads)
+    with tfds.testing.mock_data(as_dataset_fn=mocked):
+        config = tfds_mock.config(str(tmp_path))
         runs, seen = [], []
         for p in range(2):
             reads.clear()
@@ -319,13 +197,14 @@ def test_eval_split_slices_like_tfds(tfds_config):
 
 
 def test_corrupt_image_names_the_record(tmp_path):
-    config = _config(str(tmp_path))
+    config = tfds_mock.config(str(tmp_path))
     expected = (
         r"^tfds coco/2017 record image/filename=2.jpg \(image/id="
         r"{}\): cannot decode its image: "
-        rf"{len(CORRUPT_BYTES)} bytes in no known format \(JPEG, "
+        rf"{len(tfds_mock.CORRUPT_BYTES)} bytes in no known format \(JPEG, "
     )
-    with tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn(corrupt=2)):
+    mocked = tfds_mock.as_dataset_fn(corrupt=2)
+    with tfds.testing.mock_data(as_dataset_fn=mocked):
         with pytest.raises(ValueError, match=expected.format(203)):
             pipeline.eval_split(config)
         with pytest.raises(ValueError, match=expected.format(103)):
@@ -370,10 +249,10 @@ class CocoWithoutLabels(tfds.core.GeneratorBasedBuilder):
 
 
 def test_features_without_labels_name_the_builder_and_key(tmp_path):
-    config = _config(str(tmp_path))
+    config = tfds_mock.config(str(tmp_path))
     config.data.tfds_name = "coco_without_labels"
     with (
-        tfds.testing.mock_data(as_dataset_fn=_as_dataset_fn()),
+        tfds.testing.mock_data(as_dataset_fn=tfds_mock.as_dataset_fn()),
         pytest.raises(
             ValueError,
             match=r"^tfds coco_without_labels: "
