@@ -76,22 +76,31 @@ def _smallest_canvas(size, canvases):
     return min(fits, key=lambda c: c[0] * c[1])
 
 
-SHORTEST_EDGE = images.Resize("shortest_edge", (1344, 1344), 800, 1333)
-# name -> (resize rule, canvases or None: each image's own, rounded to 32).
+SHORTEST_EDGE = images.Resize("shortest_edge", 800, 1333)
+SQUARE = (1344, 1344)  # holds either orientation at up to 800 x 1333
+# name -> (resize rule, the canvas it sizes against, canvases or None: each
+# image's own, rounded to 32).
 SETUPS = {
     "letterbox 1024x1024": (
-        images.Resize("letterbox", (1024, 1024)),
+        images.Resize("letterbox"),
+        (1024, 1024),
         ((1024, 1024),),
     ),
     "shortest_edge, 1344x1344 (train/eval/predict)": (
         SHORTEST_EDGE,
+        SQUARE,
         ((1344, 1344),),
     ),
     "shortest_edge, 832x1344 + 1344x832 pair": (
         SHORTEST_EDGE,
+        SQUARE,
         ((832, 1344), (1344, 832), (1344, 1344)),
     ),
-    "shortest_edge, torchvision (per image, x32)": (SHORTEST_EDGE, None),
+    "shortest_edge, torchvision (per image, x32)": (
+        SHORTEST_EDGE,
+        SQUARE,
+        None,
+    ),
 }
 
 
@@ -102,10 +111,9 @@ def measure(sizes: list[tuple[int, int]]) -> dict:
         for s in sizes
     )
     results = {}
-    for name, (resize, canvases) in SETUPS.items():
+    for name, (resize, canvas_max, canvases) in SETUPS.items():
         used, image_pixels, shapes = 0, 0, set()
         for size in sizes:
-            canvas_max = resize.image_size
             resized = images.fitted_size(size, resize, canvas_max)
             canvas = (
                 _round_up(resized)

@@ -38,10 +38,11 @@ BLOCKED = (
     "ml_collections",
     "optax",
 )
-# detector.data's image-file readers and its resize rule are numpy and PIL
-# only: allowed.
+# detector.data's image-file readers, its resize rule and its canvas of an
+# image are numpy and PIL only: allowed.
 ALLOWED = (
     "detector.data",
+    "detector.data.canvases",
     "detector.data.image_file",
     "detector.data.orientation",
     "detector.data.resize",

@@ -30,7 +30,10 @@ def _run(batch, image_sizes, orig_sizes) -> dict[str, np.ndarray]:
 
 
 PREDICTOR = runner.Predictor(
-    images.Resize("letterbox", IMAGE_SIZE), [{"id": 1, "name": "square"}], _run
+    images.Resize("letterbox"),
+    (IMAGE_SIZE,),
+    [{"id": 1, "name": "square"}],
+    _run,
 )
 
 
