@@ -207,13 +207,15 @@ def export_workdir(
 
 
 def summary(meta: dict, out: pathlib.Path) -> str:
-    """export.py's last line: the step, the folder, the platforms and the
-    NMS backend each platform runs."""
+    """export.py's last line: the step, the folder, the canvases, the
+    platforms and the NMS backend each platform runs."""
     backends = ", ".join(
         f"on {platform}: {'/'.join(sorted(set(sites.values())))}"
         for platform, sites in meta["nms_backend"].items()
     )
+    canvases = ", ".join(f"{h} x {w}" for h, w in meta["canvases"])
     return (
-        f"exported step {meta['checkpoint_step']} to {out} for "
+        f"exported step {meta['checkpoint_step']} to {out} (canvas"
+        f"{'es' * (len(meta['canvases']) > 1)} {canvases}) for "
         f"{', '.join(meta['platforms'])}; NMS backend {backends}"
     )

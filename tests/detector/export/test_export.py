@@ -171,6 +171,7 @@ def _never_called(*args, **kwargs):
 def test_summary_names_the_platforms_and_their_nms_backend():
     meta = {
         "checkpoint_step": 3,
+        "canvases": [[832, 1344], [1344, 832]],
         "platforms": ["cpu", "cuda"],
         "nms_backend": {
             "cpu": {"rpn": "pallas", "detection": "pallas"},
@@ -178,6 +179,10 @@ def test_summary_names_the_platforms_and_their_nms_backend():
         },
     }
     assert exporter.summary(meta, pathlib.Path("w/export")) == (
-        "exported step 3 to w/export for cpu, cuda; NMS backend on cpu: "
-        "pallas, on cuda: pallas/while_loop"
+        "exported step 3 to w/export (canvases 832 x 1344, 1344 x 832) for "
+        "cpu, cuda; NMS backend on cpu: pallas, on cuda: pallas/while_loop"
+    )
+    meta["canvases"] = [[128, 128]]
+    assert exporter.summary(meta, pathlib.Path("w/export")).startswith(
+        "exported step 3 to w/export (canvas 128 x 128) for cpu, cuda;"
     )
