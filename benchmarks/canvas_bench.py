@@ -101,9 +101,7 @@ def setups() -> dict:
 
 
 def _rule(data, min_size: int) -> images.Resize:
-    return images.Resize(
-        data.resize, tuple(data.image_size), min_size, data.max_size
-    )
+    return images.Resize(data.resize, min_size, data.max_size)
 
 
 def _measure_at(sizes, min_size: int) -> dict:

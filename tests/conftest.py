@@ -79,15 +79,40 @@ def trained_workdir(tmp_path_factory):
     return workdir
 
 
-@pytest.fixture(scope="session")
-def exported_dir(trained_workdir):
-    """trained_workdir exported for cpu, cuda and tpu in one artifact."""
+def _export(workdir):
+    """`workdir` exported for cpu, cuda and tpu in one artifact, into
+    workdir/export."""
     from detector import config as config_lib
     from detector.export import exporter
 
-    out = trained_workdir / "export"
-    config = config_lib.load_json(trained_workdir / "config.json")
+    out = workdir / "export"
+    config = config_lib.load_json(workdir / "config.json")
     exporter.export_workdir(
-        config, trained_workdir, out, platforms=("cpu", "cuda", "tpu")
+        config, workdir, out, platforms=("cpu", "cuda", "tpu")
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def exported_dir(trained_workdir):
+    """trained_workdir exported for cpu, cuda and tpu in one artifact."""
+    return _export(trained_workdir)
+
+
+@pytest.fixture(scope="session")
+def grouped_workdir(tmp_path_factory):
+    """A workdir of the grouped config (landscape and portrait canvases,
+    not trained: tests/helpers/predict_workdir.py) whose data.root's "val"
+    holds images of both orientations."""
+    pytest.importorskip("pycocotools.mask")  # the folder's annotations
+    from tests.helpers import predict_workdir
+
+    root = tmp_path_factory.mktemp("grouped")
+    predict_workdir.make_grouped(root / "run", root / "data")
+    return root / "run"
+
+
+@pytest.fixture(scope="session")
+def grouped_exported_dir(grouped_workdir):
+    """grouped_workdir exported for cpu, cuda and tpu in one artifact."""
+    return _export(grouped_workdir)

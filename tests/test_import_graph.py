@@ -207,10 +207,12 @@ LAYER_RULES = {
 
 # layer -> modules of a forbidden package that it may import all the same.
 LAYER_EXCEPTIONS = {
-    # Image files read as training reads them (numpy and PIL only), and
-    # sized by the one resize rule (pure Python and numpy).
+    # Image files read as training reads them (numpy and PIL only), sized
+    # by the one resize rule (pure Python and numpy) on the canvas of
+    # their orientation (pure Python).
     "detector.imaging": (
         "detector.data",
+        "detector.data.canvases",
         "detector.data.image_file",
         "detector.data.orientation",
         "detector.data.resize",

@@ -38,10 +38,11 @@ BLOCKED = (
     "ml_collections",
     "optax",
 )
-# detector.data's image-file readers and its resize rule are numpy and PIL
-# only: allowed.
+# detector.data's image-file readers, its resize rule and its canvas of an
+# image are numpy and PIL only: allowed.
 ALLOWED = (
     "detector.data",
+    "detector.data.canvases",
     "detector.data.image_file",
     "detector.data.orientation",
     "detector.data.resize",
@@ -300,6 +301,35 @@ def test_truncated_artifact_is_one_error_line(exported_dir, photos, tmp_path):
         _run("predict.py", f"--exported={broken}", str(photos), blocked=True)
     )
     assert line.startswith(f"error: {artifact}: its 5000 bytes differ")
+
+
+@pytest.mark.slow  # in process: tests/detector/export/test_grouped_export.py
+def test_exported_predict_on_two_canvases_keeps_the_input_order(
+    grouped_exported_dir, tmp_path
+):
+    """A folder of landscape and portrait images, an artifact of both
+    canvases, the model's imports blocked."""
+    config = json.loads(
+        (grouped_exported_dir.parent / "config.json").read_text()
+    )
+    paths = sorted((pathlib.Path(config["data"]["root"]) / "val").iterdir())
+    out = tmp_path / "out"
+    result = _run(
+        "predict.py",
+        f"--exported={grouped_exported_dir}",
+        f"--out={out}",
+        "--batch_size=2",
+        str(paths[0].parent),
+        blocked=True,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{len(paths)} images predicted;" in result.stdout
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert list(predictions) == [str(p) for p in paths]
+    sizes = {
+        tuple(r["segmentation"]["size"]) for r in predictions[str(paths[1])]
+    }
+    assert sizes == {(128, 96)}  # the portrait one
 
 
 @pytest.mark.slow  # the message itself: tests/detector/export/

@@ -2,8 +2,12 @@
 landscape and a portrait one with `data.group_orientations`."""
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import ml_collections
+# ml_collections only where a config is copied (`on_canvas`): `pick` and
+# `orientation` serve predict.py --exported, which runs without it.
+if TYPE_CHECKING:
+    import ml_collections
 
 Canvas = tuple[int, int]  # (height, width)
 
@@ -12,7 +16,7 @@ LANDSCAPE, PORTRAIT = 0, 1
 NAMES = ("landscape", "portrait")
 
 
-def canvases(data: ml_collections.ConfigDict) -> tuple[Canvas, ...]:
+def canvases(data: "ml_collections.ConfigDict") -> tuple[Canvas, ...]:
     """The canvases, indexed by orientation (one when not grouping)."""
     height, width = (int(v) for v in data.image_size)
     if data.group_orientations:
@@ -30,19 +34,26 @@ def orientations(sizes: Sequence[tuple[int, int]]) -> list[int]:
     return [orientation(int(h), int(w)) for h, w in sizes]
 
 
-def canvas_of(
-    data: ml_collections.ConfigDict, height: int, width: int
-) -> Canvas:
-    """The canvas an h x w image is placed on."""
-    choices = canvases(data)
+def pick(choices: Sequence[Canvas], height: int, width: int) -> Canvas:
+    """The canvas of `choices` (`canvases`' order) an h x w image is placed
+    on."""
     return choices[orientation(height, width) % len(choices)]
 
 
+def canvas_of(
+    data: "ml_collections.ConfigDict", height: int, width: int
+) -> Canvas:
+    """The canvas an h x w image is placed on."""
+    return pick(canvases(data), height, width)
+
+
 def on_canvas(
-    data: ml_collections.ConfigDict, canvas: Canvas
-) -> ml_collections.ConfigDict:
+    data: "ml_collections.ConfigDict", canvas: Canvas
+) -> "ml_collections.ConfigDict":
     """A copy of config.data whose one canvas is `canvas`: the transforms
     of one orientation's images."""
+    import ml_collections
+
     placed = ml_collections.ConfigDict(data.to_dict())
     placed.image_size = tuple(canvas)
     placed.group_orientations = False

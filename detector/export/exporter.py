@@ -1,6 +1,6 @@
-"""A workdir's predict function serialized with `jax.export`: predict.jax and
-predict.json, one symbolic batch dimension, several platforms in one file
-(docs/export-and-predict.md)."""
+"""A workdir's predict function serialized with `jax.export`, once per
+canvas: predict.jax and predict.json, one symbolic batch dimension, several
+platforms in one file (docs/export-and-predict.md)."""
 
 import dataclasses
 import json
@@ -10,10 +10,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from detector.data import canvases as canvases_lib
 from detector.distributed import sharding
 from detector.export import categories as categories_lib
 from detector.export import serving
 from detector.predict import artifact as artifact_lib
+from detector.predict import artifact_meta
 from detector.state import train_state
 from detector.utils import files
 from ops import nms as nms_lib
@@ -123,13 +125,13 @@ def served(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> Served:
 
 
 def export_fn(
-    fn, image_size: tuple[int, int], platforms: tuple[str, ...]
+    fn, canvas: tuple[int, int], platforms: tuple[str, ...]
 ) -> jax.export.Exported:
-    """jax.export of fn(f32[b, H, W, 3], i32[b, 2], i32[b, 2]), b
-    symbolic."""
+    """jax.export of fn(f32[b, H, W, 3], i32[b, 2], i32[b, 2]) on the
+    (H, W) `canvas`, b symbolic."""
     (batch,) = jax.export.symbolic_shape(artifact_lib.SYMBOLIC_BATCH)
     args = (
-        jax.ShapeDtypeStruct((batch, *image_size, 3), jnp.float32),
+        jax.ShapeDtypeStruct((batch, *canvas, 3), jnp.float32),
         jax.ShapeDtypeStruct((batch, 2), jnp.int32),
         jax.ShapeDtypeStruct((batch, 2), jnp.int32),
     )
@@ -167,13 +169,17 @@ def export_workdir(
     nms_backends = nms_per_platform(config, platforms, nms)
     files.check_writable_folder(out, "--out")
     model = served(config, workdir)
-    image_size = tuple(config.data.image_size)
-    exported = export_fn(model.fn, image_size, platforms)
-    data = bytes(exported.serialize())
+    canvases = canvases_lib.canvases(config.data)
+    # One function per canvas, stored one after another (canvas_bytes).
+    functions = [export_fn(model.fn, c, platforms) for c in canvases]
+    blobs = [bytes(exported.serialize()) for exported in functions]
+    data = b"".join(blobs)
+    exported = functions[0]  # platforms and calling convention: all alike
     meta = {
-        "image_size": list(image_size),
+        "format_version": artifact_meta.FORMAT_VERSION,
+        "canvases": [list(canvas) for canvas in canvases],
+        "canvas_bytes": [len(blob) for blob in blobs],
         "resize": serving.resize_of(config)._asdict(),
-        "canvases": [list(image_size)],
         "batch_sizes": artifact_lib.SYMBOLIC_BATCH,
         "pixel_mean": list(config.data.pixel_mean),
         "pixel_std": list(config.data.pixel_std),
@@ -201,13 +207,15 @@ def export_workdir(
 
 
 def summary(meta: dict, out: pathlib.Path) -> str:
-    """export.py's last line: the step, the folder, the platforms and the
-    NMS backend each platform runs."""
+    """export.py's last line: the step, the folder, the canvases, the
+    platforms and the NMS backend each platform runs."""
     backends = ", ".join(
         f"on {platform}: {'/'.join(sorted(set(sites.values())))}"
         for platform, sites in meta["nms_backend"].items()
     )
+    canvases = ", ".join(f"{h} x {w}" for h, w in meta["canvases"])
     return (
-        f"exported step {meta['checkpoint_step']} to {out} for "
+        f"exported step {meta['checkpoint_step']} to {out} (canvas"
+        f"{'es' * (len(meta['canvases']) > 1)} {canvases}) for "
         f"{', '.join(meta['platforms'])}; NMS backend {backends}"
     )

@@ -7,6 +7,7 @@ import pathlib
 import jax
 import ml_collections
 
+from detector.data import canvases
 from detector.export import exporter, serving
 from detector.predict import runner
 
@@ -22,9 +23,10 @@ def predictor(
         checkpoint (one line).
     """
     model = exporter.served(config, workdir)
-    fn = jax.jit(model.fn)
+    fn = jax.jit(model.fn)  # compiled once per canvas
     return runner.Predictor(
         serving.resize_of(config),
+        canvases.canvases(config.data),
         model.categories,
         lambda images, resized, sizes: jax.device_get(
             fn(images, resized, sizes)

@@ -16,11 +16,10 @@ from detector.predict import artifact as artifact_lib
 
 def resize_of(config: ml_collections.ConfigDict) -> images_lib.Resize:
     """The resize rule of `config.data` as predict applies it (eval's: the
-    last of data.min_size)."""
+    last of data.min_size), against each image's canvas."""
     data = config.data
     return images_lib.Resize(
         rule=data.resize,
-        image_size=tuple(int(v) for v in data.image_size),
         min_size=int(data.min_size[-1]),
         max_size=int(data.max_size),
     )
@@ -111,11 +110,12 @@ def serving_fn(
 
     images f32[b, H, W, 3] are resized in float by the config's rule
     (`images.fitted_size` and `place`: eval's resize, unrounded) at the top
-    left of the canvas; image_sizes i32[b, 2] their resized (height, width),
-    orig_sizes i32[b, 2] the originals'. Inside: normalise and zero the
-    padding (as eval pads after normalising), predict with each image's
-    size, map boxes back with eval's per-axis factor, drop boxes left
-    empty there (`drop_empty`), map classes to category ids.
+    left of one of the config's canvases (traced once per canvas);
+    image_sizes i32[b, 2] their resized (height, width), orig_sizes
+    i32[b, 2] the originals'. Inside: normalise and zero the padding (as
+    eval pads after normalising), predict with each image's size, map
+    boxes back with eval's per-axis factor, drop boxes left empty there
+    (`drop_empty`), map classes to category ids.
     """
     mean, std = tuple(config.data.pixel_mean), tuple(config.data.pixel_std)
     id_of_class = jnp.asarray([0, *category_ids], jnp.int32)

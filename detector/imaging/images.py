@@ -9,10 +9,14 @@ from typing import NamedTuple
 import numpy as np
 
 # numpy and PIL only, like this package.
-from detector.data import image_file, resize
+from detector.data import canvases, image_file, resize
 
 # The rule names, for predict/ (which imports only imaging/ of detector/).
 RESIZE_RULES = resize.RULES
+# (height, width) of a canvas, and the canvas of an h x w image among a
+# model's canvases (one, or landscape and portrait: data/canvases.py).
+Canvas = canvases.Canvas
+pick_canvas = canvases.pick
 
 # predict.py's --max_pixels default, 100 megapixels: 300 MB decoded, and
 # several times that while a PNG that large is resized and drawn (a JPEG
@@ -65,16 +69,16 @@ def read_decoded(
 
 
 class Resize(NamedTuple):
-    """A resize rule and its settings (`data.resize`, predict.json)."""
+    """A resize rule and its settings (`data.resize`, predict.json); the
+    canvas it sizes against is each image's own (`fitted_size`)."""
 
     rule: str  # a key of resize.RULES
-    image_size: tuple[int, int]  # the canvas (H, W)
     min_size: int = 800  # shortest_edge: the short side (eval's)
     max_size: int = 1333  # shortest_edge: the long side at most
 
 
 def fitted_size(
-    orig_size: tuple[int, int], rule: Resize, canvas: tuple[int, int]
+    orig_size: tuple[int, int], rule: Resize, canvas: Canvas
 ) -> tuple[int, int]:
     """(h', w') of an h x w image by `rule`, as eval sizes it on `canvas`."""
     options = resize.Options(1.0, rule.min_size, rule.max_size)
@@ -83,7 +87,7 @@ def fitted_size(
 
 
 def place(
-    image: np.ndarray, size: tuple[int, int], canvas: tuple[int, int]
+    image: np.ndarray, size: tuple[int, int], canvas: Canvas
 ) -> np.ndarray:
     """u8[h, w, 3] -> f32[H, W, 3]: resized to `size` in float, unrounded,
     at the top left of a zero `canvas`."""

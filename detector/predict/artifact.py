@@ -1,9 +1,10 @@
 """An exported predict artifact on disk (predict.jax and predict.json): load
-it, check it, call it; every problem is one `ArtifactError` line
-(docs/export-and-predict.md)."""
+it, check it, call the function of a batch's canvas; every problem is one
+`ArtifactError` line (docs/export-and-predict.md)."""
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import pathlib
 
@@ -53,21 +54,25 @@ def check_version(version: object, where: str, jax_version: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Artifact:
-    """A loaded artifact: the deserialized function and its predict.json."""
+    """A loaded artifact: its deserialized functions, one per canvas in the
+    order of predict.json's "canvases", and predict.json in the current
+    format's keys (`artifact_meta.current`)."""
 
     directory: pathlib.Path
-    exported: jax.export.Exported
+    functions: tuple[jax.export.Exported, ...]
     meta: dict
 
     @property
-    def image_size(self) -> tuple[int, int]:
-        return tuple(self.meta["image_size"])
+    def canvases(self) -> tuple[images_lib.Canvas, ...]:
+        return tuple((int(h), int(w)) for h, w in self.meta["canvases"])
+
+    @property
+    def platforms(self) -> tuple[str, ...]:
+        return self.functions[0].platforms
 
     @property
     def resize(self) -> images_lib.Resize:
-        resize = dict(self.meta["resize"])
-        resize["image_size"] = tuple(resize["image_size"])
-        return images_lib.Resize(**resize)
+        return images_lib.Resize(**self.meta["resize"])
 
 
 def _read_meta(path: pathlib.Path) -> dict:
@@ -84,6 +89,7 @@ def _read_meta(path: pathlib.Path) -> dict:
         artifact_meta.check(meta, str(path), tuple(masks.MASK_PASTERS))
     except artifact_meta.MetaError as e:
         raise ArtifactError(str(e)) from None
+    meta = artifact_meta.current(meta)
     resize = meta["resize"]
     if (
         set(resize) != set(images_lib.Resize._fields)
@@ -106,23 +112,41 @@ def _deserialize(path: pathlib.Path, data: bytes) -> jax.export.Exported:
         ) from None
 
 
+def _split(
+    data: bytes, counts: list[int] | None, where: pathlib.Path
+) -> list[bytes]:
+    """predict.jax cut into its functions (`counts` bytes each; None: one
+    function, all of it)."""
+    if counts is None:
+        return [data]
+    if sum(counts) != len(data):
+        raise ArtifactError(
+            f"{where}: canvas_bytes={counts} add up to {sum(counts)} bytes, "
+            f"not the {len(data)} of {ARTIFACT_FILE}; restore the exported "
+            "values or export again"
+        )
+    ends = itertools.accumulate(counts)
+    return [data[end - n : end] for n, end in zip(counts, ends, strict=True)]
+
+
 def load(directory: str | pathlib.Path) -> Artifact:
-    """Reads and checks an export folder (predict.jax, predict.json).
+    """Reads and checks an export folder (predict.jax, predict.json), of
+    this format or format 1 (one canvas).
 
     Raises:
       ArtifactError: a missing or unreadable file, an artifact whose bytes
-        differ from the recorded sha256 (truncated or corrupt), or one
-        serialized at a calling convention this JAX cannot run.
+        differ from the recorded sha256 (truncated or corrupt), one
+        serialized at a calling convention this JAX cannot run, or
+        functions whose input sizes are not the canvases recorded.
     """
     directory = pathlib.Path(directory)
     if not directory.is_dir():
         raise ArtifactError(f"--exported={directory}: not a folder")
-    meta = _read_meta(directory / META_FILE)
+    meta_path = directory / META_FILE
+    meta = _read_meta(meta_path)
     where = directory / ARTIFACT_FILE
     check_version(
-        meta["calling_convention_version"],
-        str(directory / META_FILE),
-        meta["jax_version"],
+        meta["calling_convention_version"], str(meta_path), meta["jax_version"]
     )
     try:
         data = where.read_bytes()
@@ -134,32 +158,48 @@ def load(directory: str | pathlib.Path) -> Artifact:
             f"wrote ({META_FILE} sha256): truncated or corrupt; export it "
             "again"
         )
-    exported = _deserialize(where, data)
-    check_version(exported.calling_convention_version, str(where), "?")
-    if (
-        exported.calling_convention_version
-        != meta["calling_convention_version"]
-    ):
-        raise ArtifactError(
-            f"{where}: calling convention version "
-            f"{exported.calling_convention_version} differs from "
-            f"{meta['calling_convention_version']} in {META_FILE}"
-        )
-    _check_input_size(exported, meta, directory / META_FILE)
-    return Artifact(directory, exported, meta)
+    functions = tuple(
+        _deserialize(where, blob)
+        for blob in _split(data, meta["canvas_bytes"], meta_path)
+    )
+    for exported in functions:
+        check_version(exported.calling_convention_version, str(where), "?")
+        if (
+            exported.calling_convention_version
+            != meta["calling_convention_version"]
+        ):
+            raise ArtifactError(
+                f"{where}: calling convention version "
+                f"{exported.calling_convention_version} differs from "
+                f"{meta['calling_convention_version']} in {META_FILE}"
+            )
+    _check_input_sizes(functions, meta, meta_path)
+    return Artifact(directory, functions, meta)
 
 
-def _check_input_size(
-    exported: jax.export.Exported, meta: dict, where: pathlib.Path
+def _check_input_sizes(
+    functions: tuple[jax.export.Exported, ...],
+    meta: dict,
+    where: pathlib.Path,
 ) -> None:
-    """image_size of predict.json must be the function's input size."""
-    shape = exported.in_avals[0].shape
-    if list(shape[1:3]) != meta["image_size"]:
-        raise ArtifactError(
-            f"{where}: image_size={meta['image_size']} differs from the "
-            f"input size {list(shape[1:3])} of {ARTIFACT_FILE}; restore "
-            "the exported value or export again"
-        )
+    """The canvases of predict.json must be the functions' input sizes."""
+    sizes = [list(f.in_avals[0].shape[1:3]) for f in functions]
+    if sizes == meta["canvases"]:
+        return
+    if artifact_meta.version(meta) == 1:
+        key, value = "image_size", meta["canvases"][0]
+        found = f"input size {sizes[0]}"
+    else:
+        key, value = "canvases", meta["canvases"]
+        found = f"input sizes {sizes}"
+    raise ArtifactError(
+        f"{where}: {key}={value} differs from the {found} of "
+        f"{ARTIFACT_FILE}; restore the exported value or export again"
+    )
+
+
+def _shapes(canvases: tuple[images_lib.Canvas, ...]) -> str:
+    return " or ".join(f"float32[b, {h}, {w}, 3]" for h, w in canvases)
 
 
 def _check_inputs(
@@ -167,17 +207,21 @@ def _check_inputs(
     images: np.ndarray,
     image_sizes: np.ndarray,
     orig_sizes: np.ndarray,
-) -> None:
-    height, width = artifact.image_size
+) -> int:
+    """The index of the canvas `images` are on, once the inputs are checked."""
+    shapes = [(*canvas, 3) for canvas in artifact.canvases]
     if (
         images.dtype != np.float32
         or images.ndim != 4
-        or images.shape[1:] != (height, width, 3)
+        or images.shape[1:] not in shapes
     ):
+        served = "canvas" if len(shapes) == 1 else "canvases"
         raise ArtifactError(
-            f"images: expected float32[b, {height}, {width}, 3] (the "
-            f"artifact's input size), got {images.dtype}{list(images.shape)}"
+            f"images: expected {_shapes(artifact.canvases)} (the artifact's "
+            f"{served}), got {images.dtype}{list(images.shape)}"
         )
+    index = shapes.index(images.shape[1:])
+    height, width = artifact.canvases[index]
     for name, sizes in (
         ("image_sizes", image_sizes),
         ("orig_sizes", orig_sizes),
@@ -197,6 +241,7 @@ def _check_inputs(
         raise ArtifactError(
             f"image_sizes: each must fit the {height} x {width} input"
         )
+    return index
 
 
 def run(
@@ -205,11 +250,13 @@ def run(
     image_sizes: np.ndarray,
     orig_sizes: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    """Calls the artifact on one batch; returns OUTPUTS as numpy arrays.
+    """Calls the function of the batch's canvas (its images' H, W) on one
+    batch; returns OUTPUTS as numpy arrays.
 
     Args:
-      images: f32[b, H, W, 3] images resized and placed by
-        `images.fitted_size` and `images.place` with `artifact.resize`.
+      images: f32[b, H, W, 3] images on one of `artifact.canvases`
+        (`images.pick_canvas`), resized and placed by `images.fitted_size`
+        and `images.place` with `artifact.resize`.
       image_sizes: int[b, 2] each image's resized (height, width).
       orig_sizes: int[b, 2] each image's original (height, width).
 
@@ -220,16 +267,16 @@ def run(
     images = np.asarray(images)
     image_sizes = np.asarray(image_sizes)
     orig_sizes = np.asarray(orig_sizes)
-    _check_inputs(artifact, images, image_sizes, orig_sizes)
+    index = _check_inputs(artifact, images, image_sizes, orig_sizes)
     platform = jax.default_backend()
     platform = "cuda" if platform == "gpu" else platform
-    if platform not in artifact.exported.platforms:
+    if platform not in artifact.platforms:
         raise ArtifactError(
             f"{artifact.directory}: lowered for "
-            f"{', '.join(artifact.exported.platforms)}, not for this "
+            f"{', '.join(artifact.platforms)}, not for this "
             f"{platform}; export it again with --platforms={platform}"
         )
-    outputs = artifact.exported.call(
+    outputs = artifact.functions[index].call(
         images, image_sizes.astype(np.int32), orig_sizes.astype(np.int32)
     )
     return {k: np.asarray(v) for k, v in outputs.items()}

@@ -1,10 +1,15 @@
-"""predict.json's schema: every key a caller reads, checked in one place
-(docs/export-and-predict.md)."""
+"""predict.json's schema: every key a caller reads, checked in one place,
+for each format version (docs/export-and-predict.md)."""
 
 import re
 from collections.abc import Callable
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+# predict.json's "format_version": 2 lists "canvases", one function each,
+# stored one after another in predict.jax ("canvas_bytes"). Format 1 (no
+# "format_version") has one function, all of predict.jax, whose input size
+# is "image_size" (also inside "resize").
+FORMAT_VERSION = 2
 
 
 class MetaError(ValueError):
@@ -69,7 +74,7 @@ def _backends(value: object) -> bool:
     )
 
 
-def _image_size(value: object) -> bool:
+def _canvas(value: object) -> bool:
     return (
         isinstance(value, list)
         and len(value) == 2
@@ -77,9 +82,25 @@ def _image_size(value: object) -> bool:
     )
 
 
-# (key, test, what the value must be), in predict.json's order.
-SCHEMA: tuple[tuple[str, Callable[[object], bool], str], ...] = (
-    ("image_size", _image_size, "[height, width], two positive integers"),
+def _canvases(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) in (1, 2)
+        and all(map(_canvas, value))
+    )
+
+
+def _byte_counts(value: object) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(_integer(v, 1) for v in value)
+    )
+
+
+Schema = tuple[tuple[str, Callable[[object], bool], str], ...]
+# (key, test, what the value must be) of the keys every format has.
+_COMMON: Schema = (
     (
         "resize",
         lambda v: isinstance(v, dict) and isinstance(v.get("rule"), str),
@@ -110,7 +131,35 @@ SCHEMA: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         "64 lowercase hex digits",
     ),
 )
+# format version -> its keys, in predict.json's order.
+SCHEMAS: dict[int, Schema] = {
+    1: (
+        ("image_size", _canvas, "[height, width], two positive integers"),
+        *_COMMON,
+    ),
+    2: (
+        ("format_version", lambda v: v == 2, "2"),
+        (
+            "canvases",
+            _canvases,
+            "one or two [height, width] canvases (landscape, portrait) of "
+            "positive integers",
+        ),
+        (
+            "canvas_bytes",
+            _byte_counts,
+            "the byte count of each canvas's function, positive integers",
+        ),
+        *_COMMON,
+    ),
+}
+SCHEMA = SCHEMAS[FORMAT_VERSION]
 REQUIRED_KEYS = tuple(key for key, _, _ in SCHEMA)
+
+
+def version(meta: dict) -> int:
+    """The format version of a predict.json object (1 when unnamed)."""
+    return meta.get("format_version", 1)
 
 
 def _shown(value: object) -> str:
@@ -120,21 +169,35 @@ def _shown(value: object) -> str:
 
 def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
     """Raises MetaError (one line naming `where` and the key) unless `meta`
-    is a predict.json object that follows SCHEMA and names one of
-    `mask_pasters`."""
+    is a predict.json object that follows the schema of its format version
+    (`SCHEMAS`) and names one of `mask_pasters`."""
     if not isinstance(meta, dict):
         raise MetaError(f"{where}: not a JSON object")
-    missing = [key for key in REQUIRED_KEYS if key not in meta]
+    found = version(meta)
+    if not _integer(found) or found not in SCHEMAS:
+        raise MetaError(
+            f"{where}: format_version={_shown(found)}: must be one of "
+            f"{', '.join(map(str, SCHEMAS))} (an export of a newer version? "
+            "export it again with this one)"
+        )
+    schema = SCHEMAS[found]
+    missing = [key for key, _, _ in schema if key not in meta]
     if missing:
         raise MetaError(
             f"{where}: lacks {', '.join(missing)} (an export of another "
             "version? run export.py on the workdir again)"
         )
-    for key, test, what in SCHEMA:
+    for key, test, what in schema:
         if not test(meta[key]):
             raise MetaError(
                 f"{where}: {key}={_shown(meta[key])}: must be {what}"
             )
+    if found > 1 and len(meta["canvas_bytes"]) != len(meta["canvases"]):
+        raise MetaError(
+            f"{where}: canvas_bytes lists {len(meta['canvas_bytes'])} "
+            f"functions but canvases {len(meta['canvases'])}; restore the "
+            "exported values or export again"
+        )
     if len(meta["categories"]) != meta["num_classes"]:
         raise MetaError(
             f"{where}: categories lists {len(meta['categories'])} classes "
@@ -147,3 +210,20 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
             f"{where}: mask_paste={meta['mask_paste']!r}: must be one of "
             f"{', '.join(mask_pasters)}"
         )
+
+
+def current(meta: dict) -> dict:
+    """A checked predict.json in the keys of FORMAT_VERSION (its
+    "format_version" kept): format 1's image_size becomes its one canvas,
+    leaves "resize", and its function is all of predict.jax
+    ("canvas_bytes" None)."""
+    if version(meta) > 1:
+        return meta
+    resize = {k: v for k, v in meta["resize"].items() if k != "image_size"}
+    rest = {k: v for k, v in meta.items() if k != "image_size"}
+    return rest | {
+        "format_version": 1,
+        "canvases": [meta["image_size"]],
+        "canvas_bytes": None,
+        "resize": resize,
+    }

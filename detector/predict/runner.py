@@ -1,5 +1,6 @@
-"""Image files -> batches -> predictions.json and one overlay PNG each, for
-both forms of predict.py (docs/export-and-predict.md)."""
+"""Image files -> batches of one canvas each -> predictions.json and one
+overlay PNG each, for both forms of predict.py
+(docs/export-and-predict.md)."""
 
 import dataclasses
 import json
@@ -27,25 +28,31 @@ DRAW_SCORE_THRESHOLD = 0.5
 
 @dataclasses.dataclass(frozen=True)
 class Predictor:
-    """What predicts: resize rule and canvas, categories, a batch function.
+    """What predicts: resize rule, canvases, categories, a batch function.
 
     `run(images f32[b, H, W, 3], image_sizes i32[b, 2], orig_sizes
-    i32[b, 2])` returns the outputs of `detector.predict.artifact.OUTPUTS`
-    as numpy arrays; `mask_paste` names the rule of `masks.MASK_PASTERS`
-    (the config's eval.mask_paste). The canvas is `resize.image_size`.
+    i32[b, 2])` takes a batch on one of `canvases` (in the config's order:
+    one, or landscape and portrait) and returns the outputs of
+    `detector.predict.artifact.OUTPUTS` as numpy arrays; `mask_paste` names
+    the rule of `masks.MASK_PASTERS` (the config's eval.mask_paste).
     `identity` names the model (artifact sha256, checkpoint): results of
     another identity in predictions.jsonl are not reused.
     """
 
     resize: images.Resize
+    canvases: tuple[images.Canvas, ...]
     categories: list[dict]
     run: Callable[[np.ndarray, np.ndarray, np.ndarray], dict[str, np.ndarray]]
     mask_paste: str = "centres"
     identity: str = ""
 
-    @property
-    def image_size(self) -> tuple[int, int]:
-        return self.resize.image_size
+    def canvas_of(self, size: tuple[int, int]) -> images.Canvas:
+        """The canvas of a whole (EXIF-turned) h x w image."""
+        return images.pick_canvas(self.canvases, *size)
+
+    def fitted_size(self, size: tuple[int, int]) -> tuple[int, int]:
+        """(h', w') of a whole h x w image, resized on its canvas."""
+        return images.fitted_size(size, self.resize, self.canvas_of(size))
 
 
 class Interrupted(Exception):
@@ -123,32 +130,32 @@ def _readable(
 ) -> Iterator[tuple[pathlib.Path, images.DecodedImage]]:
     """Each readable file, a JPEG decoded reduced to no less than the size
     it is resized to; the others one `skipped:` line each."""
-    canvas = predictor.image_size
-
-    def needed(size: tuple[int, int]) -> tuple[int, int]:
-        return images.fitted_size(size, predictor.resize, canvas)
-
     for path in paths:
         try:
             yield (
                 path,
-                images.read_decoded(path, max_pixels=max_pixels, needed=needed),
+                images.read_decoded(
+                    path, max_pixels=max_pixels, needed=predictor.fitted_size
+                ),
             )
         except images.ImageReadError as e:
             print(f"skipped: {e}", file=sys.stderr)
 
 
 def _batches(
-    items: Iterator[tuple[pathlib.Path, images.DecodedImage]], size: int
+    items: Iterator[tuple[pathlib.Path, images.DecodedImage]],
+    predictor: Predictor,
+    size: int,
 ) -> Iterator[list[tuple[pathlib.Path, images.DecodedImage]]]:
-    batch = []
+    """Batches of `size` images of one canvas, each as it fills (input order
+    within a canvas), then the part-filled ones, first-started first."""
+    pending: dict[images.Canvas, list] = {}
     for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+        canvas = predictor.canvas_of(item[1].size)
+        pending.setdefault(canvas, []).append(item)
+        if len(pending[canvas]) == size:
+            yield pending.pop(canvas)
+    yield from pending.values()
 
 
 def _overlay_name(path: pathlib.Path, used: set[str]) -> str:
@@ -193,20 +200,17 @@ def _predict_batch(
     out: pathlib.Path,
     overlays: dict[pathlib.Path, str],
 ) -> list[tuple[pathlib.Path, list[dict]]]:
-    """Runs one batch and writes its overlays; (path, results) of each.
+    """Runs one batch (one canvas) and writes its overlays; (path,
+    results) of each.
 
     The model is told each whole image's size, so that its boxes are in
     whole-image pixels; the pixels it sees are resized from the decode
     (reduced for a large JPEG)."""
     names = {c["id"]: c["name"] for c in predictor.categories}
     sizes = np.asarray([d.size for _, d in batch], np.int32)
-    canvas = predictor.image_size
+    canvas = predictor.canvas_of(batch[0][1].size)
     resized = np.asarray(
-        [
-            images.fitted_size(d.size, predictor.resize, canvas)
-            for _, d in batch
-        ],
-        np.int32,
+        [predictor.fitted_size(d.size) for _, d in batch], np.int32
     )
     inputs = np.stack(
         [
@@ -268,7 +272,7 @@ def predict_files(
         seconds = 0.0
         try:
             readable = _readable(todo, predictor, max_pixels)
-            for batch in _batches(readable, batch_size):
+            for batch in _batches(readable, predictor, batch_size):
                 started = time.perf_counter()
                 log.append(_predict_batch(predictor, batch, out, overlays))
                 seconds += time.perf_counter() - started
@@ -317,6 +321,7 @@ def artifact_predictor(loaded: artifact.Artifact) -> Predictor:
     """A Predictor that calls an exported artifact (`artifact.load`)."""
     return Predictor(
         loaded.resize,
+        loaded.canvases,
         loaded.meta["categories"],
         lambda batch, resized, sizes: artifact.run(
             loaded, batch, resized, sizes

@@ -12,7 +12,8 @@ compiled, once:
 
 import pytest
 
-# conftest.py's trained_workdir and exported_dir (the export tests).
+# conftest.py's trained_workdir, exported_dir and their grouped twins
+# (the export tests).
 EXPORTED = pytest.mark.xdist_group("exported")
 # The training loop on the tiny shapes config: one train step program
 # (tests/detector/engine/test_train_lib.py, state/test_warm_start.py).

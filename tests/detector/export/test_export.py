@@ -23,7 +23,7 @@ def _batch(count: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     sizes = [(97, 203), (300, 150), (128, 128), (40, 61)][:count]
     pictures = [rng.integers(0, 256, (*hw, 3), np.uint8) for hw in sizes]
-    resize = images.Resize("letterbox", (128, 128))
+    resize = images.Resize("letterbox")
     resized = [images.fitted_size(hw, resize, (128, 128)) for hw in sizes]
     return (
         np.stack(
@@ -72,14 +72,16 @@ def test_exported_equals_in_process_on_cpu_for_batches_1_and_3(
 
 def test_meta_and_multi_platform_module(exported_dir):
     meta = json.loads((exported_dir / artifact.META_FILE).read_text())
-    assert meta["image_size"] == [128, 128]
+    assert set(artifact.REQUIRED_KEYS) <= set(meta)
+    assert meta["format_version"] == 2
+    assert meta["canvases"] == [[128, 128]]
+    size = (exported_dir / artifact.ARTIFACT_FILE).stat().st_size
+    assert meta["canvas_bytes"] == [size]
     assert meta["resize"] == {
         "rule": "letterbox",
-        "image_size": [128, 128],
         "min_size": 800,
         "max_size": 1333,
     }
-    assert meta["canvases"] == [[128, 128]]
     assert meta["batch_sizes"] == "b"
     assert meta["checkpoint_step"] == predict_workdir.STEP
     assert meta["platforms"] == ["cpu", "cuda", "tpu"]
@@ -99,8 +101,9 @@ def test_meta_and_multi_platform_module(exported_dir):
         "detection": "pallas",
     }
     loaded = artifact.load(exported_dir)
-    assert loaded.exported.platforms == ("cpu", "cuda", "tpu")
-    module = loaded.exported.mlir_module()
+    assert loaded.platforms == ("cpu", "cuda", "tpu")
+    (function,) = loaded.functions
+    module = function.mlir_module()
     # The Mosaic NMS kernel, once per NMS site, in the TPU lowering.
     assert module.count("tpu_custom_call") >= 2
     assert "nms_tiled_tpu" in module
@@ -139,7 +142,7 @@ def test_bad_platforms():
 
 def test_predictor_reads_artifact_categories(exported_dir):
     predictor = runner.artifact_predictor(artifact.load(exported_dir))
-    assert predictor.image_size == (128, 128)
+    assert predictor.canvases == ((128, 128),)
     assert predictor.categories[0] == {"id": 1, "name": "circle"}
 
 
@@ -168,6 +171,7 @@ def _never_called(*args, **kwargs):
 def test_summary_names_the_platforms_and_their_nms_backend():
     meta = {
         "checkpoint_step": 3,
+        "canvases": [[832, 1344], [1344, 832]],
         "platforms": ["cpu", "cuda"],
         "nms_backend": {
             "cpu": {"rpn": "pallas", "detection": "pallas"},
@@ -175,6 +179,10 @@ def test_summary_names_the_platforms_and_their_nms_backend():
         },
     }
     assert exporter.summary(meta, pathlib.Path("w/export")) == (
-        "exported step 3 to w/export for cpu, cuda; NMS backend on cpu: "
-        "pallas, on cuda: pallas/while_loop"
+        "exported step 3 to w/export (canvases 832 x 1344, 1344 x 832) for "
+        "cpu, cuda; NMS backend on cpu: pallas, on cuda: pallas/while_loop"
+    )
+    meta["canvases"] = [[128, 128]]
+    assert exporter.summary(meta, pathlib.Path("w/export")).startswith(
+        "exported step 3 to w/export (canvas 128 x 128) for cpu, cuda;"
     )

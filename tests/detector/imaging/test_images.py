@@ -44,7 +44,7 @@ def test_letterbox_is_the_eval_pipelines(hw):
     picture = _picture(*hw)
     expected = _eval_input(picture, data)["image"]
     resized = images.resize_bilinear(
-        picture, images.fitted_size(hw, images.Resize("letterbox", SIZE), SIZE)
+        picture, images.fitted_size(hw, images.Resize("letterbox"), SIZE)
     )
     mean, std = np.asarray(data.pixel_mean), np.asarray(data.pixel_std)
     ours = np.zeros_like(expected)
@@ -172,7 +172,7 @@ def test_shortest_edge_place_is_the_eval_pipelines(hw):
     data.resize, data.min_size, data.max_size = "shortest_edge", (96,), 160
     picture = _picture(*hw)
     expected = _eval_input(picture, data)
-    resize = images.Resize("shortest_edge", SIZE, 96, 160)
+    resize = images.Resize("shortest_edge", 96, 160)
     size = images.fitted_size(hw, resize, SIZE)
     assert size == tuple(expected["image_size"])
     placed = images.place(picture, size, SIZE)

@@ -51,7 +51,9 @@ def test_corrupt_artifact_whose_sha256_was_updated(copy):
     path = copy / artifact.ARTIFACT_FILE
     garbage = np.random.default_rng(0).bytes(4096)
     path.write_bytes(garbage)
-    _rewrite_meta(copy, sha256=artifact.sha256(garbage))
+    _rewrite_meta(
+        copy, sha256=artifact.sha256(garbage), canvas_bytes=[len(garbage)]
+    )
     with pytest.raises(artifact.ArtifactError) as error:
         artifact.load(copy)
     assert _one_line(error).startswith(
@@ -65,14 +67,72 @@ def test_missing_meta(copy):
         artifact.load(copy)
 
 
-def test_edited_image_size_names_the_key_and_the_input_size(copy):
-    _rewrite_meta(copy, image_size=[64, 64])
+def _as_format_1(folder) -> None:
+    """predict.json as export.py wrote it before format_version (the
+    one-canvas predict.jax is the same bytes)."""
+    path = folder / artifact.META_FILE
+    meta = json.loads(path.read_text())
+    canvas = meta.pop("canvases")[0]
+    del meta["format_version"], meta["canvas_bytes"]
+    meta = {
+        "image_size": canvas,
+        **meta,
+        "resize": {"image_size": canvas, **meta["resize"]},
+        "canvases": [canvas],
+    }
+    path.write_text(json.dumps(meta))
+
+
+def test_a_format_1_artifact_loads_and_runs_as_today(copy, exported_dir):
+    _as_format_1(copy)
+    old, new = artifact.load(copy), artifact.load(exported_dir)
+    assert old.canvases == new.canvases == ((128, 128),)
+    assert old.resize == new.resize
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 255, (2, 128, 128, 3)).astype(np.float32)
+    sizes = np.asarray([[128, 100], [90, 128]], np.int32)
+    with jax.default_device(jax.devices("cpu")[0]):
+        outputs = artifact.run(old, images, sizes, sizes)
+        expected = artifact.run(new, images, sizes, sizes)
+    for key in artifact.OUTPUTS:
+        np.testing.assert_array_equal(outputs[key], expected[key], key)
+
+
+# The fixture's canvas is 128 x 128; BYTES stands for predict.jax's size.
+@pytest.mark.parametrize(
+    "format_1,changes,message",
+    [
+        (
+            False,
+            {"canvases": [[64, 64]]},
+            "canvases=[[64, 64]] differs from the input sizes [[128, 128]] "
+            "of predict.jax; restore the exported value or export again",
+        ),
+        (
+            True,
+            {"image_size": [64, 64]},
+            "image_size=[64, 64] differs from the input size [128, 128] of "
+            "predict.jax; restore the exported value or export again",
+        ),
+        (
+            False,
+            {"canvas_bytes": [1000]},
+            "canvas_bytes=[1000] add up to 1000 bytes, not the BYTES of "
+            "predict.jax; restore the exported values or export again",
+        ),
+    ],
+)
+def test_edited_canvases_name_the_key_and_what_predict_jax_holds(
+    copy, format_1, changes, message
+):
+    if format_1:
+        _as_format_1(copy)
+    _rewrite_meta(copy, **changes)
     with pytest.raises(artifact.ArtifactError) as error:
         artifact.load(copy)
+    size = (copy / artifact.ARTIFACT_FILE).stat().st_size
     assert _one_line(error) == (
-        f"{copy / artifact.META_FILE}: image_size=[64, 64] differs from the "
-        f"input size [128, 128] of predict.jax; restore the exported value "
-        "or export again"
+        f"{copy / artifact.META_FILE}: {message.replace('BYTES', str(size))}"
     )
 
 
@@ -105,7 +165,7 @@ def test_other_calling_convention_in_serialized_header(copy):
     other = dataclasses.replace(loaded, calling_convention_version=99)
     data = bytes(other.serialize())
     path.write_bytes(data)
-    _rewrite_meta(copy, sha256=artifact.sha256(data))
+    _rewrite_meta(copy, sha256=artifact.sha256(data), canvas_bytes=[len(data)])
     with pytest.raises(artifact.ArtifactError) as error:
         artifact.load(copy)
     assert _one_line(error).startswith(
@@ -119,14 +179,14 @@ def test_other_calling_convention_in_serialized_header(copy):
         (
             np.zeros((1, 64, 64, 3), np.float32),
             np.ones((1, 2), np.int32),
-            "images: expected float32[b, 128, 128, 3] (the artifact's input "
-            "size), got float32[1, 64, 64, 3]",
+            "images: expected float32[b, 128, 128, 3] (the artifact's "
+            "canvas), got float32[1, 64, 64, 3]",
         ),
         (
             np.zeros((2, 128, 128, 3), np.uint8),
             np.ones((2, 2), np.int32),
-            "images: expected float32[b, 128, 128, 3] (the artifact's input "
-            "size), got uint8[2, 128, 128, 3]",
+            "images: expected float32[b, 128, 128, 3] (the artifact's "
+            "canvas), got uint8[2, 128, 128, 3]",
         ),
         (
             np.zeros((2, 128, 128, 3), np.float32),

@@ -8,13 +8,10 @@ from detector.imaging import masks
 from detector.predict import artifact, artifact_meta
 
 META = {
-    "image_size": [128, 128],
-    "resize": {
-        "rule": "letterbox",
-        "image_size": [128, 128],
-        "min_size": 800,
-        "max_size": 1333,
-    },
+    "format_version": 2,
+    "canvases": [[64, 128], [128, 64]],
+    "canvas_bytes": [1000, 1001],
+    "resize": {"rule": "shortest_edge", "min_size": 64, "max_size": 96},
     "batch_sizes": "b",
     "pixel_mean": [123.675, 116.28, 103.53],
     "pixel_std": [58.395, 57.12, 57.375],
@@ -32,6 +29,21 @@ META = {
     "sha256": "0" * 64,
 }
 PASTERS = tuple(masks.MASK_PASTERS)
+# What export.py wrote before predict.json had a format_version: one canvas.
+FORMAT_1 = {
+    key: value
+    for key, value in META.items()
+    if key not in ("format_version", "canvases", "canvas_bytes")
+} | {
+    "image_size": [128, 128],
+    "resize": {
+        "rule": "letterbox",
+        "image_size": [128, 128],
+        "min_size": 800,
+        "max_size": 1333,
+    },
+    "canvases": [[128, 128]],  # written, not read
+}
 
 
 def test_the_exporters_meta_passes():
@@ -46,10 +58,14 @@ def test_the_exporters_meta_passes():
         ("categories", None),
         ("categories", [{"id": 1}]),
         ("categories", [{"id": "1", "name": "a"}]),
-        ("image_size", "abc"),
+        ("canvases", "abc"),
+        ("canvases", [[64, 128], [128, 64], [96, 96]]),
+        ("canvases", []),
+        ("canvases", [[64, 0]]),
+        ("canvases", [[64.0, 128]]),
+        ("canvas_bytes", [1000, 0]),
+        ("canvas_bytes", None),
         ("resize", "letterbox"),
-        ("image_size", [128, 0]),
-        ("image_size", [128.0, 128]),
         ("pixel_std", [1, 0, 1]),
         ("pixel_mean", [1, 2]),
         ("platforms", []),
@@ -76,6 +92,52 @@ def test_a_bad_value_names_the_key(key, value):
 def test_every_schema_key_is_tested():
     assert set(artifact_meta.REQUIRED_KEYS) == set(META)
     assert artifact.REQUIRED_KEYS == artifact_meta.REQUIRED_KEYS
+    assert META["format_version"] == artifact_meta.FORMAT_VERSION
+
+
+@pytest.mark.parametrize("value", [3, 0, "2", True])
+def test_an_unknown_format_version_is_named(value):
+    meta = copy.deepcopy(META) | {"format_version": value}
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value) == (
+        f"predict.json: format_version={value!r}: must be one of 1, 2 (an "
+        "export of a newer version? export it again with this one)"
+    )
+
+
+def test_canvas_bytes_name_one_function_per_canvas():
+    meta = copy.deepcopy(META) | {"canvas_bytes": [2001]}
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value) == (
+        "predict.json: canvas_bytes lists 1 functions but canvases 2; "
+        "restore the exported values or export again"
+    )
+
+
+def test_format_1_passes_and_reads_as_its_one_canvas():
+    artifact_meta.check(FORMAT_1, "predict.json", PASTERS)
+    current = artifact_meta.current(FORMAT_1)
+    assert current["format_version"] == 1
+    assert current["canvases"] == [[128, 128]]
+    assert current["canvas_bytes"] is None
+    assert current["resize"] == {
+        "rule": "letterbox",
+        "min_size": 800,
+        "max_size": 1333,
+    }
+    assert "image_size" not in current
+    assert set(current) == set(META)
+    assert artifact_meta.current(META) is META
+
+
+@pytest.mark.parametrize("value", ["abc", [128, 0], [128.0, 128]])
+def test_a_bad_format_1_image_size_names_the_key(value):
+    meta = copy.deepcopy(FORMAT_1) | {"image_size": value}
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value).startswith(f"predict.json: image_size={value!r}")
 
 
 def test_a_missing_key_is_named():

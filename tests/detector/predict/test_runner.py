@@ -30,7 +30,10 @@ def _run(batch, image_sizes, orig_sizes) -> dict[str, np.ndarray]:
 
 
 PREDICTOR = runner.Predictor(
-    images.Resize("letterbox", IMAGE_SIZE), [{"id": 1, "name": "square"}], _run
+    images.Resize("letterbox"),
+    (IMAGE_SIZE,),
+    [{"id": 1, "name": "square"}],
+    _run,
 )
 
 
@@ -111,6 +114,59 @@ def test_a_symlink_loop_in_a_folder_is_a_skipped_line(photos, capsys):
         str(photos / "gone.png"),
         str(photos / "loop.png"),
     ]
+
+
+def test_batches_hold_one_canvas_and_results_keep_the_input_order(tmp_path):
+    """Landscape, portrait and square files at batch 2 on a landscape and a
+    portrait canvas: each batch holds one canvas, each image sized against
+    its own; predictions.json in input order, each file its own results."""
+    canvases = ((32, 64), (64, 32))
+    sizes = {
+        "a.png": (40, 60),
+        "b.png": (60, 40),
+        "c.png": (50, 50),  # square: landscape
+        "d.png": (60, 41),
+        "e.png": (20, 60),
+    }
+    (tmp_path / "in").mkdir()
+    for name, hw in sizes.items():
+        pixels = np.full((*hw, 3), 90, np.uint8)
+        Image.fromarray(pixels).save(tmp_path / "in" / name)
+    calls = []
+
+    def run(batch, image_sizes, orig_sizes):
+        """Each image's box: the whole image."""
+        calls.append((batch.shape[1:3], orig_sizes.tolist(), image_sizes))
+        outputs = _run(batch, image_sizes, orig_sizes)
+        outputs["boxes"][:, 0, 2:] = orig_sizes[:, ::-1]
+        return outputs
+
+    resize = images.Resize("shortest_edge", 32, 64)
+    predictor = dataclasses.replace(
+        PREDICTOR, resize=resize, canvases=canvases, run=run
+    )
+    out = tmp_path / "out"
+    runner.predict_files(predictor, [str(tmp_path / "in")], out, batch_size=2)
+    landscape, portrait = canvases
+    batches = [
+        (landscape, ["a.png", "c.png"]),
+        (portrait, ["b.png", "d.png"]),
+        (landscape, ["e.png"]),
+    ]
+    assert len(calls) == len(batches)
+    for (shape, orig, resized), (canvas, names) in zip(
+        calls, batches, strict=True
+    ):
+        assert shape == canvas
+        assert orig == [list(sizes[n]) for n in names]
+        expected = [images.fitted_size(sizes[n], resize, canvas) for n in names]
+        np.testing.assert_array_equal(resized, expected)
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert list(predictions) == [str(tmp_path / "in" / n) for n in sizes]
+    for (height, width), (result,) in zip(
+        sizes.values(), predictions.values(), strict=True
+    ):
+        assert result["bbox"] == [0.0, 0.0, width, height]
 
 
 def test_small_images_are_drawn_upscaled_with_labels_inside():
