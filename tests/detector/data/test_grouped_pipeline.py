@@ -101,3 +101,15 @@ def test_two_processes_split_each_grouped_batch(grouped, from_zero):
         for a, b in zip(*halves, strict=True)
     ]
     _assert_same(joined, from_zero[2:5])
+
+
+def test_a_split_of_one_orientation_trains_on_its_canvas_only(shapes_root):
+    """The shapes set is square (landscape): the portrait stream is empty
+    and never read."""
+    config = mixed_orientations.grouped_config(shapes_root)
+    config.data.source = "shapes"
+    source = pipeline.SOURCES["shapes"](config, "train")
+    assert source.orientation_counts() == (12, 0)
+    landscape = canvases.canvases(config.data)[canvases.LANDSCAPE]
+    for batch in itertools.islice(pipeline.train_batches(config), 4):
+        assert batch["image"].shape == (4, *landscape, 3)
