@@ -238,6 +238,7 @@ def _grouped_batches(
     """Steps start_step, ... of one orientation each, the schedule's, on
     that orientation's canvas (docs/architecture.md, "Data sources")."""
     counts = source.orientation_counts()
+    placed = canvases.canvases(config.data)
     schedule = orientation_schedule.OrientationSchedule(
         config.seed, counts, config.train.batch_size
     )
@@ -246,10 +247,7 @@ def _grouped_batches(
         ", ".join(
             f"{count} {name} images on {height}x{width}"
             for count, name, (height, width) in zip(
-                counts,
-                canvases.NAMES,
-                canvases.canvases(config.data),
-                strict=True,
+                counts, canvases.NAMES, placed, strict=True
             )
         ),
     )
@@ -262,9 +260,7 @@ def _grouped_batches(
             canvases.on_canvas(config.data, canvas),
             batch,
         )
-        for rows, canvas in zip(
-            records, canvases.canvases(config.data), strict=True
-        )
+        for rows, canvas in zip(records, placed, strict=True)
     ]
 
     def orientation(step: np.int64) -> np.int64:

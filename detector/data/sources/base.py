@@ -10,7 +10,6 @@ import tensorflow as tf
 from pycocotools import coco as coco_lib
 
 from detector.data import orientation_schedule
-from detector.data.orientation_schedule import OrientationSchedule
 
 # Independent stateless random streams derived from config.seed.
 ORDER_STREAM, AUGMENT_STREAM = 1, 2
@@ -50,7 +49,7 @@ class Source(Protocol):
 
     def grouped_train_records(
         self,
-        schedule: OrientationSchedule,
+        schedule: orientation_schedule.OrientationSchedule,
         start_step: int,
         batch: int,
         process: tuple[int, int],
@@ -97,7 +96,7 @@ def own_rows(
 
 
 def orientation_rows(
-    schedule: OrientationSchedule,
+    schedule: orientation_schedule.OrientationSchedule,
     records: orientation_schedule.OrientationRecords,
     kind: int,
     start_step: int,
