@@ -36,11 +36,12 @@ def test_each_canvas_gets_a_program_of_its_own_shape():
         advice=None,
     )
     assert findings == []
+    # The first batch's canvas first, then the others.
     assert list(programs.programs) == [(64, 128), (128, 64)]
+    images = sharding.make_mesh().size
     for canvas in programs.programs:
         state, metrics = programs(jnp.zeros(()), _sharded_batch(canvas), 1.0)
         assert float(state) == 1.0
-        images = sharding.make_mesh().size
         assert float(metrics["sum"]) == images * 3 * 64 * 128 + 1
     one, _ = train_programs.compile_per_canvas(
         step,
