@@ -180,8 +180,11 @@ def _gn_scratch(config: ml_collections.ConfigDict) -> None:
 
 
 def _runlocal(config: ml_collections.ConfigDict) -> None:
-    """A smoke run: ResNet-18 (random init), 256x256, 4 steps of batch 2."""
-    config.data.image_size = (256, 256)
+    """A smoke run: ResNet-18 (random init), 4 steps of batch 2, images
+    at most 192 x 256 on a 256 x 256 canvas, or with orientation canvases
+    on 192 x 256 (landscape) and 256 x 192 (portrait)."""
+    grouped = config.data.group_orientations
+    config.data.image_size = (192, 256) if grouped else (256, 256)
     config.data.min_size = (160, 192)
     config.data.max_size = 256
     config.data.max_instances = 32

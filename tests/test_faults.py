@@ -153,6 +153,18 @@ def test_a_second_signal_exits_at_once(tmp_path):
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
 
 
+def _assert_same_losses(workdir, straight, steps) -> None:
+    """The losses of every training line of `workdir` and `straight`,
+    bit-identical on CPU, at `steps`."""
+    got, want = (processes.train_lines(w) for w in (workdir, straight))
+    assert [x["step"] for x in got] == list(steps)
+    for a, b in zip(got, want, strict=True):
+        for name in LOSSES:
+            np.testing.assert_allclose(
+                a[name], b[name], rtol=1e-6, err_msg=name
+            )
+
+
 @pytest.mark.slow
 def test_resume_after_sigterm_equals_an_uninterrupted_run(tmp_path):
     workdir, logs = tmp_path / "run", tmp_path / "logs"
@@ -169,16 +181,51 @@ def test_resume_after_sigterm_equals_an_uninterrupted_run(tmp_path):
     for code, output in (*resumed, *straight):
         assert code == 0, output[-3000:]
     assert f"Resumed from {workdir}/checkpoints/{step}" in resumed[0][1]
-    got, want = (
-        processes.train_lines(workdir),
-        processes.train_lines(tmp_path / "straight"),
-    )
-    assert [x["step"] for x in got] == list(range(1, step + 4))
-    for a, b in zip(got, want, strict=True):
-        for name in LOSSES:  # bit-identical on CPU
-            np.testing.assert_allclose(
-                a[name], b[name], rtol=1e-6, err_msg=name
-            )
+    _assert_same_losses(workdir, tmp_path / "straight", range(1, step + 4))
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_on_two_canvases_equals_an_uninterrupted_run(
+    tmp_path,
+):
+    """Orientation canvases: a run killed at once (SIGKILL, nothing saved
+    at the kill) resumes from its last intact checkpoint and trains, on
+    both canvases, what a run never stopped trains."""
+    data = processes.grouped(tmp_path / "mixed")
+    end = 6  # steps 1 and 5 portrait, the rest landscape
+
+    def train(workdir, steps):
+        return (
+            [
+                "train.py",
+                *processes.SMOKE,
+                *data,
+                f"--workdir={workdir}",
+                f"--config.train.num_steps={steps}",
+                "--config.train.log_every=1",
+            ],
+            processes.env(tmp_path),
+        )
+
+    workdir, logs = tmp_path / "run", tmp_path / "logs"
+    commands = [train(workdir, 1000), train(tmp_path / "straight", end)]
+    with processes.started(commands, logs) as (killed, straight):
+        _wait_for(logs / "0.log", r"step 3/", killed)
+        saved = workdir / "checkpoints" / "2" / "_CHECKPOINT_METADATA"
+        deadline = time.monotonic() + 60
+        while not saved.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        os.killpg(killed.pid, signal.SIGKILL)
+        outputs = processes.finish([killed, straight], logs)
+    assert outputs[1][0] == 0, outputs[1][1][-3000:]
+    for _, text in outputs:  # both programs before step 1
+        for canvas in ("128x64", "64x128"):
+            assert f"train_step on {canvas}: no host round-trips" in text
+    ((code, output),) = processes.run([train(workdir, end)], tmp_path / "l2")
+    assert code == 0, output[-3000:]
+    resumed = re.findall(rf"Resumed from {workdir}/checkpoints/(\d+)", output)
+    assert resumed and 2 <= int(resumed[0]) < end, output[-3000:]
+    _assert_same_losses(workdir, tmp_path / "straight", range(1, end + 1))
 
 
 @pytest.mark.slow

@@ -83,23 +83,30 @@ def _checkpoint_bytes(step_dir: pathlib.Path) -> int:
 
 
 def _first_leg_beside_one_process(
-    tmp_path: pathlib.Path, ref_steps: int
+    tmp_path: pathlib.Path, ref_steps: int, data: list[str] | None = None
 ) -> tuple[pathlib.Path, pathlib.Path, list[str]]:
     """Two processes train 2 steps (and evaluate) while one process on two
     devices trains `ref_steps`; returns (their workdir, the reference's,
-    the two processes' arguments without num_steps)."""
+    the two processes' arguments without num_steps).
+
+    `data`: arguments naming data both runs read (default: a shapes set
+    each writes)."""
     ref, run = tmp_path / "one_process", tmp_path / "two_processes"
     one_process = (
         [
             "train.py",
             *SMOKE,
             f"--workdir={ref}",
-            f"--config.data.root={tmp_path}/shapes_ref",
+            *(data or [f"--config.data.root={tmp_path}/shapes_ref"]),
             f"--config.train.num_steps={ref_steps}",
         ],
         processes.env(tmp_path, devices=2),
     )
-    leg = [*SMOKE, f"--workdir={run}", f"--config.data.root={tmp_path}/shapes"]
+    leg = [
+        *SMOKE,
+        f"--workdir={run}",
+        *(data or [f"--config.data.root={tmp_path}/shapes"]),
+    ]
     # The 1-process run shares the two cores with the first leg.
     first_leg = processes.two_processes(
         "train.py", [*leg, "--config.train.num_steps=2"], tmp_path
@@ -169,6 +176,23 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
         assert f"Resumed from {run}/checkpoints/2" in output
         assert "Data parallel over 2 cpu devices in 2 process(es)" in output
     _assert_trained_and_evaluated_alike(run, ref, steps=[2, 4])
+
+
+@pytest.mark.slow
+@requires.modules(*requires.TRAIN_LOOP)
+def test_two_processes_train_on_two_canvases_like_one(tmp_path):
+    """Orientation canvases: step 1 portrait, step 2 landscape; every
+    process compiles both programs and runs the step's."""
+    data = [
+        *processes.grouped(tmp_path / "mixed"),
+        "--config.train.log_every=1",
+    ]
+    run, ref, _ = _first_leg_beside_one_process(tmp_path, 2, data)
+    for log in sorted((tmp_path / "logs_first").glob("*.log")):
+        text = log.read_text()
+        for canvas in ("128x64", "64x128"):
+            assert f"train_step on {canvas}: no host round-trips" in text
+    _assert_trained_and_evaluated_alike(run, ref, steps=[1, 2])
 
 
 @requires.modules(*requires.TRAIN_LOOP)

@@ -16,7 +16,13 @@ import tensorflow as tf
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import augment, canvases, sources, transforms
+from detector.data import (
+    augment,
+    canvases,
+    orientation_schedule,
+    sources,
+    transforms,
+)
 from detector.data.sources import base as source_lib
 from detector.data.sources import coco_json
 from detector.data.sources import shapes as shapes_source
@@ -153,11 +159,12 @@ class _NumpyBatches:
 def _batch_train(
     positions: tf.data.Dataset,
     source: source_lib.Source,
-    config: ml_collections.ConfigDict,
+    seed: int,
+    data: ml_collections.ConfigDict,
     batch: int,
 ) -> tf.data.Dataset:
-    """This process's (position, record) rows -> its augmented batches."""
-    data = config.data
+    """This process's (position, record) rows -> its augmented batches on
+    `data.image_size`."""
     truncations = transforms.TruncationLog(data.max_instances)
 
     @tf.autograph.experimental.do_not_convert
@@ -165,7 +172,7 @@ def _batch_train(
         loaded = transforms.limit_instances(
             source.decode_train(record), truncations
         )
-        key = source_lib.stream_key(config.seed, source_lib.AUGMENT_STREAM, g)
+        key = source_lib.stream_key(seed, source_lib.AUGMENT_STREAM, g)
         return augment.AUGMENTS[data.augment](
             loaded, key, data, source.has_masks
         )
@@ -196,13 +203,21 @@ def train_batches(
         raise ValueError(f"start_step={start_step} must be >= 0")
     _set_up_tensorflow()
     source = source_class(config, config.data.train_split)
+    if config.data.group_orientations:
+        return _NumpyBatches(
+            _grouped_batches(source, config, start_step, batch, process),
+            source,
+        )
     records = iter(
         source.train_records(config.seed, start_step, batch, process)
     )
 
     def numpy_batches() -> _NumpyBatches:
         return _NumpyBatches(
-            _batch_train(next(records), source, config, batch), source
+            _batch_train(
+                next(records), source, config.seed, config.data, batch
+            ),
+            source,
         )
 
     def batches(first: _NumpyBatches) -> Iterator[dict[str, np.ndarray]]:
@@ -211,6 +226,53 @@ def train_batches(
             yield from numpy_batches()
 
     return batches(numpy_batches())  # the first dataset is built right away
+
+
+def _grouped_batches(
+    source: source_lib.Source,
+    config: ml_collections.ConfigDict,
+    start_step: int,
+    batch: int,
+    process: tuple[int, int],
+) -> tf.data.Dataset:
+    """Steps start_step, ... of one orientation each, the schedule's, on
+    that orientation's canvas (docs/architecture.md, "Data sources")."""
+    counts = source.orientation_counts()
+    placed = canvases.canvases(config.data)
+    schedule = orientation_schedule.OrientationSchedule(
+        config.seed, counts, config.train.batch_size
+    )
+    logging.info(
+        "One orientation per step: %s",
+        ", ".join(
+            f"{count} {name} images on {height}x{width}"
+            for count, name, (height, width) in zip(
+                counts, canvases.NAMES, placed, strict=True
+            )
+        ),
+    )
+    records = source.grouped_train_records(schedule, start_step, batch, process)
+    per_orientation = [
+        _batch_train(
+            rows,
+            source,
+            config.seed,
+            canvases.on_canvas(config.data, canvas),
+            batch,
+        )
+        for rows, canvas in zip(records, placed, strict=True)
+    ]
+
+    def orientation(step: np.int64) -> np.int64:
+        return np.int64(schedule.orientation(int(step)))
+
+    choices = tf.data.Dataset.range(start_step, np.iinfo(np.int64).max).map(
+        lambda step: tf.ensure_shape(
+            tf.numpy_function(orientation, [step], tf.int64, stateful=False),
+            [],
+        )
+    )
+    return tf.data.Dataset.choose_from_datasets(per_orientation, choices)
 
 
 @dataclasses.dataclass

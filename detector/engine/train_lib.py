@@ -15,9 +15,9 @@ from clu import periodic_actions
 from flax import nnx
 from jax.sharding import Mesh
 
-from detector.data import pipeline
+from detector.data import canvases, pipeline
 from detector.distributed import determinism, multihost, preemption, sharding
-from detector.engine import train_metrics
+from detector.engine import train_metrics, train_programs
 from detector.engine import train_step as step_lib
 from detector.evaluation import eval_lib
 from detector.state import checkpoint, optimizer
@@ -186,7 +186,8 @@ def _train(
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
-    logging.info(_compiling_line(evaluate))
+    canvas_list = canvases.canvases(config.data)
+    logging.info(_compiling_line(evaluate, len(canvas_list)))
     # Predict first: it compiles faster, so a strict run fails sooner.
     predict = (
         eval_lib.compile_predict(
@@ -198,12 +199,12 @@ def _train(
     run = _Run(config, workdir, mesh, ckpt, eval_graphdef, predict, stop=stop)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     batch = sharding.put_batch(next(batches), mesh)
-    step_fn, findings = host_audit.compile_audited(
+    step_fn, findings = train_programs.compile_per_canvas(
         step_lib.make_train_step(graphdef, tx, schedule, mesh),
         state,
         batch,
         key,
-        program="train_step",
+        canvas_list,
         strict=strict,
         advice=nms_lib.host_advice,
     )
@@ -237,9 +238,13 @@ COMPILE_TIMES = {
 }
 
 
-def _compiling_line(evaluate: bool) -> str:
+def _compiling_line(evaluate: bool, num_canvases: int) -> str:
     """The line logged before the first compile: what and how long."""
-    programs = "the train step and predict" if evaluate else "the train step"
+    programs = "the train step"
+    if num_canvases > 1:
+        programs += f" ({num_canvases} programs, one per canvas)"
+    if evaluate:
+        programs += " and predict"
     platform = jax.default_backend()
     took = COMPILE_TIMES.get(platform, f"minutes on {platform}")
     return f"Compiling {programs} ({took}); step 1 follows"
@@ -255,7 +260,7 @@ def _saved_eval(
 
 def _loop(
     run: _Run,
-    step_fn: jax.stages.Compiled,
+    step_fn: train_programs.TrainPrograms,
     state: state_lib.TrainState,
     batch: dict[str, jax.Array],
     batches: Iterator[dict],

@@ -73,6 +73,23 @@ def test_letterbox_is_tf_model_gardens_input():
     assert coco_r50_fpn.get_config("shapes").data.resize == "letterbox"
 
 
+@pytest.mark.parametrize(
+    "variants,placed",
+    [
+        ("runlocal", ((192, 256), (256, 192))),
+        ("letterbox,runlocal", ((256, 256),)),
+        ("runlocal,shapes", ((256, 256),)),
+    ],
+)
+def test_runlocal_canvases_hold_its_largest_images(variants, placed):
+    """min_size up to 192, max_size 256: a 192 x 256 landscape canvas (and
+    its transpose) when grouping, else one 256 x 256."""
+    config = coco_r50_fpn.get_config(variants)
+    assert (max(config.data.min_size), config.data.max_size) == (192, 256)
+    assert canvases.canvases(config.data) == placed
+    validate(config)
+
+
 def test_gn_scratch_keeps_the_group_norm_setup():
     config = coco_r50_fpn.get_config("gn_scratch")
     model, train = config.model, config.train
@@ -97,6 +114,7 @@ def test_variants_combine_and_unknown_ones_are_one_line():
     validate(config)
     shapes = coco_r50_fpn.get_config("shapes,runlocal").data
     assert (shapes.source, shapes.eval_split) == ("shapes", "val[:8]")
+    assert canvases.canvases(shapes) == ((256, 256),)
     with pytest.raises(
         ValueError,
         match=r"unknown variant 'fast'; known: "

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from tests.helpers import mixed_orientations
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The smoke config with the fastest-compiling NMS and a schedule that does
 # not depend on num_steps, so a resumed leg reuses the compiled programs.
@@ -28,6 +30,29 @@ SMOKE = [
     "--config.model.detection.score_threshold=0.0",
 ]
 TIMEOUT_S = 300
+# The data fields of mixed_orientations.grouped_config that SMOKE takes
+# to train on two orientation canvases.
+GROUPED_FIELDS = (
+    "source",
+    "resize",
+    "min_size",
+    "max_size",
+    "image_size",
+    "group_orientations",
+)
+
+
+def grouped(root: pathlib.Path, train: int = 12, val: int = 4) -> list[str]:
+    """Overrides of SMOKE for orientation canvases: a folder of landscape
+    and portrait images (train, val) written at `root`, read on a 64 x 128
+    and a 128 x 64 canvas."""
+    mixed_orientations.write(root, "train", train)
+    mixed_orientations.write(root, "val", val)
+    data = mixed_orientations.grouped_config(root).data
+    return [
+        f"--config.data.root={root}",
+        *(f"--config.data.{key}={data[key]}" for key in GROUPED_FIELDS),
+    ]
 
 
 def free_port() -> int:

@@ -1,6 +1,7 @@
 """The `coco_json` source: ROOT/annotations/instances_<split>.json and
 ROOT/<split>/ images, decoded on the host inside tf.data; training records
-are image indices in a stateless per-epoch shuffle of (config.seed, epoch).
+are image indices in a stateless per-epoch shuffle of (config.seed, epoch),
+or each orientation's in `orientation_schedule`'s order when grouping.
 """
 
 from collections.abc import Iterator
@@ -10,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 from pycocotools import coco as coco_lib
 
-from detector.data import coco_folder
+from detector.data import canvases, coco_folder, orientation_schedule
 from detector.data.sources import base as source
 
 
@@ -64,6 +65,38 @@ class CocoJsonSource:
         skipped = start - first_epoch * num_images
         positions = epochs.flat_map(epoch).skip(skipped)
         yield source.own_rows(positions, batch, process)
+
+    def _orientations(self) -> np.ndarray:
+        """The orientation of each image, from the JSON's size: the image's
+        size once turned by its EXIF orientation (checked as it loads)."""
+        sizes = [(im["height"], im["width"]) for im in self.folder.images]
+        return np.asarray(canvases.orientations(sizes), np.int64)
+
+    def orientation_counts(self) -> tuple[int, ...]:
+        kinds = self._orientations()
+        return tuple(
+            int(np.sum(kinds == kind)) for kind in range(len(canvases.NAMES))
+        )
+
+    def grouped_train_records(
+        self,
+        schedule: orientation_schedule.OrientationSchedule,
+        start_step: int,
+        batch: int,
+        process: tuple[int, int],
+    ) -> tuple[tf.data.Dataset, ...]:
+        """Per orientation, this process's endless (position, image index)."""
+        kinds = self._orientations()
+        records = orientation_schedule.OrientationRecords(
+            schedule.seed,
+            [np.flatnonzero(kinds == k) for k in range(len(canvases.NAMES))],
+        )
+        return tuple(
+            source.orientation_rows(
+                schedule, records, kind, start_step, batch, process
+            )
+            for kind in range(len(canvases.NAMES))
+        )
 
     def decode_train(self, index: tf.Tensor) -> dict[str, tf.Tensor]:
         """Loads image `index` and its targets inside tf.data."""

@@ -17,16 +17,21 @@ from tests.helpers import requires
 requires.module_or_skip(*requires.TRAIN_LOOP)
 
 from detector import config as config_lib
-from detector.data import pipeline
+from detector.data import canvases, orientation_schedule, pipeline
 from detector.distributed import determinism, sharding
-from detector.engine import train_lib, train_metrics, train_step
+from detector.engine import train_lib, train_metrics, train_programs, train_step
 from detector.evaluation import eval_lib
 from detector.launch import cli, validate
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from ops import host_audit
 from tests.detector.helpers import tiny_config
-from tests.helpers import checkpoint_faults, groups, launch_hooks
+from tests.helpers import (
+    checkpoint_faults,
+    groups,
+    launch_hooks,
+    mixed_orientations,
+)
 
 pytestmark = groups.TINY_SHAPES_TRAINING
 
@@ -745,3 +750,118 @@ def test_each_start_keeps_its_config_and_a_resume_past_the_end_fails(
             hooks=launch_hooks.TRAIN_PY,
         )
     assert sorted(p.name for p in copy.iterdir()) == before
+
+
+# Orientation canvases: one train program per canvas.
+MIXED_IMAGES = 12  # 8 landscape, 4 portrait
+
+
+@pytest.fixture(name="grouped_config", scope="module")
+def grouped_config_fixture(tmp_path_factory):
+    """The tiny model on the mixed folder's two canvases, batch 2, up to
+    the first step of the other orientation than step 1's."""
+    root = tmp_path_factory.mktemp("mixed")
+    mixed_orientations.write(root, "train", MIXED_IMAGES)
+    config = tiny_config("while_loop")
+    grouped = mixed_orientations.grouped_config(root).data
+    for key in (
+        "source",
+        "root",
+        "resize",
+        "min_size",
+        "max_size",
+        "image_size",
+        "group_orientations",
+    ):
+        config.data[key] = grouped[key]
+    config.data.train_split = "train"
+    train = config.train
+    train.batch_size = 2
+    train.schedule, train.step_boundaries, train.warmup_steps = "step", (), 1
+    schedule = orientation_schedule.OrientationSchedule(
+        config.seed, (8, 4), train.batch_size
+    )
+    kinds = [schedule.orientation(step) for step in range(MIXED_IMAGES)]
+    train.num_steps = kinds.index(1 - kinds[0]) + 1
+    train.log_every = train.checkpoint_every = train.num_steps
+    return config
+
+
+def _train_without_eval(config, workdir):
+    return train_lib.train_and_evaluate(
+        config, workdir, hooks=launch_hooks.TRAIN_PY, evaluate=False
+    )
+
+
+@pytest.fixture(name="grouped_runs", scope="module")
+def grouped_runs_fixture(grouped_config, tmp_path_factory):
+    """A run straight to the end (the programs it compiled and the canvas
+    of each step it ran), and one stopped before the step of the other
+    orientation and resumed there."""
+    compiled, ran = [], []
+    compile_audited = host_audit.compile_audited
+    call = train_programs.TrainPrograms.__call__
+
+    def compile_spy(*args, program, **kwargs):
+        compiled.append((program, len(ran)))
+        return compile_audited(*args, program=program, **kwargs)
+
+    def call_spy(self, state, batch, key):
+        ran.append(train_programs.canvas_of(batch))
+        return call(self, state, batch, key)
+
+    straight = tmp_path_factory.mktemp("straight")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(host_audit, "compile_audited", compile_spy)
+        patch.setattr(train_programs.TrainPrograms, "__call__", call_spy)
+        _train_without_eval(grouped_config, straight)
+    resumed = tmp_path_factory.mktemp("resumed")
+    stopped = grouped_config.copy_and_resolve_references()
+    end = grouped_config.train.num_steps
+    stopped.train.num_steps = stopped.train.checkpoint_every = end - 1
+    _train_without_eval(stopped, resumed)
+    _train_without_eval(grouped_config, resumed)
+    return compiled, ran, straight, resumed
+
+
+@pytest.mark.slow
+def test_two_canvases_compile_two_programs_and_each_step_runs_its_own(
+    grouped_config, grouped_runs
+):
+    compiled, ran, _, _ = grouped_runs
+    placed = canvases.canvases(grouped_config.data)
+    schedule = orientation_schedule.OrientationSchedule(
+        grouped_config.seed, (8, 4), grouped_config.train.batch_size
+    )
+    first = placed[schedule.orientation(0)]
+    # Both before step 1, the first batch's canvas first.
+    assert compiled == [
+        (f"train_step on {h}x{w}", 0)
+        for h, w in (first, *(c for c in placed if c != first))
+    ]
+    steps = range(grouped_config.train.num_steps)
+    assert ran == [placed[schedule.orientation(s)] for s in steps]
+    assert set(ran) == set(placed)
+
+
+@pytest.mark.slow
+def test_a_resume_on_the_other_canvas_continues_exactly(
+    grouped_config, grouped_runs
+):
+    _, _, straight, resumed = grouped_runs
+    end = grouped_config.train.num_steps
+    for got, want in zip(
+        _params_at(resumed, end), _params_at(straight, end), strict=True
+    ):
+        jax.tree.map(np.testing.assert_array_equal, got, want)
+
+
+def test_the_compiling_line_counts_the_programs():
+    assert re.fullmatch(
+        r"Compiling the train step \(2 programs, one per canvas\) and "
+        r"predict \(.*\); step 1 follows",
+        train_lib._compiling_line(True, 2),
+    )
+    assert train_lib._compiling_line(False, 1).startswith(
+        "Compiling the train step ("
+    )
