@@ -2,6 +2,7 @@
 
 import io
 import pathlib
+import threading
 
 import numpy as np
 import pytest
@@ -317,3 +318,40 @@ def test_a_prepared_builder_shares_records_by_tfds_slices(tmp_path):
             want = {i for i in ids if ((i - 1000) % 3 == 0) == kind}
             read = [int(r["image/id"]) for _, r in dataset.take(len(want))]
             assert sorted(read) == sorted(want)
+
+
+def test_grouped_training_batches_through_the_pipeline(
+    tmp_path, data_dir, mocked, monkeypatch
+):
+    from detector.data import pipeline  # noqa: PLC0415
+
+    # The two orientation streams open epochs from tf.data threads at once;
+    # the mock's as_dataset swaps a global fake file system in and out
+    # around each call, so the calls take turns here.
+    lock = threading.Lock()
+    raw = tfds_coco.TfdsCoco.raw
+
+    def one_at_a_time(self, *args, **kwargs):
+        with lock:
+            return raw(self, *args, **kwargs)
+
+    monkeypatch.setattr(tfds_coco.TfdsCoco, "raw", one_at_a_time)
+
+    config = tfds_mock.config(str(tmp_path))
+    data = config.data
+    data.resize, data.min_size, data.max_size = "shortest_edge", (32,), 64
+    data.image_size = (32, 64)
+    data.group_orientations = True
+    config.train.batch_size = 2
+    schedule = OrientationSchedule(config.seed, (2, 2), 2)
+    batches = pipeline.train_batches(config)
+    firsts = [next(batches) for _ in range(6)]
+    for step, batch in enumerate(firsts):
+        kind = schedule.orientation(step)
+        assert batch["image"].shape[1:3] == canvases.canvases(data)[kind]
+        assert {KINDS[int(i)] for i in batch["image_id"]} == {kind}
+    resumed = pipeline.train_batches(config, start_step=3)
+    for want in firsts[3:]:
+        got = next(resumed)
+        np.testing.assert_array_equal(got["image_id"], want["image_id"])
+        np.testing.assert_array_equal(got["image"], want["image"])
