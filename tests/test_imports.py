@@ -111,10 +111,9 @@ def test_step_bench_reads_a_batch_file_without_tensorflow(tmp_path):
     )
     assert errors == [
         (
-            f"error: {path}: image has shape (2, 64, 128, 3), "
-            "the config's pipeline makes (2, 128, 128, 3) "
-            "(train.batch_size, data.image_size, "
-            "data.max_instances, data.gt_mask_size); save the "
-            "batches with the same config"
+            f"error: {path}: batch 0 is on a 64 x 128 canvas, the "
+            "config's are [(128, 128)] (data.image_size, "
+            "data.group_orientations); save the batches with the same "
+            "config"
         )
     ]

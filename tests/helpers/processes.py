@@ -17,8 +17,6 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
-from tests.helpers import mixed_orientations
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The smoke config with the fastest-compiling NMS and a schedule that does
 # not depend on num_steps, so a resumed leg reuses the compiled programs.
@@ -46,6 +44,10 @@ def grouped(root: pathlib.Path, train: int = 12, val: int = 4) -> list[str]:
     """Overrides of SMOKE for orientation canvases: a folder of landscape
     and portrait images (train, val) written at `root`, read on a 64 x 128
     and a 128 x 64 canvas."""
+    # Here, not at import: the folder is written with pycocotools, which
+    # the tests that only start processes may lack.
+    from tests.helpers import mixed_orientations  # noqa: PLC0415
+
     mixed_orientations.write(root, "train", train)
     mixed_orientations.write(root, "val", val)
     data = mixed_orientations.grouped_config(root).data
