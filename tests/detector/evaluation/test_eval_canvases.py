@@ -10,11 +10,9 @@ import pytest
 pytest.importorskip("pycocotools.cocoeval")
 pytest.importorskip("tensorflow")
 
-from flax import nnx  # noqa: E402
-
-from detector.build import model as factory  # noqa: E402
 from detector.distributed import sharding  # noqa: E402
 from detector.evaluation import eval_lib  # noqa: E402
+from detector.state import train_state as state_lib  # noqa: E402
 from tests.helpers import mixed_orientations  # noqa: E402
 
 COUNT = 7  # images 2 and 5 are portrait
@@ -33,15 +31,22 @@ def _config(root):
     model.roi.box_head_dim, model.roi.mask_head_dim = 32, 16
     model.detection.score_threshold = 0.0
     model.detection.max_detections = 100
+    # Host NMS: the same boxes as the device kernels (tests/ops), and a
+    # program that compiles in a fraction of Pallas' interpret mode's time.
+    model.rpn.nms_backend = model.detection.nms_backend = "cpu"
     config.eval.num_visualized = 3
     return config
 
 
-def _evaluate(config, workdir):
-    """(summary, detections, predict) of a fresh random-init model."""
-    model = factory.build_model(config, rngs=nnx.Rngs(0))
-    model.eval()
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+def _model(config):
+    """(eval graphdef, params, rest) of a fresh random-init model."""
+    graphdef, params, rest = state_lib.create_model(config, 0)
+    return state_lib.eval_graphdef(graphdef, params, rest), params, rest
+
+
+def _evaluate(config, workdir, model):
+    """(summary, detections, predict) of `model` evaluated with `config`."""
+    graphdef, params, rest = model
     mesh = sharding.make_mesh()
     predict = eval_lib.compile_predict(config, graphdef, params, rest, mesh)
     summary = eval_lib.evaluate(
@@ -62,9 +67,10 @@ def runs_fixture(tmp_path_factory):
     single = grouped.copy_and_resolve_references()
     single.data.group_orientations = False
     single.data.image_size = (128, 128)
+    model = _model(grouped)  # the same weights on both
     return (
-        _evaluate(grouped, tmp_path_factory.mktemp("grouped")),
-        _evaluate(single, tmp_path_factory.mktemp("single")),
+        _evaluate(grouped, tmp_path_factory.mktemp("grouped"), model),
+        _evaluate(single, tmp_path_factory.mktemp("single"), model),
     )
 
 
