@@ -12,9 +12,12 @@ compiled, once:
 
 import pytest
 
-# conftest.py's trained_workdir, exported_dir and their grouped twins
-# (the export tests).
+# conftest.py's trained_workdir and exported_dir (the export tests).
 EXPORTED = pytest.mark.xdist_group("exported")
+# Their twins on orientation canvases, grouped_workdir and
+# grouped_exported_dir: a group of their own, beside EXPORTED's on the
+# other worker.
+GROUPED_EXPORTED = pytest.mark.xdist_group("grouped_exported")
 # The training loop on the tiny shapes config: one train step program
 # (tests/detector/engine/test_train_lib.py, state/test_warm_start.py).
 TINY_SHAPES_TRAINING = pytest.mark.xdist_group("tiny_shapes_training")

@@ -15,7 +15,7 @@ from detector.imaging import images
 from detector.predict import artifact, runner
 from tests.helpers import groups
 
-pytestmark = groups.EXPORTED
+pytestmark = groups.GROUPED_EXPORTED
 
 LANDSCAPE, PORTRAIT = (64, 128), (128, 64)  # make_grouped's canvases
 SQUARE = (128, 128)  # holds an image of either canvas
