@@ -18,6 +18,7 @@ checkpoint, the same model under another test); JAX's persistent cache in a
 per-worker temporary folder makes the second compile a lookup.
 """
 
+import json
 import os
 
 from detector.distributed import determinism
@@ -97,6 +98,37 @@ def _export(workdir):
 def exported_dir(trained_workdir):
     """trained_workdir exported for cpu, cuda and tpu in one artifact."""
     return _export(trained_workdir)
+
+
+@pytest.fixture(scope="session")
+def format_2_exported_dir(trained_workdir, exported_dir):
+    """trained_workdir exported as format 2 wrote it, for cpu: its one
+    function holds the weights (constants), no weights section."""
+    from detector import config as config_lib
+    from detector.export import exporter
+    from detector.predict import artifact
+
+    config = config_lib.load_json(trained_workdir / "config.json")
+    model = exporter.served(config, trained_workdir)
+    meta = json.loads((exported_dir / artifact.META_FILE).read_text())
+    (canvas,) = meta["canvases"]
+    function = exporter.export_fn(
+        lambda *inputs: model.fn(model.weights, *inputs), canvas, ("cpu",)
+    )
+    data = bytes(function.serialize())
+    del meta["weights_bytes"]
+    meta |= {
+        "format_version": 2,
+        "canvas_bytes": [len(data)],
+        "platforms": ["cpu"],
+        "nms_backend": {"cpu": meta["nms_backend"]["cpu"]},
+        "sha256": artifact.sha256(data),
+    }
+    out = trained_workdir / "export_format_2"
+    out.mkdir()
+    (out / artifact.ARTIFACT_FILE).write_bytes(data)
+    (out / artifact.META_FILE).write_text(json.dumps(meta))
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """A workdir's predict function serialized with `jax.export`, once per
-canvas: predict.jax and predict.json, one symbolic batch dimension, several
-platforms in one file (docs/export-and-predict.md)."""
+canvas, the weights once after them: predict.jax and predict.json, one
+symbolic batch dimension, several platforms in one file
+(docs/export-and-predict.md)."""
 
 import dataclasses
 import json
@@ -9,6 +10,7 @@ import pathlib
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from detector.data import canvases as canvases_lib
 from detector.distributed import sharding
@@ -96,9 +98,11 @@ def restore(
 
 @dataclasses.dataclass(frozen=True)
 class Served:
-    """The served function of a workdir, its categories and step."""
+    """The served function of a workdir (weights as its first argument),
+    its weights on the host, categories and step."""
 
-    fn: serving.ServingFn
+    fn: serving.WeightedFn
+    weights: list[np.ndarray]
     categories: list[dict]
     step: int
 
@@ -114,27 +118,35 @@ def served(config: ml_collections.ConfigDict, workdir: pathlib.Path) -> Served:
     """
     categories = categories_lib.categories(config)
     weights = restore(config, workdir)
-    fn = serving.serving_fn(
+    fn, leaves = serving.weighted_fn(
         config,
         weights.graphdef,
         weights.params,
         weights.rest,
         [c["id"] for c in categories],
     )
-    return Served(fn, categories, weights.step)
+    return Served(fn, leaves, categories, weights.step)
 
 
 def export_fn(
-    fn, canvas: tuple[int, int], platforms: tuple[str, ...]
+    fn,
+    canvas: tuple[int, int],
+    platforms: tuple[str, ...],
+    weights: list | None = None,
 ) -> jax.export.Exported:
-    """jax.export of fn(f32[b, H, W, 3], i32[b, 2], i32[b, 2]) on the
-    (H, W) `canvas`, b symbolic."""
+    """jax.export of fn(weights, f32[b, H, W, 3], i32[b, 2], i32[b, 2]) on
+    the (H, W) `canvas`, b symbolic, `weights` the arrays (or shapes) whose
+    types the first argument takes; without `weights`, of fn(images,
+    image_sizes, orig_sizes)."""
     (batch,) = jax.export.symbolic_shape(artifact_lib.SYMBOLIC_BATCH)
     args = (
         jax.ShapeDtypeStruct((batch, *canvas, 3), jnp.float32),
         jax.ShapeDtypeStruct((batch, 2), jnp.int32),
         jax.ShapeDtypeStruct((batch, 2), jnp.int32),
     )
+    if weights is not None:
+        types = [jax.ShapeDtypeStruct(w.shape, w.dtype) for w in weights]
+        args = (types, *args)
     return jax.export.export(
         jax.jit(fn),
         platforms=platforms,
@@ -142,6 +154,36 @@ def export_fn(
             jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
         ],
     )(*args)
+
+
+@dataclasses.dataclass(frozen=True)
+class Serialized:
+    """predict.jax's sections: each canvas's function, then the weights."""
+
+    functions: list[jax.export.Exported]
+    blobs: list[bytes]
+    weights: bytes
+
+    @property
+    def data(self) -> bytes:
+        return b"".join(self.blobs) + self.weights
+
+
+def serialize(
+    fn: serving.WeightedFn,
+    weights: list,
+    canvases: tuple[tuple[int, int], ...],
+    platforms: tuple[str, ...],
+) -> Serialized:
+    """`fn` exported once per canvas, with the weights as raw bytes: each
+    leaf's C-order values in the order of the first argument, their shapes
+    and dtypes those of the functions' own argument types."""
+    functions = [export_fn(fn, c, platforms, weights) for c in canvases]
+    return Serialized(
+        functions,
+        [bytes(exported.serialize()) for exported in functions],
+        b"".join(np.ascontiguousarray(w).tobytes() for w in weights),
+    )
 
 
 def export_workdir(
@@ -170,15 +212,16 @@ def export_workdir(
     files.check_writable_folder(out, "--out")
     model = served(config, workdir)
     canvases = canvases_lib.canvases(config.data)
-    # One function per canvas, stored one after another (canvas_bytes).
-    functions = [export_fn(model.fn, c, platforms) for c in canvases]
-    blobs = [bytes(exported.serialize()) for exported in functions]
-    data = b"".join(blobs)
-    exported = functions[0]  # platforms and calling convention: all alike
+    # One function per canvas, one after another (canvas_bytes), then the
+    # weights they all take (weights_bytes).
+    sections = serialize(model.fn, model.weights, canvases, platforms)
+    data = sections.data
+    exported = sections.functions[0]  # platforms, calling convention: alike
     meta = {
         "format_version": artifact_meta.FORMAT_VERSION,
         "canvases": [list(canvas) for canvas in canvases],
-        "canvas_bytes": [len(blob) for blob in blobs],
+        "canvas_bytes": [len(blob) for blob in sections.blobs],
+        "weights_bytes": len(sections.weights),
         "resize": serving.resize_of(config)._asdict(),
         "batch_sizes": artifact_lib.SYMBOLIC_BATCH,
         "pixel_mean": list(config.data.pixel_mean),

@@ -24,12 +24,13 @@ def predictor(
     """
     model = exporter.served(config, workdir)
     fn = jax.jit(model.fn)  # compiled once per canvas
+    weights = jax.device_put(model.weights)  # passed as the artifact's are
     return runner.Predictor(
         serving.resize_of(config),
         canvases.canvases(config.data),
         model.categories,
         lambda images, resized, sizes: jax.device_get(
-            fn(images, resized, sizes)
+            fn(weights, images, resized, sizes)
         ),
         config.eval.mask_paste,
         f"workdir:{workdir.resolve()} step:{model.step} mask_paste:"

@@ -1,5 +1,6 @@
 """The predict function served in process or exported: resized float images
--> detections in original pixels (`serving_fn`; docs/export-and-predict.md).
+-> detections in original pixels (`serving_fn`), and its form that takes the
+weights as an argument (`weighted_fn`; docs/export-and-predict.md).
 Shapes: b batch, H, W model input, K detection slots, T mask size.
 """
 
@@ -106,7 +107,7 @@ def serving_fn(
 ) -> ServingFn:
     """(images, image_sizes, orig_sizes) -> `artifact.OUTPUTS`, with
     `graphdef` (eval mode) and the weights closed over (constants of the
-    program, and so inside an exported artifact).
+    program where they are concrete; `weighted_fn` passes them traced).
 
     images f32[b, H, W, 3] are resized in float by the config's rule
     (`images.fitted_size` and `place`: eval's resize, unrounded) at the top
@@ -138,3 +139,35 @@ def serving_fn(
         return drop_empty(outputs)
 
     return serve
+
+
+# (weights, images, image_sizes, orig_sizes) -> OUTPUTS, weights the flat
+# leaves of (params, rest) in jax.tree order.
+WeightedFn = Callable[
+    [list[jax.Array], jax.Array, jax.Array, jax.Array], dict[str, jax.Array]
+]
+
+
+def weighted_fn(
+    config: ml_collections.ConfigDict,
+    graphdef: nnx.GraphDef,
+    params: nnx.State,
+    rest: nnx.State,
+    category_ids: list[int],
+) -> tuple[WeightedFn, list]:
+    """`serving_fn` with the weights as its first argument, and the weights:
+    the leaves of (params, rest) (BatchNorm statistics in `rest`), in the
+    fixed order of `jax.tree.leaves`."""
+    weights, treedef = jax.tree.flatten((params, rest))
+
+    def serve(
+        weights: list[jax.Array],
+        images: jax.Array,
+        image_sizes: jax.Array,
+        orig_sizes: jax.Array,
+    ) -> dict[str, jax.Array]:
+        params, rest = jax.tree.unflatten(treedef, weights)
+        fn = serving_fn(config, graphdef, params, rest, category_ids)
+        return fn(images, image_sizes, orig_sizes)
+
+    return serve, weights

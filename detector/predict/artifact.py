@@ -1,6 +1,6 @@
 """An exported predict artifact on disk (predict.jax and predict.json): load
-it, check it, call the function of a batch's canvas; every problem is one
-`ArtifactError` line (docs/export-and-predict.md)."""
+it and its weights, check it, call the function of a batch's canvas; every
+problem is one `ArtifactError` line (docs/export-and-predict.md)."""
 
 import dataclasses
 import hashlib
@@ -18,6 +18,8 @@ from detector.predict import artifact_meta
 ARTIFACT_FILE = "predict.jax"
 META_FILE = "predict.json"
 OUTPUTS = ("boxes", "scores", "category_ids", "masks", "num_valid")
+# The arguments after the weights: images, image_sizes, orig_sizes.
+_INPUTS = 3
 # The artifact's batch dimension: symbolic, so one artifact takes any size.
 SYMBOLIC_BATCH = "b"
 # Keys of predict.json that loading relies on (artifact_meta.SCHEMA).
@@ -55,12 +57,14 @@ def check_version(version: object, where: str, jax_version: str) -> None:
 @dataclasses.dataclass(frozen=True)
 class Artifact:
     """A loaded artifact: its deserialized functions, one per canvas in the
-    order of predict.json's "canvases", and predict.json in the current
-    format's keys (`artifact_meta.current`)."""
+    order of predict.json's "canvases", predict.json in the current
+    format's keys (`artifact_meta.current`) and the weights every function
+    takes first, on the device (None: inside each function, format < 3)."""
 
     directory: pathlib.Path
     functions: tuple[jax.export.Exported, ...]
     meta: dict
+    weights: list[jax.Array] | None = None
 
     @property
     def canvases(self) -> tuple[images_lib.Canvas, ...]:
@@ -113,25 +117,76 @@ def _deserialize(path: pathlib.Path, data: bytes) -> jax.export.Exported:
 
 
 def _split(
-    data: bytes, counts: list[int] | None, where: pathlib.Path
-) -> list[bytes]:
-    """predict.jax cut into its functions (`counts` bytes each; None: one
-    function, all of it)."""
+    data: bytes, meta: dict, where: pathlib.Path
+) -> tuple[list[bytes], memoryview | None]:
+    """predict.jax cut into its functions (`canvas_bytes`; None: one
+    function, all of it) and its weights section (None before format 3)."""
+    counts, weights = meta["canvas_bytes"], meta["weights_bytes"]
     if counts is None:
-        return [data]
-    if sum(counts) != len(data):
+        return [data], None
+    total = sum(counts) + (weights or 0)
+    if total != len(data):
+        keys = f"canvas_bytes={counts}"
+        if weights is not None:
+            keys += f" and weights_bytes={weights}"
         raise ArtifactError(
-            f"{where}: canvas_bytes={counts} add up to {sum(counts)} bytes, "
-            f"not the {len(data)} of {ARTIFACT_FILE}; restore the exported "
-            "values or export again"
+            f"{where}: {keys} add up to {total} bytes, not the {len(data)} "
+            f"of {ARTIFACT_FILE}; restore the exported values or export again"
         )
-    ends = itertools.accumulate(counts)
-    return [data[end - n : end] for n, end in zip(counts, ends, strict=True)]
+    ends = list(itertools.accumulate(counts))
+    blobs = [data[end - n : end] for n, end in zip(counts, ends, strict=True)]
+    return blobs, None if weights is None else memoryview(data)[ends[-1] :]
+
+
+def _weight_types(
+    functions: tuple[jax.export.Exported, ...], where: pathlib.Path
+) -> list:
+    """The types of the weights the functions take first (all alike)."""
+    types = [f.in_avals[:-_INPUTS] for f in functions]
+    if any(t != types[0] for t in types):
+        raise ArtifactError(
+            f"{where}: its functions take different weights; export it again"
+        )
+    return list(types[0])
+
+
+def _weights(
+    functions: tuple[jax.export.Exported, ...],
+    meta: dict,
+    section: memoryview | None,
+    where: pathlib.Path,
+    meta_path: pathlib.Path,
+) -> list[jax.Array] | None:
+    """The weights section as the functions' first argument, on the device
+    (None when the functions hold the weights themselves)."""
+    types = _weight_types(functions, where)
+    if section is None:
+        if types:
+            raise ArtifactError(
+                f"{meta_path}: format_version={meta['format_version']} but "
+                f"the functions of {ARTIFACT_FILE} take the weights as an "
+                "argument; restore the exported value or export again"
+            )
+        return None
+    sizes = [t.size * t.dtype.itemsize for t in types]
+    if sum(sizes) != len(section):
+        raise ArtifactError(
+            f"{meta_path}: weights_bytes={len(section)} differs from the "
+            f"{sum(sizes)} bytes of the weights the functions of "
+            f"{ARTIFACT_FILE} take; restore the exported value or export again"
+        )
+    ends = itertools.accumulate(sizes)
+    leaves = [
+        np.frombuffer(section[end - n : end], t.dtype).reshape(t.shape)
+        for t, n, end in zip(types, sizes, ends, strict=True)
+    ]
+    return jax.device_put(leaves)
 
 
 def load(directory: str | pathlib.Path) -> Artifact:
     """Reads and checks an export folder (predict.jax, predict.json), of
-    this format or format 1 (one canvas).
+    this format or an earlier one (weights inside each function), and puts
+    its weights on the device once.
 
     Raises:
       ArtifactError: a missing or unreadable file, an artifact whose bytes
@@ -158,10 +213,8 @@ def load(directory: str | pathlib.Path) -> Artifact:
             f"wrote ({META_FILE} sha256): truncated or corrupt; export it "
             "again"
         )
-    functions = tuple(
-        _deserialize(where, blob)
-        for blob in _split(data, meta["canvas_bytes"], meta_path)
-    )
+    blobs, section = _split(data, meta, meta_path)
+    functions = tuple(_deserialize(where, blob) for blob in blobs)
     for exported in functions:
         check_version(exported.calling_convention_version, str(where), "?")
         if (
@@ -174,7 +227,8 @@ def load(directory: str | pathlib.Path) -> Artifact:
                 f"{meta['calling_convention_version']} in {META_FILE}"
             )
     _check_input_sizes(functions, meta, meta_path)
-    return Artifact(directory, functions, meta)
+    weights = _weights(functions, meta, section, where, meta_path)
+    return Artifact(directory, functions, meta, weights)
 
 
 def _check_input_sizes(
@@ -183,7 +237,7 @@ def _check_input_sizes(
     where: pathlib.Path,
 ) -> None:
     """The canvases of predict.json must be the functions' input sizes."""
-    sizes = [list(f.in_avals[0].shape[1:3]) for f in functions]
+    sizes = [list(f.in_avals[-_INPUTS].shape[1:3]) for f in functions]
     if sizes == meta["canvases"]:
         return
     if artifact_meta.version(meta) == 1:
@@ -276,7 +330,11 @@ def run(
             f"{', '.join(artifact.platforms)}, not for this "
             f"{platform}; export it again with --platforms={platform}"
         )
+    weights = () if artifact.weights is None else (artifact.weights,)
     outputs = artifact.functions[index].call(
-        images, image_sizes.astype(np.int32), orig_sizes.astype(np.int32)
+        *weights,
+        images,
+        image_sizes.astype(np.int32),
+        orig_sizes.astype(np.int32),
     )
     return {k: np.asarray(v) for k, v in outputs.items()}

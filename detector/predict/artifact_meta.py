@@ -5,11 +5,13 @@ import re
 from collections.abc import Callable
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
-# predict.json's "format_version": 2 lists "canvases", one function each,
-# stored one after another in predict.jax ("canvas_bytes"). Format 1 (no
-# "format_version") has one function, all of predict.jax, whose input size
-# is "image_size" (also inside "resize").
-FORMAT_VERSION = 2
+# predict.json's "format_version": 3 lists "canvases", one function each,
+# stored one after another in predict.jax ("canvas_bytes"), then the
+# weights every function takes as its first argument ("weights_bytes").
+# Format 2 is the same without the weights section: each function holds the
+# weights. Format 1 (no "format_version") has one function, all of
+# predict.jax, whose input size is "image_size" (also inside "resize").
+FORMAT_VERSION = 3
 
 
 class MetaError(ValueError):
@@ -131,24 +133,33 @@ _COMMON: Schema = (
         "64 lowercase hex digits",
     ),
 )
+_CANVASES: Schema = (
+    (
+        "canvases",
+        _canvases,
+        "one or two [height, width] canvases (landscape, portrait) of "
+        "positive integers",
+    ),
+    (
+        "canvas_bytes",
+        _byte_counts,
+        "the byte count of each canvas's function, positive integers",
+    ),
+)
 # format version -> its keys, in predict.json's order.
 SCHEMAS: dict[int, Schema] = {
     1: (
         ("image_size", _canvas, "[height, width], two positive integers"),
         *_COMMON,
     ),
-    2: (
-        ("format_version", lambda v: v == 2, "2"),
+    2: (("format_version", lambda v: v == 2, "2"), *_CANVASES, *_COMMON),
+    3: (
+        ("format_version", lambda v: v == 3, "3"),
+        *_CANVASES,
         (
-            "canvases",
-            _canvases,
-            "one or two [height, width] canvases (landscape, portrait) of "
-            "positive integers",
-        ),
-        (
-            "canvas_bytes",
-            _byte_counts,
-            "the byte count of each canvas's function, positive integers",
+            "weights_bytes",
+            _integer,
+            "the byte count of the weights section, an integer >= 0",
         ),
         *_COMMON,
     ),
@@ -214,16 +225,21 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
 
 def current(meta: dict) -> dict:
     """A checked predict.json in the keys of FORMAT_VERSION (its
-    "format_version" kept): format 1's image_size becomes its one canvas,
+    "format_version" kept): before format 3 the functions hold the weights
+    ("weights_bytes" None); format 1's image_size becomes its one canvas,
     leaves "resize", and its function is all of predict.jax
     ("canvas_bytes" None)."""
-    if version(meta) > 1:
+    found = version(meta)
+    if found == FORMAT_VERSION:
         return meta
+    if found > 1:
+        return meta | {"weights_bytes": None}
     resize = {k: v for k, v in meta["resize"].items() if k != "image_size"}
     rest = {k: v for k, v in meta.items() if k != "image_size"}
     return rest | {
         "format_version": 1,
         "canvases": [meta["image_size"]],
         "canvas_bytes": None,
+        "weights_bytes": None,
         "resize": resize,
     }

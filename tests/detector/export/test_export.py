@@ -73,10 +73,11 @@ def test_exported_equals_in_process_on_cpu_for_batches_1_and_3(
 def test_meta_and_multi_platform_module(exported_dir):
     meta = json.loads((exported_dir / artifact.META_FILE).read_text())
     assert set(artifact.REQUIRED_KEYS) <= set(meta)
-    assert meta["format_version"] == 2
+    assert meta["format_version"] == 3
     assert meta["canvases"] == [[128, 128]]
     size = (exported_dir / artifact.ARTIFACT_FILE).stat().st_size
-    assert meta["canvas_bytes"] == [size]
+    assert len(meta["canvas_bytes"]) == 1
+    assert meta["canvas_bytes"][0] + meta["weights_bytes"] == size
     assert meta["resize"] == {
         "rule": "letterbox",
         "min_size": 800,
@@ -103,6 +104,11 @@ def test_meta_and_multi_platform_module(exported_dir):
     loaded = artifact.load(exported_dir)
     assert loaded.platforms == ("cpu", "cuda", "tpu")
     (function,) = loaded.functions
+    # The function takes the weights (f32 leaves) before its three inputs.
+    assert sum(w.nbytes for w in loaded.weights) == meta["weights_bytes"]
+    assert [w.shape for w in loaded.weights] == [
+        a.shape for a in function.in_avals[:-3]
+    ]
     module = function.mlir_module()
     # The Mosaic NMS kernel, once per NMS site, in the TPU lowering.
     assert module.count("tpu_custom_call") >= 2

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from detector import config as config_lib
-from detector.export import in_process
+from detector.export import exporter, in_process
 from detector.imaging import images
 from detector.predict import artifact, runner
 from tests.helpers import groups
@@ -63,10 +63,11 @@ def _inputs(predictor: runner.Predictor, pictures: list[np.ndarray]):
 
 def test_one_file_serves_both_canvases_on_every_platform(grouped_exported_dir):
     meta = json.loads((grouped_exported_dir / artifact.META_FILE).read_text())
-    assert meta["format_version"] == 2
+    assert meta["format_version"] == 3
     assert meta["canvases"] == [list(LANDSCAPE), list(PORTRAIT)]
     size = (grouped_exported_dir / artifact.ARTIFACT_FILE).stat().st_size
-    assert len(meta["canvas_bytes"]) == 2 and sum(meta["canvas_bytes"]) == size
+    assert len(meta["canvas_bytes"]) == 2
+    assert sum(meta["canvas_bytes"]) + meta["weights_bytes"] == size
     assert meta["resize"] == {
         "rule": "shortest_edge",
         "min_size": 64,
@@ -76,9 +77,23 @@ def test_one_file_serves_both_canvases_on_every_platform(grouped_exported_dir):
     assert loaded.canvases == (LANDSCAPE, PORTRAIT)
     for function, canvas in zip(loaded.functions, loaded.canvases, strict=True):
         assert function.platforms == ("cpu", "cuda", "tpu")
-        assert tuple(function.in_avals[0].shape[1:]) == (*canvas, 3)
+        assert tuple(function.in_avals[-3].shape[1:]) == (*canvas, 3)
         # The Mosaic NMS kernel at both NMS sites of each TPU lowering.
         assert function.mlir_module().count("tpu_custom_call") >= 2
+
+
+def test_both_canvases_share_one_copy_of_the_weights(
+    grouped_workdir, grouped_exported_dir
+):
+    """The weights section is the model's weights, once: the two-canvas
+    file is under 1.2 times the one-canvas export of the same model (its
+    landscape function and the same weights section)."""
+    meta = json.loads((grouped_exported_dir / artifact.META_FILE).read_text())
+    weights = exporter.restore(_config(grouped_workdir), grouped_workdir)
+    leaves = jax.tree.leaves((weights.params, weights.rest))
+    assert meta["weights_bytes"] == sum(leaf.nbytes for leaf in leaves)
+    size = (grouped_exported_dir / artifact.ARTIFACT_FILE).stat().st_size
+    assert size < 1.2 * (meta["canvas_bytes"][0] + meta["weights_bytes"])
 
 
 @pytest.mark.slow  # four compiles; the square canvas below is one

@@ -22,6 +22,14 @@ def copy(exported_dir, tmp_path):
     return target
 
 
+@pytest.fixture
+def format_2_copy(format_2_exported_dir, tmp_path):
+    """A scratch copy of the format 2 artifact (weights in the function)."""
+    target = tmp_path / "export_format_2"
+    shutil.copytree(format_2_exported_dir, target)
+    return target
+
+
 def _one_line(error: pytest.ExceptionInfo) -> str:
     message = str(error.value)
     assert "\n" not in message
@@ -35,13 +43,22 @@ def _rewrite_meta(folder, **changes) -> None:
     path.write_text(json.dumps(meta))
 
 
-def test_truncated_artifact(copy):
+def _meta(folder) -> dict:
+    return json.loads((folder / artifact.META_FILE).read_text())
+
+
+@pytest.mark.parametrize("cut", ["function", "weights"])
+def test_truncated_artifact(copy, cut):
+    """Cut inside the function, or 100 bytes off the weights section."""
     path = copy / artifact.ARTIFACT_FILE
-    path.write_bytes(path.read_bytes()[:1000])
+    data = path.read_bytes()
+    keep = 1000 if cut == "function" else len(data) - 100
+    assert (keep > _meta(copy)["canvas_bytes"][0]) == (cut == "weights")
+    path.write_bytes(data[:keep])
     with pytest.raises(artifact.ArtifactError) as error:
         artifact.load(copy)
     assert _one_line(error) == (
-        f"{path}: its 1000 bytes differ from what export.py wrote "
+        f"{path}: its {keep} bytes differ from what export.py wrote "
         "(predict.json sha256): truncated or corrupt; export it again"
     )
 
@@ -52,7 +69,10 @@ def test_corrupt_artifact_whose_sha256_was_updated(copy):
     garbage = np.random.default_rng(0).bytes(4096)
     path.write_bytes(garbage)
     _rewrite_meta(
-        copy, sha256=artifact.sha256(garbage), canvas_bytes=[len(garbage)]
+        copy,
+        sha256=artifact.sha256(garbage),
+        canvas_bytes=[len(garbage)],
+        weights_bytes=0,
     )
     with pytest.raises(artifact.ArtifactError) as error:
         artifact.load(copy)
@@ -68,8 +88,8 @@ def test_missing_meta(copy):
 
 
 def _as_format_1(folder) -> None:
-    """predict.json as export.py wrote it before format_version (the
-    one-canvas predict.jax is the same bytes)."""
+    """The format 2 predict.json of `folder` as export.py wrote it before
+    format_version (the one-canvas predict.jax is the same bytes)."""
     path = folder / artifact.META_FILE
     meta = json.loads(path.read_text())
     canvas = meta.pop("canvases")[0]
@@ -83,9 +103,17 @@ def _as_format_1(folder) -> None:
     path.write_text(json.dumps(meta))
 
 
-def test_a_format_1_artifact_loads_and_runs_as_today(copy, exported_dir):
-    _as_format_1(copy)
-    old, new = artifact.load(copy), artifact.load(exported_dir)
+def test_formats_1_and_2_load_and_run_as_before(
+    format_2_copy, format_2_exported_dir
+):
+    """Weights inside the function, no weights section: the same bytes read
+    as format 1 and as format 2 give the same outputs."""
+    _as_format_1(format_2_copy)
+    old, new = (
+        artifact.load(format_2_copy),
+        artifact.load(format_2_exported_dir),
+    )
+    assert old.weights is None and new.weights is None
     assert old.canvases == new.canvases == ((128, 128),)
     assert old.resize == new.resize
     rng = np.random.default_rng(0)
@@ -94,45 +122,106 @@ def test_a_format_1_artifact_loads_and_runs_as_today(copy, exported_dir):
     with jax.default_device(jax.devices("cpu")[0]):
         outputs = artifact.run(old, images, sizes, sizes)
         expected = artifact.run(new, images, sizes, sizes)
+    assert (outputs["num_valid"] >= 15).all()
     for key in artifact.OUTPUTS:
         np.testing.assert_array_equal(outputs[key], expected[key], key)
 
 
-# The fixture's canvas is 128 x 128; BYTES stands for predict.jax's size.
+def test_a_format_3_artifact_read_as_format_2_is_named(copy):
+    meta = _meta(copy)
+    _rewrite_meta(
+        copy,
+        format_version=2,
+        canvas_bytes=[meta["canvas_bytes"][0] + meta["weights_bytes"]],
+    )
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(copy)
+    assert _one_line(error) == (
+        f"{copy / artifact.META_FILE}: format_version=2 but the functions "
+        "of predict.jax take the weights as an argument; restore the "
+        "exported value or export again"
+    )
+
+
+# The fixture's canvas is 128 x 128; BYTES stands for predict.jax's size,
+# WEIGHTS for weights_bytes.
 @pytest.mark.parametrize(
-    "format_1,changes,message",
+    "form,changes,message",
     [
         (
-            False,
+            3,
             {"canvases": [[64, 64]]},
             "canvases=[[64, 64]] differs from the input sizes [[128, 128]] "
             "of predict.jax; restore the exported value or export again",
         ),
         (
-            True,
+            1,
             {"image_size": [64, 64]},
             "image_size=[64, 64] differs from the input size [128, 128] of "
             "predict.jax; restore the exported value or export again",
         ),
         (
-            False,
+            2,
             {"canvas_bytes": [1000]},
             "canvas_bytes=[1000] add up to 1000 bytes, not the BYTES of "
             "predict.jax; restore the exported values or export again",
         ),
+        (
+            3,
+            {"canvas_bytes": [1000]},
+            "canvas_bytes=[1000] and weights_bytes=WEIGHTS add up to "
+            "SUM bytes, not the BYTES of predict.jax; restore the exported "
+            "values or export again",
+        ),
+        (
+            3,
+            {"weights_bytes": 8},
+            "canvas_bytes=[FUNCTION] and weights_bytes=8 add up to SUM "
+            "bytes, not the BYTES of predict.jax; restore the exported "
+            "values or export again",
+        ),
     ],
 )
 def test_edited_canvases_name_the_key_and_what_predict_jax_holds(
-    copy, format_1, changes, message
+    copy, format_2_copy, form, changes, message
 ):
-    if format_1:
-        _as_format_1(copy)
-    _rewrite_meta(copy, **changes)
+    folder = copy if form == 3 else format_2_copy
+    if form == 1:
+        _as_format_1(folder)
+    _rewrite_meta(folder, **changes)
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(folder)
+    meta = _meta(folder)
+    if form == 3:
+        total = meta["canvas_bytes"][0] + meta["weights_bytes"]
+        message = (
+            message.replace("WEIGHTS", str(meta["weights_bytes"]))
+            .replace("FUNCTION", str(meta["canvas_bytes"][0]))
+            .replace("SUM", str(total))
+        )
+    size = (folder / artifact.ARTIFACT_FILE).stat().st_size
+    assert _one_line(error) == (
+        f"{folder / artifact.META_FILE}: {message.replace('BYTES', str(size))}"
+    )
+
+
+def test_weights_bytes_that_cut_into_the_function_are_named(copy):
+    """The sections' sum kept, the boundary moved: the weights section no
+    longer matches the types the function takes."""
+    meta = _meta(copy)
+    (function,) = meta["canvas_bytes"]
+    _rewrite_meta(
+        copy,
+        canvas_bytes=[function + 8],
+        weights_bytes=meta["weights_bytes"] - 8,
+    )
     with pytest.raises(artifact.ArtifactError) as error:
         artifact.load(copy)
-    size = (copy / artifact.ARTIFACT_FILE).stat().st_size
     assert _one_line(error) == (
-        f"{copy / artifact.META_FILE}: {message.replace('BYTES', str(size))}"
+        f"{copy / artifact.META_FILE}: weights_bytes="
+        f"{meta['weights_bytes'] - 8} differs from the "
+        f"{meta['weights_bytes']} bytes of the weights the functions of "
+        "predict.jax take; restore the exported value or export again"
     )
 
 
@@ -161,11 +250,15 @@ def test_other_calling_convention_in_serialized_header(copy):
     """An artifact serialized at another version (the header itself says
     so; predict.json tampered to agree on the bytes, not the version)."""
     path = copy / artifact.ARTIFACT_FILE
-    loaded = jax.export.deserialize(bytearray(path.read_bytes()))
-    other = dataclasses.replace(loaded, calling_convention_version=99)
-    data = bytes(other.serialize())
+    data = path.read_bytes()
+    (count,) = _meta(copy)["canvas_bytes"]
+    loaded = jax.export.deserialize(bytearray(data[:count]))
+    other = bytes(
+        dataclasses.replace(loaded, calling_convention_version=99).serialize()
+    )
+    data = other + data[count:]
     path.write_bytes(data)
-    _rewrite_meta(copy, sha256=artifact.sha256(data), canvas_bytes=[len(data)])
+    _rewrite_meta(copy, sha256=artifact.sha256(data), canvas_bytes=[len(other)])
     with pytest.raises(artifact.ArtifactError) as error:
         artifact.load(copy)
     assert _one_line(error).startswith(

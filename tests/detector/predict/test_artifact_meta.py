@@ -8,9 +8,10 @@ from detector.imaging import masks
 from detector.predict import artifact, artifact_meta
 
 META = {
-    "format_version": 2,
+    "format_version": 3,
     "canvases": [[64, 128], [128, 64]],
     "canvas_bytes": [1000, 1001],
+    "weights_bytes": 5000,
     "resize": {"rule": "shortest_edge", "min_size": 64, "max_size": 96},
     "batch_sizes": "b",
     "pixel_mean": [123.675, 116.28, 103.53],
@@ -29,11 +30,16 @@ META = {
     "sha256": "0" * 64,
 }
 PASTERS = tuple(masks.MASK_PASTERS)
+# What export.py wrote before the weights section: each function holds them.
+FORMAT_2 = {k: v for k, v in META.items() if k != "weights_bytes"} | {
+    "format_version": 2
+}
 # What export.py wrote before predict.json had a format_version: one canvas.
 FORMAT_1 = {
     key: value
     for key, value in META.items()
-    if key not in ("format_version", "canvases", "canvas_bytes")
+    if key
+    not in ("format_version", "canvases", "canvas_bytes", "weights_bytes")
 } | {
     "image_size": [128, 128],
     "resize": {
@@ -65,6 +71,8 @@ def test_the_exporters_meta_passes():
         ("canvases", [[64.0, 128]]),
         ("canvas_bytes", [1000, 0]),
         ("canvas_bytes", None),
+        ("weights_bytes", -1),
+        ("weights_bytes", None),
         ("resize", "letterbox"),
         ("pixel_std", [1, 0, 1]),
         ("pixel_mean", [1, 2]),
@@ -95,15 +103,30 @@ def test_every_schema_key_is_tested():
     assert META["format_version"] == artifact_meta.FORMAT_VERSION
 
 
-@pytest.mark.parametrize("value", [3, 0, "2", True])
+@pytest.mark.parametrize("value", [4, 0, "3", True])
 def test_an_unknown_format_version_is_named(value):
     meta = copy.deepcopy(META) | {"format_version": value}
     with pytest.raises(artifact_meta.MetaError) as error:
         artifact_meta.check(meta, "predict.json", PASTERS)
     assert str(error.value) == (
-        f"predict.json: format_version={value!r}: must be one of 1, 2 (an "
-        "export of a newer version? export it again with this one)"
+        f"predict.json: format_version={value!r}: must be one of 1, 2, 3 "
+        "(an export of a newer version? export it again with this one)"
     )
+
+
+def test_format_2_passes_and_reads_with_no_weights_section():
+    artifact_meta.check(FORMAT_2, "predict.json", PASTERS)
+    current = artifact_meta.current(FORMAT_2)
+    assert current["format_version"] == 2
+    assert current["weights_bytes"] is None
+    assert set(current) == set(META)
+
+
+def test_format_3_lacking_weights_bytes_is_named():
+    meta = FORMAT_2 | {"format_version": 3}
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value).startswith("predict.json: lacks weights_bytes (")
 
 
 def test_canvas_bytes_name_one_function_per_canvas():
@@ -122,6 +145,7 @@ def test_format_1_passes_and_reads_as_its_one_canvas():
     assert current["format_version"] == 1
     assert current["canvases"] == [[128, 128]]
     assert current["canvas_bytes"] is None
+    assert current["weights_bytes"] is None
     assert current["resize"] == {
         "rule": "letterbox",
         "min_size": 800,
