@@ -127,23 +127,24 @@ def _time_forms(
 
 def _r50_sizes() -> dict:
     """Artifact bytes of R50-FPN (fresh weights) for cpu and cpu,cuda,tpu:
-    one function per canvas of the 1x config."""
+    one function per canvas of the 1x config, the weights once."""
     config = coco_r50_fpn.get_config()
     config.model.backbone_init = ""
     graphdef, params, rest = train_state.create_model(config, 0)
     graphdef = train_state.eval_graphdef(graphdef, params, rest)
-    fn = serving.serving_fn(
+    fn, weights = serving.weighted_fn(
         config,
         graphdef,
-        params,
-        rest,
+        jax.device_get(params),
+        jax.device_get(rest),
         list(range(1, config.data.num_classes + 1)),
     )
     sizes = {}
     for platforms in (("cpu",), ("cpu", "cuda", "tpu")):
-        sizes[",".join(platforms)] = sum(
-            len(exporter.export_fn(fn, canvas, platforms).serialize())
-            for canvas in canvases.canvases(config.data)
+        sizes[",".join(platforms)] = len(
+            exporter.serialize(
+                fn, weights, canvases.canvases(config.data), platforms
+            ).data
         )
     return sizes
 
