@@ -234,6 +234,49 @@ def test_edited_categories_name_the_key(copy):
     )
 
 
+def _tiny_function(canvas, weight_shape) -> bytes:
+    """A serialized function of (weights, images, image_sizes, orig_sizes)
+    on `canvas` whose one weight has `weight_shape`."""
+
+    def fn(weights, images, image_sizes, orig_sizes):
+        return {"num_valid": image_sizes[:, 0] + weights[0].size}
+
+    (b,) = jax.export.symbolic_shape(artifact.SYMBOLIC_BATCH)
+    exported = jax.export.export(jax.jit(fn), platforms=("cpu",))(
+        [jax.ShapeDtypeStruct(weight_shape, np.float32)],
+        jax.ShapeDtypeStruct((b, *canvas, 3), np.float32),
+        jax.ShapeDtypeStruct((b, 2), np.int32),
+        jax.ShapeDtypeStruct((b, 2), np.int32),
+    )
+    return bytes(exported.serialize())
+
+
+def test_canvases_that_take_different_weights_are_named(copy):
+    """Two canvases' functions whose weight arguments differ cannot share
+    one weights section."""
+    canvases = [[64, 128], [128, 64]]
+    blobs = [
+        _tiny_function(canvas, shape)
+        for canvas, shape in zip(canvases, [(2,), (3,)], strict=True)
+    ]
+    path = copy / artifact.ARTIFACT_FILE
+    data = b"".join(blobs) + bytes(8)
+    path.write_bytes(data)
+    _rewrite_meta(
+        copy,
+        canvases=canvases,
+        canvas_bytes=[len(blob) for blob in blobs],
+        weights_bytes=8,
+        platforms=["cpu"],
+        sha256=artifact.sha256(data),
+    )
+    with pytest.raises(artifact.ArtifactError) as error:
+        artifact.load(copy)
+    assert _one_line(error) == (
+        f"{path}: its functions take different weights; export it again"
+    )
+
+
 def test_other_calling_convention_in_meta(copy):
     _rewrite_meta(copy, calling_convention_version=99, jax_version="9.9")
     with pytest.raises(artifact.ArtifactError) as error:
