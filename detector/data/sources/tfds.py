@@ -4,15 +4,8 @@ training filters each process's share to one orientation per stream, by an
 index of image sizes read once from the headers and kept beside the data."""
 
 import functools
-import hashlib
-import io
 import itertools
-import json
-import os
-import pathlib
-import re
 import types
-import zipfile
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -28,7 +21,7 @@ from detector.data import canvases, coco_checks, coco_folder, gt_boxes
 from detector.data import orientation as orientation_lib
 from detector.data.orientation_schedule import OrientationSchedule
 from detector.data.sources import base as source
-from detector.utils import files
+from detector.data.sources import orientation_index_file as index_file
 
 # TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
 COCO_2017_CATEGORY_IDS = (
@@ -61,10 +54,6 @@ _IMAGE_SIGNATURES = (
     ((0, b"\x00\x00\x00\x0cJXL "),),
 )
 _ASSERTION = "assertion failed: ["
-# Bumped when the orientation index's file changes meaning.
-_INDEX_FORMAT = 1
-# What reading or writing a local or remote (gs://) file raises.
-_FILE_ERRORS = (OSError, zipfile.BadZipFile, tf.errors.OpError)
 # A split string ('train[:50%]') or a TFDS subsplit object of one.
 SplitArg: TypeAlias = str | Any
 
@@ -292,89 +281,6 @@ def tfds_ground_truth(
     )
 
 
-def _cache_folder() -> pathlib.Path:
-    """Where an index goes when the data folder is read-only."""
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
-    return pathlib.Path(root, "flax-maskrcnn", "tfds")
-
-
-def _index_paths(data_dir: str, split: str) -> tuple[str, str]:
-    """The index file of `split`: beside the data, and in the cache folder
-    (a folder per data folder)."""
-    slug = re.sub(r"[^\w.-]", "_", split)
-    name = f"orientation_index.{slug}.npz"
-    key = hashlib.sha256(str(data_dir).encode()).hexdigest()[:16]
-    beside = f"{str(data_dir).rstrip('/')}/{name}"
-    return beside, str(_cache_folder() / key / name)
-
-
-def _read_index(path: str, meta: dict) -> np.ndarray | None:
-    """The index in `path` if it was made for `meta`'s data, else None."""
-    try:
-        if not tf.io.gfile.exists(path):
-            return None
-        with tf.io.gfile.GFile(path, "rb") as f:
-            data = f.read()
-        with np.load(io.BytesIO(data), allow_pickle=False) as stored:
-            made_for = json.loads(str(stored["meta"]))
-            table = np.asarray(stored["records"], np.int64)
-    except (*_FILE_ERRORS, EOFError, ValueError, KeyError) as e:
-        logging.warning("%s: unreadable (%s); rebuilding it", path, e)
-        return None
-    if made_for != meta or table.shape != (meta["records"], 3):
-        logging.warning(
-            "%s: stale (made for %s, the data is %s); rebuilding it",
-            path,
-            made_for,
-            meta,
-        )
-        return None
-    return table
-
-
-def _write_whole(path: str, data: bytes) -> None:
-    """Writes `data` to `path` whole or not at all: a local file by one
-    rename, a remote one (gs://) by one upload (object stores publish an
-    object whole)."""
-    if "://" in path:
-        with tf.io.gfile.GFile(path, "wb") as f:
-            f.write(data)
-    else:
-        files.write_bytes(path, data)
-
-
-def _write_index(table: np.ndarray, meta: dict, paths: Sequence[str]) -> None:
-    """Writes the index to the first of `paths` this process can write."""
-    buffer = io.BytesIO()
-    np.savez(buffer, records=table, meta=np.array(json.dumps(meta)))
-    beside, cached = paths
-    try:
-        _write_whole(beside, buffer.getvalue())
-        logging.info("%s: orientation index written", beside)
-        return
-    except _FILE_ERRORS as e:
-        reason = getattr(e, "strerror", None) or str(e)
-    try:
-        os.makedirs(os.path.dirname(cached), exist_ok=True)
-        _write_whole(cached, buffer.getvalue())
-        logging.info(
-            "%s: cannot write the orientation index beside the data (%s); "
-            "wrote it to %s",
-            beside,
-            reason,
-            cached,
-        )
-    except _FILE_ERRORS as e:
-        logging.warning(
-            "orientation index not saved (%s: %s; %s: %s); the next start "
-            "reads the image headers again",
-            beside,
-            reason,
-            cached,
-            getattr(e, "strerror", None) or e,
-        )
-
-
 class TfdsCoco:
     """A TFDS COCO builder (`data.tfds_name`, `data.tfds_data_dir`)."""
 
@@ -537,20 +443,18 @@ class TfdsCoco:
 
     def _load_sizes(self, split: str) -> np.ndarray:
         """`sizes` of `split`, from its file or the image headers."""
-        meta = {
-            "format": _INDEX_FORMAT,
-            "tfds": f"{self.name}:{self.builder.version}",
-            "split": split,
-            "records": self.num_examples(split),
-        }
-        paths = _index_paths(self.data_dir, split)
-        for path in paths:
-            table = _read_index(path, meta)
-            if table is not None:
-                return table
+        meta = index_file.made_for(
+            f"{self.name}:{self.builder.version}",
+            split,
+            self.num_examples(split),
+        )
+        paths = index_file.paths(self.data_dir, split)
+        table = index_file.read(paths, meta)
+        if table is not None:
+            return table
         table = self._read_sizes(split, meta["records"])
         if jax.process_index() == 0:
-            _write_index(table, meta, paths)
+            index_file.write(table, meta, paths)
         return table
 
     def _read_sizes(self, split: str, count: int) -> np.ndarray:

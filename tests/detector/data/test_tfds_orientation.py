@@ -12,6 +12,7 @@ from PIL import Image
 
 from detector.data import canvases, orientation
 from detector.data.orientation_schedule import OrientationSchedule
+from detector.data.sources import orientation_index_file as index_file
 from detector.data.sources import tfds as tfds_coco
 from tests.detector.data import tfds_mock
 
@@ -91,14 +92,14 @@ def test_a_damaged_or_stale_index_is_rebuilt(
 def test_a_read_only_data_folder_keeps_the_index_in_the_cache(
     tmp_path, data_dir, header_reads, mocked, monkeypatch
 ):
-    write = tfds_coco.files.write_bytes
+    write = index_file.files.write_bytes
 
     def read_only(path, data):
         if pathlib.Path(path).parent == data_dir:
             raise PermissionError(13, "Permission denied")
         write(path, data)
 
-    monkeypatch.setattr(tfds_coco.files, "write_bytes", read_only)
+    monkeypatch.setattr(index_file.files, "write_bytes", read_only)
     _source(tmp_path).orientation_counts()
     assert not list(data_dir.iterdir())
     (cached,) = (tmp_path / "cache").rglob("orientation_index.train.npz")
