@@ -34,6 +34,15 @@ def orientations(sizes: Sequence[tuple[int, int]]) -> list[int]:
     return [orientation(int(h), int(w)) for h, w in sizes]
 
 
+def group(kinds: Sequence[int]) -> tuple[list[int], ...]:
+    """The positions in `kinds` of each orientation, LANDSCAPE first, in
+    order (an orientation with none: an empty list)."""
+    groups = tuple([] for _ in NAMES)
+    for position, kind in enumerate(kinds):
+        groups[kind].append(position)
+    return groups
+
+
 def pick(choices: Sequence[Canvas], height: int, width: int) -> Canvas:
     """The canvas of `choices` (`canvases`' order) an h x w image is placed
     on."""

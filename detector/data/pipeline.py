@@ -334,8 +334,8 @@ def _eval_blocks(
             ]
         )
     blocks = []
-    for kind, canvas in enumerate(placed):
-        positions = [k for k, of in enumerate(kinds) if of == kind]
+    # Without grouping every image is LANDSCAPE, on the one canvas.
+    for canvas, positions in zip(placed, canvases.group(kinds), strict=False):
         share = math.ceil(len(positions) / count)
         begin = min(index * share, len(positions))
         end = min(begin + share, len(positions))

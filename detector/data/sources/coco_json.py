@@ -66,17 +66,15 @@ class CocoJsonSource:
         positions = epochs.flat_map(epoch).skip(skipped)
         yield source.own_rows(positions, batch, process)
 
-    def _orientations(self) -> np.ndarray:
-        """The orientation of each image, from the JSON's size: the image's
-        size once turned by its EXIF orientation (checked as it loads)."""
+    def _images_by_orientation(self) -> tuple[list[int], ...]:
+        """The image indices of each orientation, from the JSON's sizes: the
+        images' sizes once turned by their EXIF orientation (checked as
+        each loads)."""
         sizes = [(im["height"], im["width"]) for im in self.folder.images]
-        return np.asarray(canvases.orientations(sizes), np.int64)
+        return canvases.group(canvases.orientations(sizes))
 
     def orientation_counts(self) -> tuple[int, ...]:
-        kinds = self._orientations()
-        return tuple(
-            int(np.sum(kinds == kind)) for kind in range(len(canvases.NAMES))
-        )
+        return tuple(len(images) for images in self._images_by_orientation())
 
     def grouped_train_records(
         self,
@@ -86,10 +84,8 @@ class CocoJsonSource:
         process: tuple[int, int],
     ) -> tuple[tf.data.Dataset, ...]:
         """Per orientation, this process's endless (position, image index)."""
-        kinds = self._orientations()
         records = orientation_schedule.OrientationRecords(
-            schedule.seed,
-            [np.flatnonzero(kinds == k) for k in range(len(canvases.NAMES))],
+            schedule.seed, self._images_by_orientation()
         )
         return tuple(
             source.orientation_rows(

@@ -626,9 +626,7 @@ class TfdsSource:
     def orientation_counts(self) -> tuple[int, ...]:
         """Images of each orientation in the training split (all processes)."""
         kinds = _kinds(self._split_records(self.split))
-        return tuple(
-            int(n) for n in np.bincount(kinds, minlength=len(canvases.NAMES))
-        )
+        return tuple(len(records) for records in canvases.group(kinds))
 
     def grouped_train_records(
         self,
@@ -650,7 +648,7 @@ class TfdsSource:
         ]
         records = self._split_records(share)
         kinds = _kinds(records)
-        per_epoch = np.bincount(kinds, minlength=len(schedule.counts))
+        per_epoch = [len(found) for found in canvases.group(kinds)]
         table = tf.lookup.StaticHashTable(
             tf.lookup.KeyValueTensorInitializer(
                 tf.constant(records[:, 0]), tf.constant(kinds)
