@@ -52,6 +52,7 @@ from ml_collections import config_flags  # noqa: E402
 from benchmarks import batch_file, nms_bench, step_parts  # noqa: E402
 from detector.data import canvases  # noqa: E402
 from detector.distributed import determinism, sharding  # noqa: E402
+from detector.engine import train_programs  # noqa: E402
 from detector.engine import train_step as step_lib  # noqa: E402
 from detector.launch import cli, validate  # noqa: E402
 from detector.state import optimizer  # noqa: E402
@@ -108,20 +109,23 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
     state = sharding.replicate(state_lib.init_state(params, rest, tx), mesh)
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     step_fn = step_lib.make_train_step(graphdef, tx, schedule, mesh)
-    programs = {}  # canvas -> (compiled step, its host round-trips)
-    for batch in batches:
-        canvas = _canvas(batch)
-        if canvas not in programs:
-            programs[canvas] = host_audit.compile_audited(
-                step_fn, state, batch, key, program=f"train_step[{backend}]"
-            )
-    findings = max((f for _, f in programs.values()), key=len)
+    # One program per canvas the batches hold.
+    programs, findings = train_programs.compile_per_canvas(
+        step_fn,
+        state,
+        batches[0],
+        key,
+        tuple(dict.fromkeys(map(train_programs.canvas_of, batches))),
+        strict=False,
+        advice=None,
+        name=f"train_step[{backend}]",
+    )
     times = []
     with host_audit.device_only_transfers():
         for i in range(_WARMUP.value + _STEPS.value):
             batch = batches[i % len(batches)]
             started = time.perf_counter()
-            state, metrics = programs[_canvas(batch)][0](state, batch, key)
+            state, metrics = programs(state, batch, key)
             jax.block_until_ready(metrics)
             if i >= _WARMUP.value:
                 times.append((time.perf_counter() - started) * 1e3)
@@ -130,16 +134,11 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
         "median_ms": float(median),
         "p90_ms": float(p90),
         "images_per_sec": config.train.batch_size / (median / 1e3),
-        "programs": len(programs),
+        "programs": len(programs.programs),
         "host_roundtrips_per_step": len(findings),
         "host_roundtrip_ops": [str(f) for f in findings],
         "final_total_loss": float(jax.device_get(metrics["total"])),
     }
-
-
-def _canvas(batch: dict) -> tuple[int, int]:
-    """The (H, W) canvas of a batch: one compiled step each."""
-    return tuple(batch["image"].shape[1:3])
 
 
 def nms_share(results: dict, backend: str) -> dict | None:

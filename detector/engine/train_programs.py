@@ -57,9 +57,10 @@ def compile_per_canvas(
     *,
     strict: bool,
     advice: host_audit.Advice | None,
+    name: str = "train_step",
 ) -> tuple[TrainPrograms, list[host_audit.HostRoundTrip]]:
     """Compiles and audits `jitted` for the first batch's canvas, then for
-    each other of `canvases`.
+    each other of `canvases`; `name` is the program's in the audit's log.
 
     Returns:
       (programs, the host round-trips of the program with the most).
@@ -76,11 +77,7 @@ def compile_per_canvas(
             state,
             batch if canvas == first else _on_canvas(batch, canvas),
             key,
-            program=(
-                "train_step"
-                if len(order) == 1
-                else f"train_step on {_name(canvas)}"
-            ),
+            program=(name if len(order) == 1 else f"{name} on {_name(canvas)}"),
             strict=strict,
             advice=advice,
         )
