@@ -19,8 +19,9 @@ the numpy reference before it is timed. Reports the median of `--reps`
 timed runs after warm-up (device-synchronised), prints a table, and writes
 nms_bench.json and nms_bench.png under --out.
 
-`--backends` takes any of ops.nms.BACKENDS: on a Hopper GPU `pallas` runs
-the Mosaic GPU kernel, `pallas_triton` the Triton one (on CPU
+`--backends` takes any of ops.nms.BACKENDS: on a CUDA GPU `pallas` runs
+the Triton kernel where JAX has it (ops/nms/pallas.py, CUDA_KERNELS),
+`pallas_mosaic_gpu` the Mosaic GPU one (on CPU
 `pallas_mosaic_gpu` runs in Pallas' GPU interpret mode, which says nothing
 about its speed). The table adds the ratio of the Mosaic GPU kernel to the
 Triton one where both are timed.

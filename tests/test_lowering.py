@@ -9,9 +9,10 @@ Lowered on any machine, without a TPU or GPU, and never compiled:
   its platform's device, ops/nms/dispatch.py), with the weights as
   arguments rather than constants.
 Each program must hold the platform's Pallas NMS kernel at every NMS site
-(Mosaic `tpu_custom_call` on TPU; on CUDA Mosaic GPU `mosaic_gpu_v2`, the
-pallas backend's kernel for the Hopper GPU, an H100, that kernels lower for
-without a GPU: ops/nms/dispatch.py), no host callback, no host send, recv,
+(Mosaic `tpu_custom_call` on TPU; on CUDA the kernel the pallas backend
+picks for the Hopper GPU, an H100, that kernels lower for without a GPU:
+the Triton call where this JAX has Pallas Triton, else Mosaic GPU's
+`mosaic_gpu_v2`; ops/nms/pallas.py), no host callback, no host send, recv,
 infeed or outfeed, and no custom call but the kernel and the
 platform-neutral ones of jax.export and the partitioner.
 
@@ -50,7 +51,7 @@ from detector.predict import artifact as artifact_lib
 from detector.state import optimizer
 from detector.state import train_state as state_lib
 from ops import roi_align
-from ops.nms import dispatch, pallas_mosaic_gpu
+from ops.nms import dispatch, pallas
 
 BATCH = 2  # global: one image per device of the mesh
 DEVICES = 2  # the data-parallel mesh
@@ -66,13 +67,33 @@ BATCH_DTYPES = {
     "mask_valid": jnp.bool_,
 }
 TRITON_CALL = "__gpu$xla.gpu.triton"
-# Each platform's NMS kernel: custom-call target, and how the call names
-# its kernel (Mosaic GPU: a NUL-terminated string of the serialized
-# kernel module).
+# Each NMS kernel: custom-call target, how the call names its kernel
+# (Mosaic GPU: a NUL-terminated string of the serialized kernel module),
+# and that name.
 KERNELS = {
-    "tpu": ("tpu_custom_call", re.compile(r'kernel_name = "([^"]*)"')),
-    "cuda": ("mosaic_gpu_v2", re.compile(r"\\00(nms_tiled_mosaic_gpu)\\00")),
+    "tpu": (
+        "tpu_custom_call",
+        re.compile(r'kernel_name = "([^"]*)"'),
+        "nms_tiled_tpu",
+    ),
+    "mosaic_gpu": (
+        "mosaic_gpu_v2",
+        re.compile(r"\\00(nms_tiled_mosaic_gpu)\\00"),
+        "nms_tiled_mosaic_gpu",
+    ),
+    "triton": (TRITON_CALL, re.compile(r'\bname = "(nms_tiled)"'), "nms_tiled"),
 }
+
+
+def platform_kernel(platform: str) -> str | None:
+    """The KERNELS entry the pallas backend lowers for `platform` (on CUDA
+    for the H100 of dispatch.DEFAULT_KINDS; None where none can run)."""
+    if platform == "tpu":
+        return "tpu"
+    with jax.sharding.use_abstract_mesh(dispatch.target_mesh("cuda")):
+        return pallas.pick_cuda_kernel(None)[0]
+
+
 # Custom calls allowed on any platform: jax.export's shape checks of the
 # symbolic batch, and the partitioner's annotations.
 NEUTRAL_CALLS = frozenset(
@@ -90,13 +111,13 @@ _CUSTOM_CALL = re.compile(
     r'stablehlo\.custom_call @([^\s(]+)|call_target_name = "([^"]*)"'
 )
 _HOST_TRANSFER = re.compile(r"\bstablehlo\.(send|recv|infeed|outfeed)\b")
-_MOSAIC_GPU_MISSING = pytest.mark.skipif(
-    not pallas_mosaic_gpu.MOSAIC_GPU_AVAILABLE,
-    reason=f"JAX {jax.__version__} has no Pallas Mosaic GPU backend",
+_CUDA_KERNEL_MISSING = pytest.mark.skipif(
+    platform_kernel("cuda") is None,
+    reason=f"JAX {jax.__version__} has no Pallas CUDA kernel for an H100",
 )
 PLATFORMS = [
     pytest.param("tpu", id="tpu"),
-    pytest.param("cuda", id="cuda", marks=_MOSAIC_GPU_MISSING),
+    pytest.param("cuda", id="cuda", marks=_CUDA_KERNEL_MISSING),
 ]
 
 
@@ -112,7 +133,7 @@ class Audit:
 
 def audit(module: str, platform: str) -> Audit:
     """The kernels and host round-trips of StableHLO text `module`."""
-    target, kernel_name = KERNELS[platform]
+    target, kernel_name, _ = KERNELS[platform_kernel(platform)]
     kernels, callbacks, transfers, others = [], [], [], []
     for line in module.splitlines():
         transfers += _HOST_TRANSFER.findall(line)
@@ -130,7 +151,7 @@ def audit(module: str, platform: str) -> Audit:
 
 def expected(program: str, platform: str) -> Audit:
     """The audit of a device-only `program` with pallas NMS everywhere."""
-    name = "nms_tiled_tpu" if platform == "tpu" else "nms_tiled_mosaic_gpu"
+    name = KERNELS[platform_kernel(platform)][2]
     return Audit(kernels=(name,) * SITES[program])
 
 

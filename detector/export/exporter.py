@@ -25,8 +25,8 @@ from ops.nms import dispatch
 
 PLATFORMS = ("cpu", "cuda", "tpu")
 # Pallas' Triton kernel is a custom call jax.export does not list as
-# stable (its Mosaic GPU kernels it does); the pallas backends run it on
-# CUDA GPUs below Hopper, and 'auto' picks it on every CUDA GPU.
+# stable (its Mosaic GPU kernels it does); 'pallas' and 'auto' run it on
+# CUDA GPUs wherever JAX has it (ops/nms/pallas.py, CUDA_KERNELS).
 _TRITON_CALL = "__gpu$xla.gpu.triton"
 _NMS_SITES = ("rpn", "detection")  # config.model.<site>.nms_backend
 

@@ -43,9 +43,9 @@ BASELINES = {"topk": topk.nms}
 #   Triton kernel vs while_loop: W1 0.274 vs 2.18, W2 (6000 boxes) 0.573
 #   vs 26.1, W3 0.597 vs 25.4, W4 (class-aware) 0.156 vs 2.73; train step
 #   (configs/shapes.py, batch 8) 5.8 ms vs 12.3 ms; R50-FPN at 1024x1024,
-#   batch 8: 92.0 ms vs 116.3 ms. The Mosaic GPU kernel, which pallas runs
-#   on Hopper, is not yet measured. Where the pick cannot run (no Pallas
-#   Triton in this JAX), the first of _CUDA_FALLBACKS that can
+#   batch 8: 92.0 ms vs 116.3 ms. The Mosaic GPU kernel is not yet
+#   measured on a GPU (pallas.CUDA_KERNELS). Where the pick cannot run (no
+#   Pallas Triton in this JAX), the first of _CUDA_FALLBACKS that can
 #   (`auto_backend`).
 AUTO_BACKEND = {"cpu": "pallas", "tpu": "pallas", "cuda": "pallas_triton"}
 _CUDA_FALLBACKS = ("pallas", "while_loop")

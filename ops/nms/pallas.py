@@ -6,6 +6,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from absl import logging
 from jax import lax
 
 from ops.nms import common, dispatch, pallas_gpu, pallas_mosaic_gpu, pallas_tpu
@@ -25,8 +26,24 @@ BLOCK_SIZES = {
     "triton": common.BlockSizes(tile=64, kept_chunk=64, num_warps=4),
     "cpu": common.BlockSizes(tile=32, kept_chunk=64),
 }
-# The CUDA kernels, in the order `pick_cuda_kernel` tries them.
-CUDA_KERNELS = ("mosaic_gpu", "triton")
+# The CUDA kernels, in the order `pick_cuda_kernel` tries them: the Triton
+# kernel, compiled, checked and timed on an H100 (benchmarks/README.md, "GPU
+# results"), before the Mosaic GPU kernel, which has run only in Pallas' GPU
+# interpret mode on a CPU. Put "mosaic_gpu" first once a row there shows it
+# compiled, correct and timed on a Hopper GPU (benchmarks/gpu_check.sh).
+CUDA_KERNELS = ("triton", "mosaic_gpu")
+# What the log line of `pallas` on a GPU says of each kernel it picks.
+_KERNEL_NOTES = {
+    "triton": (
+        "the Triton kernel, measured on an H100 (benchmarks/README.md); the "
+        "Mosaic GPU kernel has not yet run on a GPU (--nms=pallas_mosaic_gpu "
+        "runs it)"
+    ),
+    "mosaic_gpu": (
+        "the Mosaic GPU kernel, which has not yet run on a GPU (JAX "
+        f"{jax.__version__} has no Pallas Triton backend)"
+    ),
+}
 
 
 def _cuda_kernel_problem(kernel: str, max_output_size: int | None):
@@ -65,8 +82,9 @@ def pick_cuda_kernel(
     """The kernel the pallas backend runs on the CUDA GPU being lowered for
     (`dispatch.lowering_device("cuda")`).
 
-    Mosaic GPU where it can run, else Triton; `kernel` ('mosaic_gpu' or
-    'triton') names one instead. max_output_size None: any K that fits.
+    The first of CUDA_KERNELS that can run (Triton where this JAX has it);
+    `kernel` ('mosaic_gpu' or 'triton') names one instead. max_output_size
+    None: any K that fits.
 
     Returns:
       (kernel, ()) or, where none can run, (None, why: one clause each).
@@ -78,6 +96,14 @@ def pick_cuda_kernel(
             return name, ()
         problems.append(problem)
     return None, tuple(problems)
+
+
+@functools.cache
+def log_cuda_kernel(kernel: str, device_kind: str) -> None:
+    """Says once which CUDA kernel `pallas` runs on `device_kind`, and why."""
+    logging.info(
+        "nms backend 'pallas' on %s: %s", device_kind, _KERNEL_NOTES[kernel]
+    )
 
 
 def no_cuda_kernel_message(backend: str, problems: tuple[str, ...]) -> str:
@@ -117,6 +143,8 @@ def _pick_kernel(platform, kernel, backend, max_output_size):
         name, problems = pick_cuda_kernel(max_output_size, kernel)
         if name is None:
             raise ValueError(no_cuda_kernel_message(backend, problems))
+        if kernel is None and jax.default_backend() == "gpu":
+            log_cuda_kernel(name, dispatch.lowering_device("cuda").device_kind)
     elif kernel == "mosaic_gpu":
         if not pallas_mosaic_gpu.INTERPRET_AVAILABLE:
             raise ValueError(

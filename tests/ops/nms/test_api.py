@@ -164,7 +164,10 @@ def test_auto_on_cuda_without_triton(monkeypatch):
 
 def test_pallas_picks_its_cuda_kernel_by_compute_capability():
     pick = pallas.pick_cuda_kernel
-    assert pick(100) == ("mosaic_gpu", ())  # the H100 of DEFAULT_KINDS
+    # The H100 of DEFAULT_KINDS: Triton, the kernel measured on a GPU, first
+    # (pallas.CUDA_KERNELS); Mosaic GPU when named.
+    assert pick(100) == ("triton", ())
+    assert pick(100, "mosaic_gpu") == ("mosaic_gpu", ())
     assert pick(100, "triton") == ("triton", ())
     for kind in ("NVIDIA A100-SXM4-80GB", "an unknown GPU"):
         with jax.sharding.use_abstract_mesh(cuda_mesh(kind)):

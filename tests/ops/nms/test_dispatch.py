@@ -13,31 +13,39 @@ _TRITON_CALL = "__gpu$xla.gpu.triton"
 _MOSAIC_GPU_CALL = "mosaic_gpu_v2"
 
 
-def _pallas_nms(boxes, scores):
+def _pallas_nms(boxes, scores, backend="pallas"):
     return nms_lib.nms(
         boxes,
         scores,
         max_output_size=20,
         iou_threshold=0.5,
-        backend="pallas",
+        backend=backend,
+    )
+
+
+def _export_symbolic_batch(backend: str, platforms: tuple[str, ...]):
+    (b,) = jax.export.symbolic_shape("b")
+    return jax.export.export(
+        jax.jit(lambda boxes, scores: _pallas_nms(boxes, scores, backend)),
+        platforms=platforms,
+        disabled_checks=[
+            jax.export.DisabledSafetyCheck.custom_call(_TRITON_CALL)
+        ],
+    )(
+        jax.ShapeDtypeStruct((b, 64, 4), jnp.float32),
+        jax.ShapeDtypeStruct((b, 64), jnp.float32),
     )
 
 
 def test_multi_platform_export_with_symbolic_batch_runs_on_cpu():
     """lax.platform_dependent would lower the Mosaic kernel for the CPU too
-    and fail; the CUDA branch (the Mosaic GPU kernel, for the H100 of
+    and fail; the CUDA branch (the Triton kernel, for the H100 of
     DEFAULT_KINDS) loops over images (GPU kernel grids are static). No mesh
     is needed: each kernel lowers for its platform's device."""
-    (b,) = jax.export.symbolic_shape("b")
-    exported = jax.export.export(
-        jax.jit(_pallas_nms), platforms=("cpu", "cuda", "tpu")
-    )(
-        jax.ShapeDtypeStruct((b, 64, 4), jnp.float32),
-        jax.ShapeDtypeStruct((b, 64), jnp.float32),
-    )
+    exported = _export_symbolic_batch("pallas", ("cpu", "cuda", "tpu"))
     module = exported.mlir_module()
-    assert "tpu_custom_call" in module and _MOSAIC_GPU_CALL in module
-    assert _TRITON_CALL not in module
+    assert "tpu_custom_call" in module and _TRITON_CALL in module
+    assert _MOSAIC_GPU_CALL not in module
     rng = np.random.default_rng(0)
     for batch in (1, 3):
         xy = rng.uniform(0, 50, (batch, 64, 2)).astype(np.float32)
@@ -50,6 +58,16 @@ def test_multi_platform_export_with_symbolic_batch_runs_on_cpu():
         )
         np.testing.assert_array_equal(indices, expected[0])
         np.testing.assert_array_equal(count, expected[1])
+
+
+def test_mosaic_gpu_branch_exports_with_symbolic_batch():
+    """pallas_mosaic_gpu's CUDA branch loops over the images of a symbolic
+    batch too (its grid is static)."""
+    module = _export_symbolic_batch(
+        "pallas_mosaic_gpu", ("cuda",)
+    ).mlir_module()
+    assert _MOSAIC_GPU_CALL in module and _TRITON_CALL not in module
+    assert "stablehlo.while" in module
 
 
 @pytest.mark.parametrize("mosaic_gpu", [True, False])

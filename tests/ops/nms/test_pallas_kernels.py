@@ -3,9 +3,10 @@
 - The Mosaic (TPU) kernel runs on CPU under TPU interpret mode and matches the
   reference; it is also lowered for a real TPU target with jax.export, so a
   Mosaic lowering error fails here.
-- The CUDA kernels are lowered with jax.export on any machine: Mosaic GPU
-  for Hopper (the H100 of dispatch.DEFAULT_KINDS), Triton below it; each
-  runs for real where a GPU it fits is present. (The Mosaic GPU kernel
+- The CUDA kernels are lowered with jax.export on any machine: `pallas`
+  lowers Triton (Mosaic GPU for Hopper, the H100 of dispatch.DEFAULT_KINDS,
+  where this JAX has no Triton), `pallas_mosaic_gpu` Mosaic GPU; each runs
+  for real where a GPU it fits is present. (The Mosaic GPU kernel
   also runs the whole backend suite on CPU in GPU interpret mode, as
   pallas_mosaic_gpu: tests/ops/nms/test_backends.py.)
 """
@@ -182,14 +183,65 @@ def test_lowers_to_mosaic_for_tpu(device_kind):
     assert _TRITON_CALL not in module
 
 
-def test_lowers_to_mosaic_gpu_for_hopper():
-    # The exporter's CUDA target, an H100: compute capability 9.0.
+def test_pallas_lowers_the_measured_triton_kernel_for_hopper():
+    """Until a Hopper GPU has run the Mosaic GPU kernel (pallas.CUDA_KERNELS),
+    `pallas` lowers the Triton kernel for the exporter's H100 target."""
     assert dispatch.DEFAULT_KINDS["cuda"] == "NVIDIA H100 80GB HBM3"
+    assert pallas.CUDA_KERNELS[0] == "triton"
     module = _export()
+    assert _TRITON_CALL in module
+    assert _MOSAIC_GPU_CALL not in module and "tpu_custom_call" not in module
+
+
+def test_pallas_mosaic_gpu_lowers_to_mosaic_gpu_for_hopper():
+    module = _export("pallas_mosaic_gpu")
     assert _MOSAIC_GPU_CALL in module and "nms_tiled_mosaic_gpu" in module
     assert _TRITON_CALL not in module and "tpu_custom_call" not in module
     # jax.export lists Mosaic GPU kernels as stable: no check disabled.
-    jax.export.export(jax.jit(_pallas_nms), platforms=["cuda"])(*_export_args())
+    jax.export.export(
+        jax.jit(functools.partial(_pallas_nms, backend="pallas_mosaic_gpu")),
+        platforms=["cuda"],
+    )(*_export_args())
+
+
+def test_pallas_on_a_gpu_says_which_cuda_kernel_it_runs_once(
+    monkeypatch, caplog
+):
+    """Where the default device is a GPU, `pallas` lowered for CUDA logs its
+    kernel in one line, once: Triton where this JAX has it, else Mosaic GPU;
+    a named kernel (`pallas_triton`) and lowering on a CPU host log none."""
+    pallas.log_cuda_kernel.cache_clear()
+    with caplog.at_level(logging.INFO, logger="absl"):
+        _export()
+    assert not _kernel_lines(caplog)
+    monkeypatch.setattr(nms_lib.jax, "default_backend", lambda: "gpu")
+    with caplog.at_level(logging.INFO, logger="absl"):
+        for _ in range(2):
+            _export()
+        _export("pallas_triton")
+    assert _kernel_lines(caplog) == [
+        "nms backend 'pallas' on NVIDIA H100 80GB HBM3: the Triton kernel, "
+        "measured on an H100 (benchmarks/README.md); the Mosaic GPU kernel "
+        "has not yet run on a GPU (--nms=pallas_mosaic_gpu runs it)"
+    ]
+    caplog.clear()
+    monkeypatch.setattr(pallas_gpu, "TRITON_AVAILABLE", False)
+    with caplog.at_level(logging.INFO, logger="absl"):
+        _export()
+    assert _kernel_lines(caplog) == [
+        "nms backend 'pallas' on NVIDIA H100 80GB HBM3: the Mosaic GPU "
+        f"kernel, which has not yet run on a GPU (JAX {jax.__version__} has "
+        "no Pallas Triton backend)"
+    ]
+    pallas.log_cuda_kernel.cache_clear()
+
+
+def _kernel_lines(caplog) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.getMessage().startswith("nms backend 'pallas' on ")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -256,8 +308,8 @@ def test_without_pallas_triton_hopper_runs_mosaic_gpu_and_ampere_falls_back(
     with pytest.raises(
         ValueError,
         match=re.escape(
-            f"the pallas NMS backend cannot run on this CUDA GPU: {ampere} "
-            f"and {no_triton}; use --nms=while_loop"
+            "the pallas NMS backend cannot run on this CUDA GPU: "
+            f"{no_triton} and {ampere}; use --nms=while_loop"
         ),
     ):
         _export(device_kind=_AMPERE)
