@@ -74,9 +74,9 @@ def defaults() -> ml_collections.ConfigDict:
     # Orientation canvases (shortest_edge only): data.image_size, height <=
     # width, is the landscape canvas and its transpose the portrait one;
     # each training step, eval batch and predict batch holds one
-    # orientation (detector/data/canvases.py, orientation_schedule.py).
+    # orientation (detector/imaging/canvases.py, orientation_schedule.py).
     data.group_orientations = False
-    # The resize rule (detector/data/resize.py):
+    # The resize rule (detector/imaging/resize.py):
     # 'letterbox' fits the long side to data.image_size (scale_jitter and
     # a random crop in training); 'shortest_edge' is torchvision's and
     # detectron2's: short side min_size (one drawn per training image, the

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from PIL import Image
 
-from detector.data import orientation as orientation_lib
+from detector.imaging import orientation as orientation_lib
 
 # PIL modes of 16-bit single-channel samples (a 16-bit grayscale PNG).
 _SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
