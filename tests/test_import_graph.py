@@ -172,9 +172,14 @@ LAYER_RULES = {
         "detector.state",
     ),
     # The schema: defaults, types and ranges; names are checked beside
-    # their registries (detector/launch/validate.py).
+    # their registries (detector/launch/validate.py). The range types and
+    # the ranges predict.json shares are the bottom services' (utils/).
     "detector.config": (
-        *(p for p in _DETECTOR if p != "detector.config"),
+        *(
+            p
+            for p in _DETECTOR
+            if p not in ("detector.config", "detector.utils")
+        ),
         "ops",
     ),
     "detector.data": (
@@ -347,10 +352,11 @@ def package_pairs(graph: dict[str, set[str]]) -> set[frozenset[str]]:
     }
 
 
-# Pairs of detector/'s 14 packages joined by an import: 38 (42 while the
-# config imported every registry it checked and the loop imported launch/).
-# A new pair is a new dependency to justify.
-MAX_PACKAGE_PAIRS = 38
+# Pairs of detector/'s 14 packages joined by an import: 39 (42 while the
+# config imported every registry it checked and the loop imported launch/;
+# config-utils since predict.json's checks share the config's ranges). A new
+# pair is a new dependency to justify.
+MAX_PACKAGE_PAIRS = 39
 
 
 def test_few_package_pairs_are_joined():

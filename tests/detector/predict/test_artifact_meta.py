@@ -189,3 +189,49 @@ def test_a_category_count_other_than_the_models_names_both(count):
         "2 (num_classes); restore the exported list (names may be edited, "
         "entries not added or removed)"
     )
+
+
+@pytest.mark.parametrize(
+    "resize, named",
+    [
+        ({"min_size": 0}, "resize.min_size=0: must be an integer in [1, 4096]"),
+        ({"min_size": -5, "max_size": -1}, "resize.min_size=-5: must be"),
+        ({"max_size": 0}, "resize.max_size=0: must be an integer in [1, 4096]"),
+        ({"max_size": 10**6}, "resize.max_size=1000000: must be"),
+        ({"min_size": 64.5}, "resize.min_size=64.5: must be an integer"),
+        ({"min_size": "64"}, "resize.min_size='64': must be an integer"),
+    ],
+)
+def test_a_resize_size_outside_the_configs_range_is_named(resize, named):
+    """An edited min_size of 0 once sized every image 1 x 1, silently."""
+    meta = copy.deepcopy(META)
+    meta["resize"] |= resize
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value).startswith(f"predict.json: {named}")
+    assert "config data." in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("canvases", [[64, 5000], [5000, 64]]),
+        ("pixel_std", [1e400, 1, 1]),
+        ("pixel_mean", [float("nan"), 1, 1]),
+    ],
+)
+def test_a_value_outside_the_configs_range_is_named(key, value):
+    meta = copy.deepcopy(META) | {key: value}
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value).startswith(f"predict.json: {key}="), error.value
+
+
+def test_the_ranges_are_the_configs_own():
+    """One home: predict.json's fields take the config's declared ranges."""
+    from detector.config import data as data_section
+
+    ranged = dict(artifact_meta.CONFIG_FIELDS)
+    for key, field in ranged.items():
+        spec = data_section.RANGES[field]
+        assert artifact_meta.RANGES[key] in (spec, getattr(spec, "item", None))
