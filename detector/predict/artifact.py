@@ -388,8 +388,9 @@ def run(
       orig_sizes: int[b, 2] each image's original (height, width).
 
     Raises:
-      ArtifactError: wrong input shape or dtype, or a platform the
-        artifact was not lowered for.
+      ArtifactError: wrong input shape or dtype, a platform the artifact
+        was not lowered for, or a predicted category id that predict.json
+        does not list (edited).
     """
     images = np.asarray(images)
     image_sizes = np.asarray(image_sizes)
@@ -410,4 +411,13 @@ def run(
         image_sizes.astype(np.int32),
         orig_sizes.astype(np.int32),
     )
-    return {k: np.asarray(v) for k, v in outputs.items()}
+    outputs = {k: np.asarray(v) for k, v in outputs.items()}
+    try:
+        artifact_meta.check_predicted_ids(
+            [c["id"] for c in artifact.meta["categories"]],
+            outputs,
+            str(artifact.directory / META_FILE),
+        )
+    except artifact_meta.MetaError as e:
+        raise ArtifactError(str(e)) from None
+    return outputs

@@ -275,10 +275,40 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
             "restore the exported list (names may be edited, entries not "
             "added or removed)"
         )
+    _check_unique_ids(meta["categories"], where)
     if meta["mask_paste"] not in mask_pasters:
         raise MetaError(
             f"{where}: mask_paste={meta['mask_paste']!r}: must be one of "
             f"{', '.join(mask_pasters)}"
+        )
+
+
+def _check_unique_ids(categories: list[dict], where: str) -> None:
+    """Each category id once: the model's ids are inside predict.jax."""
+    names: dict[int, list[str]] = {}
+    for category in categories:
+        names.setdefault(category["id"], []).append(category["name"])
+    for id_, named in names.items():
+        if len(named) > 1:
+            raise MetaError(
+                f"{where}: categories lists id {id_} twice "
+                f"({', '.join(map(repr, named))}); restore "
+                "the exported list (names may be edited, ids not)"
+            )
+
+
+def check_predicted_ids(known: list[int], outputs: dict, where: str) -> None:
+    """Raises MetaError when a valid detection of `outputs` (category_ids
+    int[b, K], num_valid int[b]) has an id `known` (predict.json's
+    categories) lacks: an edit dropped it, and nothing would name it."""
+    ids = outputs["category_ids"]
+    valid = [ids[i, :count] for i, count in enumerate(outputs["num_valid"])]
+    lost = sorted({int(v) for row in valid for v in row} - set(known))
+    if lost:
+        raise MetaError(
+            f"{where}: the model predicted category id {lost[0]}, which "
+            "categories does not list (num_classes or categories edited?); "
+            "restore the exported values or export again"
         )
 
 

@@ -2,6 +2,7 @@
 
 import copy
 
+import numpy as np
 import pytest
 
 from detector.imaging import masks
@@ -235,3 +236,35 @@ def test_the_ranges_are_the_configs_own():
     for key, field in ranged.items():
         spec = data_section.RANGES[field]
         assert artifact_meta.RANGES[key] in (spec, getattr(spec, "item", None))
+
+
+def test_a_category_id_listed_twice_is_named():
+    """Detections of the id an edit dropped would be named by nothing."""
+    meta = copy.deepcopy(META) | {"num_classes": 2}
+    meta["categories"] = [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value) == (
+        "predict.json: categories lists id 1 twice ('a', 'b'); restore the "
+        "exported list (names may be edited, ids not)"
+    )
+
+
+def test_a_predicted_id_the_categories_do_not_list_is_named():
+    """num_classes and categories edited together still pass the count
+    check; the model's own ids (inside predict.jax) then give it away."""
+    outputs = {
+        "category_ids": np.asarray([[1, 7, 2], [2, 0, 0]]),
+        "num_valid": np.asarray([2, 1]),
+    }
+    artifact_meta.check_predicted_ids([1, 2, 7], outputs, "predict.json")
+    artifact_meta.check_predicted_ids(
+        [1, 2, 9], {**outputs, "num_valid": np.asarray([1, 1])}, "predict.json"
+    )
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check_predicted_ids([1, 2], outputs, "predict.json")
+    assert str(error.value) == (
+        "predict.json: the model predicted category id 7, which categories "
+        "does not list (num_classes or categories edited?); restore the "
+        "exported values or export again"
+    )
