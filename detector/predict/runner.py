@@ -4,6 +4,7 @@ overlay PNG each, for both forms of predict.py
 
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import time
@@ -16,12 +17,14 @@ from detector.predict import (
     artifact,
     draw,
     output_files,
+    overlay_names,
     results_log,
     stopping,
 )
 
 PREDICTIONS_FILE = "predictions.json"
 RESULTS_FILE = "predictions.jsonl"
+OVERLAYS_FILE = overlay_names.OVERLAYS_FILE
 # Detections drawn in the overlays (all are in predictions.json).
 DRAW_SCORE_THRESHOLD = 0.5
 
@@ -65,8 +68,9 @@ class Interrupted(Exception):
 
 def list_images(args: list[str]) -> list[pathlib.Path]:
     """Files named, and every file of each folder named (sorted, not hidden),
-    each once. A link in a folder whose target is missing or loops is
-    listed too, so that it is reported as skipped rather than dropped.
+    each once (compared resolved: the first name given is kept). A link in a
+    folder whose target is missing or loops is listed too, so that it is
+    reported as skipped rather than dropped.
 
     Raises:
       ValueError: nothing named, a path that does not exist, or folders
@@ -93,7 +97,9 @@ def list_images(args: list[str]) -> list[pathlib.Path]:
             f"no image files in {', '.join(args)}: name image files or "
             "folders that hold them"
         )
-    return list(dict.fromkeys(found))
+    # Each file once, however it is named (`photos/../photos/a.jpg`).
+    unique = {os.path.realpath(path): path for path in reversed(found)}
+    return [path for path in found if unique[os.path.realpath(path)] is path]
 
 
 def image_detections(
@@ -156,14 +162,6 @@ def _batches(
         if len(pending[canvas]) == size:
             yield pending.pop(canvas)
     yield from pending.values()
-
-
-def _overlay_name(path: pathlib.Path, used: set[str]) -> str:
-    name, k = f"{path.stem}.png", 1
-    while name in used:
-        name, k = f"{path.stem}_{k}.png", k + 1
-    used.add(name)
-    return name
 
 
 def _overlay_detections(
@@ -248,7 +246,8 @@ def predict_files(
 ) -> dict:
     """Predicts every image of `args` not already in out/predictions.jsonl
     (all of them with `overwrite`); writes out/predictions.json and
-    out/<stem>.png; images over `max_pixels` (0: no limit) are skipped.
+    out/<stem>.png (names kept in out/overlays.json); images over
+    `max_pixels` (0: no limit) are skipped.
     Returns {"images", "skipped", "resumed", "predict_seconds"}.
 
     Raises:
@@ -261,8 +260,7 @@ def predict_files(
     paths = list_images(args)
     output_files.check_out(out, paths)
     out.mkdir(parents=True, exist_ok=True)
-    used: set[str] = set()
-    overlays = {path: _overlay_name(path, used) for path in paths}
+    overlays = overlay_names.assign(out, paths)
     log = results_log.ResultsLog.open(
         out / RESULTS_FILE, predictor.identity, fresh=overwrite
     )

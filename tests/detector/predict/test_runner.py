@@ -318,7 +318,7 @@ def test_a_line_cut_short_by_a_kill_is_dropped(three, tmp_path):
     runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
     with open(tmp_path / "o" / runner.RESULTS_FILE, "a") as f:
         f.write('{"file": "cut sh')
-    os.utime(three / "c.png", ns=(1, 1))
+    Image.fromarray(np.full((30, 40, 3), 61, np.uint8)).save(three / "c.png")
     summary = runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
     assert (summary["images"], summary["resumed"]) == (3, 2)
     assert len(_lines(tmp_path / "o")) == 4  # every line whole again
@@ -423,3 +423,109 @@ def test_a_large_jpeg_is_predicted_at_full_size_from_a_reduced_decode(
     k = draw.upscale_factor(150, 200)
     overlay = Image.open(tmp_path / "out" / "big.png")
     assert overlay.size == (200 * k, 150 * k)
+
+
+def _counted_run(out, args) -> tuple[dict, list[int]]:
+    predictor, calls = _stopping(0, _interrupt)
+    return runner.predict_files(predictor, args, out), calls
+
+
+def test_a_photo_replaced_by_same_size_bytes_and_mtime_is_predicted_again(
+    three, tmp_path
+):
+    out = tmp_path / "o"
+    runner.predict_files(PREDICTOR, [str(three)], out)
+    path = three / "b.png"
+    before, stat = path.read_bytes(), path.stat()
+    changed = bytearray(before)
+    changed[-20] ^= 0xFF  # same size, other content (a PNG's CRC aside)
+    path.write_bytes(bytes(changed))
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    summary, calls = _counted_run(out, [str(three)])
+    assert calls == [1]
+    assert summary["resumed"] == 2
+
+
+def test_the_same_file_named_through_dot_dot_is_predicted_once(photos):
+    out = photos.parent / "out"
+    other = str(photos / ".." / photos.name / "a.png")
+    summary = runner.predict_files(
+        PREDICTOR, [str(photos / "a.png"), other], out
+    )
+    assert (summary["images"], summary["skipped"]) == (1, 0)
+    assert sorted(p.name for p in out.glob("*.png")) == ["a.png"]
+    # A rerun naming it the other way keeps it.
+    summary, calls = _counted_run(out, [other])
+    assert (calls, summary["resumed"]) == ([], 1)
+
+
+def test_overlay_names_are_kept_across_runs_on_one_out(tmp_path):
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    for folder, value in ((d1, 10), (d2, 200)):
+        folder.mkdir()
+        Image.fromarray(np.full((40, 30, 3), value, np.uint8)).save(
+            folder / "a.png"
+        )
+    out = tmp_path / "R"
+    runner.predict_files(PREDICTOR, [str(d1 / "a.png")], out)
+    first = (out / "a.png").read_bytes()
+    runner.predict_files(PREDICTOR, [str(d2 / "a.png"), str(d1 / "a.png")], out)
+    assert sorted(p.name for p in out.glob("*.png")) == ["a.png", "a_1.png"]
+    assert (out / "a.png").read_bytes() == first  # still d1's
+    recorded = json.loads((out / runner.OVERLAYS_FILE).read_text())
+    assert recorded == {
+        str(d1 / "a.png"): "a.png",
+        str(d2 / "a.png"): "a_1.png",
+    }
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ('{"file": ["x"], "results": []}', "file"),
+        ('{"file": "F", "sha256": "S", "model": "", "results": {}}', "results"),
+        (
+            '{"file": "F", "sha256": "S", "model": "", "results": [1]}',
+            "results",
+        ),
+        ("[1, 2]", "not a JSON object"),
+        ("not json", "not JSON"),
+    ],
+)
+def test_a_malformed_results_line_is_dropped_and_its_image_predicted_again(
+    three, tmp_path, capsys, line, why
+):
+    out = tmp_path / "o"
+    runner.predict_files(PREDICTOR, [str(three)], out)
+    log = out / runner.RESULTS_FILE
+    lines = log.read_text().splitlines()
+    record = json.loads(lines[1])
+    line = line.replace('"F"', json.dumps(record["file"]))
+    line = line.replace('"S"', json.dumps(record["sha256"]))
+    log.write_text("\n".join([lines[0], line, lines[2]]) + "\n")
+    capsys.readouterr()
+    summary, calls = _counted_run(out, [str(three)])
+    assert calls == [1]
+    assert summary["resumed"] == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"{log}: line 2 dropped (")
+    assert why in err[0]
+    assert err[0].endswith("); its image is predicted again")
+    predictions = json.loads((out / runner.PREDICTIONS_FILE).read_text())
+    assert all(isinstance(v, list) for v in predictions.values())
+    # The dropped line is gone from the file: a third run says nothing.
+    _counted_run(out, [str(three)])
+    assert capsys.readouterr().err == ""
+
+
+def test_a_malformed_overlays_record_is_one_line_naming_it(photos, tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / runner.OVERLAYS_FILE).write_text('{"a": 1}')
+    with pytest.raises(ValueError) as error:
+        runner.predict_files(PREDICTOR, [str(photos)], out)
+    assert str(error.value) == (
+        f"{out / runner.OVERLAYS_FILE}: not a JSON object of file: overlay "
+        "name; remove it (the overlays' names are then chosen anew)"
+    )
