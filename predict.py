@@ -14,6 +14,7 @@ from absl import app, flags
 
 from detector.imaging import images
 from detector.launch import usage
+from detector.utils import text
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run (runs the model in-process)."
@@ -47,7 +48,7 @@ _NMS = flags.DEFINE_string(
 
 
 def _fail(message: str) -> None:
-    sys.exit(f"error: {message}")
+    sys.exit(f"error: {text.printable(message)}")
 
 
 def _in_process_predictor(workdir: pathlib.Path):
@@ -113,7 +114,7 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
         _fail(f"{e.filename}: {e.strerror or e}")
     except (ValueError, artifact.ArtifactError) as e:
         _fail(str(e))
-    print(runner.summary_line(summary, out))
+    print(text.printable(runner.summary_line(summary, out)))
 
 
 def main(argv: list[str]) -> None:
@@ -130,7 +131,7 @@ def main(argv: list[str]) -> None:
     except output_files.OutFolderError as e:
         _fail(str(e))
     except runner.Interrupted as e:
-        print(e, file=sys.stderr)
+        print(text.printable(e), file=sys.stderr)
         sys.exit(e.code)
     except stopping.STOPS as e:
         print(

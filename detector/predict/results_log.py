@@ -9,7 +9,7 @@ import os
 import pathlib
 import sys
 
-from detector.utils import files
+from detector.utils import files, text
 
 # A well-formed line: key -> the type of its value.
 _FIELDS = {"file": str, "sha256": str, "model": str, "results": list}
@@ -60,8 +60,10 @@ def _whole_lines(path: pathlib.Path) -> list[dict]:
             continue
         dropped = True
         print(
-            f"{path}: line {number} dropped ({why}); its image is predicted "
-            "again",
+            text.printable(
+                f"{path}: line {number} dropped ({why}); its image is "
+                "predicted again"
+            ),
             file=sys.stderr,
         )
     if dropped:

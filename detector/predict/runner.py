@@ -21,6 +21,7 @@ from detector.predict import (
     results_log,
     stopping,
 )
+from detector.utils import text
 
 PREDICTIONS_FILE = "predictions.json"
 RESULTS_FILE = "predictions.jsonl"
@@ -145,7 +146,7 @@ def _readable(
                 ),
             )
         except images.ImageReadError as e:
-            print(f"skipped: {e}", file=sys.stderr)
+            print(f"skipped: {text.printable(e)}", file=sys.stderr)
 
 
 def _batches(

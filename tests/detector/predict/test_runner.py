@@ -529,3 +529,39 @@ def test_a_malformed_overlays_record_is_one_line_naming_it(photos, tmp_path):
         f"{out / runner.OVERLAYS_FILE}: not a JSON object of file: overlay "
         "name; remove it (the overlays' names are then chosen anew)"
     )
+
+
+def test_terminal_escapes_in_printed_paths_are_escaped(tmp_path, capsys):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "bad\x1b[2J\x07.png").write_bytes(b"no image")
+    Image.fromarray(np.full((40, 30, 3), 90, np.uint8)).save(folder / "a.png")
+    runner.predict_files(PREDICTOR, [str(folder)], tmp_path / "o")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert "bad\\x1b[2J\\x07.png: cannot decode image" in err
+
+
+def test_an_image_that_runs_out_of_memory_is_skipped_and_the_run_goes_on(
+    photos, capsys, monkeypatch
+):
+    """A PNG bomb with --max_pixels=0: MemoryError while decoding one file."""
+    from detector.imaging import image_file
+
+    rgb = image_file._rgb
+
+    def bomb(image):
+        if image.size == (30, 40) and image.getpixel((0, 0))[0] == 7:
+            raise MemoryError
+        return rgb(image)
+
+    monkeypatch.setattr(image_file, "_rgb", bomb)
+    Image.fromarray(np.full((40, 30, 3), 7, np.uint8)).save(photos / "z.png")
+    summary = runner.predict_files(
+        PREDICTOR, [str(photos)], photos.parent / "out", max_pixels=0
+    )
+    assert (summary["images"], summary["skipped"]) == (2, 1)
+    assert capsys.readouterr().err.splitlines() == [
+        f"skipped: {photos / 'z.png'}: 30 x 40 pixels do not fit in memory "
+        "to decode; free memory or leave this file out"
+    ]
