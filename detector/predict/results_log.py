@@ -127,9 +127,12 @@ class ResultsLog:
                 )
                 + "\n"
             )
-        self._file.write("".join(lines).encode())
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write("".join(lines).encode())
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:
+            raise files.named(e, self.path) from None
 
     def close(self) -> None:
         self._file.close()

@@ -2,6 +2,7 @@
 the process umask), regular files read with a size bound, and free space."""
 
 import contextlib
+import errno
 import os
 import pathlib
 import shutil
@@ -65,9 +66,39 @@ def umask() -> int:
     return mask
 
 
-def write_bytes(path: str | pathlib.Path, data: bytes) -> None:
-    """Writes `data` to `path` atomically (the old file stays on failure)."""
+def named(error: OSError, path: str | pathlib.Path) -> OSError:
+    """`error` with `path` as its file name where it names none (a write
+    or fsync on a descriptor: a full disk said `None: No space left`)."""
+    if error.filename is not None:
+        return error
+    return OSError(error.errno, error.strerror or str(error), str(path))
+
+
+def check_free_space(path: str | pathlib.Path, size: int) -> None:
+    """Raises OSError (ENOSPC, naming `path`) when the filesystem of its
+    folder has fewer than `size` bytes free."""
     path = pathlib.Path(path)
+    try:
+        free = shutil.disk_usage(path.parent).free
+    except OSError:
+        return  # the write itself then says what is wrong
+    if free < size:
+        raise OSError(
+            errno.ENOSPC,
+            f"No space left on device ({size} bytes to write, {free} free)",
+            str(path),
+        )
+
+
+def write_bytes(path: str | pathlib.Path, data: bytes) -> None:
+    """Writes `data` to `path` atomically (the old file stays on failure),
+    after checking the free space.
+
+    Raises:
+      OSError: naming `path` (a full disk included).
+    """
+    path = pathlib.Path(path)
+    check_free_space(path, len(data))
     fd, temporary = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
     )
@@ -78,9 +109,11 @@ def write_bytes(path: str | pathlib.Path, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(OSError):
             os.unlink(temporary)
+        if isinstance(e, OSError):
+            raise named(e, path) from None
         raise
 
 

@@ -565,3 +565,24 @@ def test_an_image_that_runs_out_of_memory_is_skipped_and_the_run_goes_on(
         f"skipped: {photos / 'z.png'}: 30 x 40 pixels do not fit in memory "
         "to decode; free memory or leave this file out"
     ]
+
+
+def test_a_full_disk_while_appending_results_names_the_file(
+    photos, tmp_path, monkeypatch
+):
+    import errno
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "o"
+    monkeypatch.setattr(draw, "save_overlay", lambda *args: None)
+    monkeypatch.setattr(
+        runner.overlay_names,
+        "assign",
+        lambda out, paths: {p: f"{p.stem}.png" for p in paths},
+    )
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as error:
+        runner.predict_files(PREDICTOR, [str(photos)], out)
+    assert error.value.filename == str(out / runner.RESULTS_FILE)
