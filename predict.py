@@ -39,6 +39,13 @@ _MAX_PIXELS = flags.DEFINE_integer(
     "it replaces Pillow's decompression-bomb guard).",
     lower_bound=0,
 )
+_QUIET = flags.DEFINE_bool(
+    "quiet",
+    False,
+    "Print no progress (by default a bar on a terminal, a line per "
+    "20 images with an ETA when piped); errors, skipped: lines and the last "
+    "line still print.",
+)
 _NMS = flags.DEFINE_string(
     "nms",
     None,
@@ -109,6 +116,7 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
             batch_size=_BATCH_SIZE.value,
             overwrite=_OVERWRITE.value,
             max_pixels=_MAX_PIXELS.value,
+            quiet=_QUIET.value,
         )
     except OSError as e:
         _fail(f"{e.filename}: {e.strerror or e}")

@@ -260,9 +260,10 @@ def test_ctrl_c_keeps_what_finished_and_a_rerun_continues(
         command, cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    new = f"{4 - kept} image{'' if 4 - kept == 1 else 's'}"
     assert (
-        f"4 images predicted ({kept} kept from an earlier run), 1 skipped"
-        in (result.stdout)
+        f"{new} predicted, {kept} kept from an earlier run, 1 skipped"
+        in result.stdout
     )
     _check_outputs(out, photos)
 

@@ -18,6 +18,7 @@ from detector.predict import (
     draw,
     output_files,
     overlay_names,
+    progress,
     results_log,
     stopping,
 )
@@ -133,10 +134,14 @@ def image_detections(
 
 
 def _readable(
-    paths: list[pathlib.Path], predictor: Predictor, max_pixels: int
+    paths: list[pathlib.Path],
+    predictor: Predictor,
+    max_pixels: int,
+    shown: progress.Progress,
 ) -> Iterator[tuple[pathlib.Path, images.DecodedImage]]:
     """Each readable file, a JPEG decoded reduced to no less than the size
-    it is resized to; the others one `skipped:` line each."""
+    it is resized to; the others one `skipped:` line each (counted in
+    `shown`)."""
     for path in paths:
         try:
             yield (
@@ -147,6 +152,7 @@ def _readable(
             )
         except images.ImageReadError as e:
             print(f"skipped: {text.printable(e)}", file=sys.stderr)
+            shown.advance(1)
 
 
 def _batches(
@@ -244,11 +250,13 @@ def predict_files(
     batch_size: int = 8,
     overwrite: bool = False,
     max_pixels: int = images.DEFAULT_MAX_PIXELS,
+    quiet: bool = False,
 ) -> dict:
     """Predicts every image of `args` not already in out/predictions.jsonl
     (all of them with `overwrite`); writes out/predictions.json and
     out/<stem>.png (names kept in out/overlays.json); images over
-    `max_pixels` (0: no limit) are skipped.
+    `max_pixels` (0: no limit) are skipped. Shows its progress on stdout
+    (`progress.Progress`) unless `quiet`.
     Returns {"images", "skipped", "resumed", "predict_seconds"}.
 
     Raises:
@@ -269,12 +277,14 @@ def predict_files(
         (out / PREDICTIONS_FILE).unlink(missing_ok=True)
         todo = [path for path in paths if log.done(path) is None]
         seconds = 0.0
+        shown = progress.Progress(len(todo), quiet=quiet)
         try:
-            readable = _readable(todo, predictor, max_pixels)
+            readable = _readable(todo, predictor, max_pixels, shown)
             for batch in _batches(readable, predictor, batch_size):
                 started = time.perf_counter()
                 log.append(_predict_batch(predictor, batch, out, overlays))
                 seconds += time.perf_counter() - started
+                shown.advance(len(batch))
             predictions = {
                 str(path): log.done(path)
                 for path in paths
@@ -286,10 +296,13 @@ def predict_files(
         except stopping.STOPS as e:
             done = sum(log.done(path) is not None for path in paths)
             raise Interrupted(
-                f"interrupted: {done} of {len(paths)} images predicted, "
+                f"interrupted: {done} of {progress.plural(len(paths))} "
+                "predicted, "
                 f"kept in {log.path}; rerun the same command to continue",
                 stopping.exit_code(e),
             ) from None
+        finally:
+            shown.close()
     finally:
         log.close()
     if not predictions:
@@ -306,11 +319,16 @@ def predict_files(
 
 
 def summary_line(summary: dict, out: pathlib.Path) -> str:
-    """predict.py's last line: how many images were predicted (and kept
-    from an earlier run), how many skipped, and the file written."""
-    line = f"{summary['images']} images predicted"
+    """predict.py's last line: how many images this run predicted, how many
+    were kept from an earlier run, how many skipped, and the file written."""
+    new = summary["images"] - summary["resumed"]
+    line = (
+        f"{progress.plural(new)} predicted"
+        if new
+        else "no image predicted anew"
+    )
     if summary["resumed"]:
-        line += f" ({summary['resumed']} kept from an earlier run)"
+        line += f", {summary['resumed']} kept from an earlier run"
     if summary["skipped"]:
         line += f", {summary['skipped']} skipped (see the skipped: lines above)"
     return f"{line}; wrote {out / PREDICTIONS_FILE}"

@@ -352,7 +352,7 @@ def test_nothing_predicted_is_an_error(tmp_path):
         ({"images": 3, "skipped": 0, "resumed": 0}, "3 images predicted"),
         (
             {"images": 3, "skipped": 2, "resumed": 1},
-            "3 images predicted (1 kept from an earlier run), 2 skipped "
+            "2 images predicted, 1 kept from an earlier run, 2 skipped "
             "(see the skipped: lines above)",
         ),
     ],
