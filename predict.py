@@ -2,6 +2,8 @@
 
   python predict.py --workdir=workdirs/shapes photos/ more/a.jpg
   python predict.py --exported=workdirs/shapes/export photos/
+  python predict.py --exported=workdirs/shapes/export --score_threshold=0.7 \
+      --classes=square,circle photos/
 
 Writes <out>/predictions.json and one overlay PNG per image; a rerun of the
 same command continues (docs/export-and-predict.md).
@@ -38,6 +40,20 @@ _MAX_PIXELS = flags.DEFINE_integer(
     "Skip images of more pixels than this, in one line each (0: no limit; "
     "it replaces Pillow's decompression-bomb guard).",
     lower_bound=0,
+)
+_SCORE_THRESHOLD = flags.DEFINE_float(
+    "score_threshold",
+    None,
+    "Keep only detections of this score and up, in predictions.json and the "
+    "overlays (default: all in predictions.json, 0.5 and up drawn).",
+    lower_bound=0.0,
+    upper_bound=1.0,
+)
+_CLASSES = flags.DEFINE_string(
+    "classes",
+    None,
+    "Keep only these categories, names or ids, comma-separated "
+    "(--classes=person,dog), in predictions.json and the overlays.",
 )
 _QUIET = flags.DEFINE_bool(
     "quiet",
@@ -109,6 +125,12 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
     from detector.predict import artifact, runner
 
     try:
+        filters = runner.Filters(
+            _SCORE_THRESHOLD.value,
+            None
+            if _CLASSES.value is None
+            else runner.class_filter(_CLASSES.value, predictor.categories),
+        )
         summary = runner.predict_files(
             predictor,
             args,
@@ -117,6 +139,7 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
             overwrite=_OVERWRITE.value,
             max_pixels=_MAX_PIXELS.value,
             quiet=_QUIET.value,
+            filters=filters,
         )
     except OSError as e:
         _fail(f"{e.filename}: {e.strerror or e}")

@@ -72,10 +72,11 @@ class Progress:
             print(self.line(), file=self._stream, flush=True)
 
     def line(self) -> str:
-        """'predicted 40 of 120 images, 3.1 images/s, ETA 26 s'."""
+        """The piped line: '40 of 120 images done, 3.1 images/s, ETA 26 s'
+        (done: predicted or skipped)."""
         seconds = max(self._clock() - self._started, 1e-9)
         rate = self.done / seconds
-        text = f"predicted {self.done} of {plural(self.total)}"
+        text = f"{self.done} of {plural(self.total)} done"
         text += f", {rate:.1f} images/s"
         if self.done < self.total and rate > 0:
             text += f", ETA {(self.total - self.done) / rate:.0f} s"

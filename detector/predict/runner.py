@@ -171,32 +171,76 @@ def _batches(
     yield from pending.values()
 
 
-def _overlay_detections(
-    outputs: dict[str, np.ndarray],
-    i: int,
-    results: list[dict],
-    pasted: masks.BoxMasks,
-    shown: np.ndarray,
-    decoded: images.DecodedImage,
-    mask_paste: str,
-) -> tuple[list[dict], np.ndarray]:
-    """(detections, bool[D, h, w] masks) to draw on `decoded.pixels`: the
-    shown ones, moved onto a reduced decode where there was one."""
-    drawn = [r for r, s in zip(results, shown, strict=True) if s]
-    small, whole = decoded.pixels.shape[:2], decoded.size
-    if small == whole:
-        return drawn, pasted.full(shown)
-    sy, sx = small[0] / whole[0], small[1] / whole[1]
-    count = int(outputs["num_valid"][i])
-    boxes = np.asarray(outputs["boxes"][i][:count], np.float64)[shown]
-    on_small = masks.MASK_PASTERS[mask_paste](
-        outputs["masks"][i][:count][shown], boxes * [sx, sy, sx, sy], *small
-    )
-    scale = (sx, sy, sx, sy)
-    return [
-        {**r, "bbox": [v * f for v, f in zip(r["bbox"], scale, strict=True)]}
-        for r in drawn
-    ], on_small.full()
+@dataclasses.dataclass(frozen=True)
+class Filters:
+    """Which detections a run keeps: `score_threshold` (None: all in the
+    results, DRAW_SCORE_THRESHOLD and up in the overlays; else that score
+    and up in both) and `classes` (category ids; None: every class)."""
+
+    score_threshold: float | None = None
+    classes: frozenset[int] | None = None
+
+    def keeps(self, result: dict) -> bool:
+        """Whether `result` goes into predictions.json."""
+        return (
+            self.score_threshold is None
+            or result["score"] >= self.score_threshold
+        ) and (self.classes is None or result["category_id"] in self.classes)
+
+    def draws(self, result: dict) -> bool:
+        """Whether a kept `result` is drawn in the overlay."""
+        threshold = self.score_threshold
+        return result["score"] >= (
+            DRAW_SCORE_THRESHOLD if threshold is None else threshold
+        )
+
+    def identity(self) -> str:
+        """The filters in the resume key: results kept by other filters
+        are not reused."""
+        if self == Filters():
+            return ""
+        classes = None if self.classes is None else sorted(self.classes)
+        return f" score_threshold:{self.score_threshold} classes:{classes}"
+
+
+def class_filter(text: str, categories: list[dict]) -> frozenset[int]:
+    """--classes=`text` (names or ids, comma-separated) -> category ids.
+
+    Raises:
+      ValueError: an entry that is no category of the model (named, with
+        the model's categories).
+    """
+    by_name = {c["name"]: c["id"] for c in categories}
+    ids = {c["id"] for c in categories}
+    found = set()
+    for entry in (e.strip() for e in text.split(",")):
+        if entry in by_name:
+            found.add(by_name[entry])
+        elif entry.isdigit() and int(entry) in ids:
+            found.add(int(entry))
+        else:
+            known = ", ".join(repr(c["name"]) for c in categories[:20])
+            more = ", ..." if len(categories) > 20 else ""
+            raise ValueError(
+                f"--classes={text}: {entry!r} is no category of the model "
+                f"(name or id of: {known}{more})"
+            )
+    return frozenset(found)
+
+
+def _overlay_pixels(
+    path: pathlib.Path, decoded: images.DecodedImage, max_pixels: int
+) -> np.ndarray | None:
+    """The photo at its own size: the decode, or where the model read a
+    reduced one, a full decode of the file (None, with a line, where that
+    fails)."""
+    if decoded.pixels.shape[:2] == decoded.size:
+        return decoded.pixels
+    try:
+        return images.read_decoded(path, max_pixels=max_pixels).pixels
+    except images.ImageReadError as e:
+        print(f"no overlay: {text.printable(e)}", file=sys.stderr)
+        return None
 
 
 def _predict_batch(
@@ -204,13 +248,16 @@ def _predict_batch(
     batch: list[tuple[pathlib.Path, images.DecodedImage]],
     out: pathlib.Path,
     overlays: dict[pathlib.Path, str],
+    filters: Filters,
+    max_pixels: int,
 ) -> list[tuple[pathlib.Path, list[dict]]]:
     """Runs one batch (one canvas) and writes its overlays; (path,
-    results) of each.
+    results kept by `filters`) of each.
 
     The model is told each whole image's size, so that its boxes are in
     whole-image pixels; the pixels it sees are resized from the decode
-    (reduced for a large JPEG)."""
+    (reduced for a large JPEG); the overlay is drawn at the photo's own
+    size."""
     names = {c["id"]: c["name"] for c in predictor.categories}
     sizes = np.asarray([d.size for _, d in batch], np.int32)
     canvas = predictor.canvas_of(batch[0][1].size)
@@ -226,18 +273,19 @@ def _predict_batch(
     outputs = predictor.run(inputs, resized, sizes)
     finished = []
     for i, (path, decoded) in enumerate(batch):
-        results, pasted = image_detections(
+        found, pasted = image_detections(
             outputs, i, *decoded.size, predictor.mask_paste
         )
+        results = [r for r in found if filters.keeps(r)]
         shown = np.asarray(
-            [r["score"] >= DRAW_SCORE_THRESHOLD for r in results], bool
+            [filters.keeps(r) and filters.draws(r) for r in found], bool
         )
-        drawn, drawn_masks = _overlay_detections(
-            outputs, i, results, pasted, shown, decoded, predictor.mask_paste
-        )
-        draw.save_overlay(
-            out / overlays[path], decoded.pixels, drawn, drawn_masks, names
-        )
+        pixels = _overlay_pixels(path, decoded, max_pixels)
+        if pixels is not None:
+            drawn = [r for r, s in zip(found, shown, strict=True) if s]
+            draw.save_overlay(
+                out / overlays[path], pixels, drawn, pasted.full(shown), names
+            )
         finished.append((path, results))
     return finished
 
@@ -251,12 +299,14 @@ def predict_files(
     overwrite: bool = False,
     max_pixels: int = images.DEFAULT_MAX_PIXELS,
     quiet: bool = False,
+    filters: Filters = Filters(),
 ) -> dict:
     """Predicts every image of `args` not already in out/predictions.jsonl
     (all of them with `overwrite`); writes out/predictions.json and
     out/<stem>.png (names kept in out/overlays.json); images over
     `max_pixels` (0: no limit) are skipped. Shows its progress on stdout
-    (`progress.Progress`) unless `quiet`.
+    (`progress.Progress`) unless `quiet`; keeps and draws the detections
+    `filters` keep.
     Returns {"images", "skipped", "resumed", "predict_seconds"}.
 
     Raises:
@@ -271,7 +321,9 @@ def predict_files(
     out.mkdir(parents=True, exist_ok=True)
     overlays = overlay_names.assign(out, paths)
     log = results_log.ResultsLog.open(
-        out / RESULTS_FILE, predictor.identity, fresh=overwrite
+        out / RESULTS_FILE,
+        predictor.identity + filters.identity(),
+        fresh=overwrite,
     )
     try:
         (out / PREDICTIONS_FILE).unlink(missing_ok=True)
@@ -282,7 +334,11 @@ def predict_files(
             readable = _readable(todo, predictor, max_pixels, shown)
             for batch in _batches(readable, predictor, batch_size):
                 started = time.perf_counter()
-                log.append(_predict_batch(predictor, batch, out, overlays))
+                log.append(
+                    _predict_batch(
+                        predictor, batch, out, overlays, filters, max_pixels
+                    )
+                )
                 seconds += time.perf_counter() - started
                 shown.advance(len(batch))
             predictions = {

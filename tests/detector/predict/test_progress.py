@@ -17,9 +17,9 @@ def test_piped_progress_is_a_line_per_n_images_with_an_eta():
         now[0] += 2.0  # 5 images every 2 s
         shown.advance(5)
     lines = stream.getvalue().splitlines()
-    assert lines[0] == "predicted 20 of 50 images, 2.5 images/s, ETA 12 s"
+    assert lines[0] == "20 of 50 images done, 2.5 images/s, ETA 12 s"
     assert len(lines) == 3
-    assert lines[-1].startswith("predicted 50 of 50 images, ")
+    assert lines[-1].startswith("50 of 50 images done, ")
     assert "ETA" not in lines[-1]
 
 
@@ -41,7 +41,7 @@ def test_predict_files_reports_progress_unless_quiet(tmp_path, capsys):
     assert (
         capsys.readouterr()
         .out.splitlines()[-1]
-        .startswith("predicted 3 of 3 images, ")
+        .startswith("3 of 3 images done, ")
     )
     runner.predict_files(PREDICTOR, [str(folder)], tmp_path / "q", quiet=True)
     assert capsys.readouterr().out == ""

@@ -169,32 +169,6 @@ def test_batches_hold_one_canvas_and_results_keep_the_input_order(tmp_path):
         assert result["bbox"] == [0.0, 0.0, width, height]
 
 
-def test_small_images_are_drawn_upscaled_with_labels_inside():
-    image = np.zeros((128, 128, 3), np.uint8)
-    # At the top edge and the right edge of the picture.
-    detections = [{"bbox": [110, 0, 18, 20], "category_id": 1, "score": 0.9}]
-    masks = np.zeros((1, 128, 128), bool)
-    drawn = np.asarray(draw.overlay(image, detections, masks, {1: "square"}))
-    assert draw.upscale_factor(128, 128) == 4
-    assert drawn.shape == (512, 512, 3)
-    rows, cols = np.nonzero((drawn > 200).all(-1))  # the label text
-    assert rows.size and rows.min() >= 1 and rows.max() < 20
-    assert cols.min() > 400 and cols.max() < 511
-
-
-@pytest.mark.parametrize(
-    "box, expected",
-    [
-        ((10, 30, 50, 60), (10, 18)),  # room above: above the box
-        ((10, 0, 50, 60), (10, 0)),  # at the top edge: inside the top
-        ((95, 30, 100, 60), (60, 18)),  # at the right edge: moved left
-        ((-5, -3, 20, 20), (0, 0)),
-    ],
-)
-def test_label_origin_keeps_labels_inside(box, expected):
-    assert draw.label_origin(box, (40, 12), (100, 100)) == expected
-
-
 def test_a_second_run_on_one_out_is_refused_naming_the_holder(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -363,27 +337,6 @@ def test_the_last_line_says_what_was_skipped(summary, line, tmp_path):
     )
 
 
-def test_labels_are_drawn_over_every_box_edge():
-    """Box 2's left edge crosses box 1's label: the label stays whole."""
-    image = np.zeros((512, 512, 3), np.uint8)
-    first = {"bbox": [40, 40, 60, 60], "category_id": 1, "score": 0.84}
-    second = {"bbox": [60, 20, 140, 180], "category_id": 2, "score": 0.9}
-    names = {1: "triangle", 2: "square"}
-    alone = np.asarray(
-        draw.overlay(image, [first], np.zeros((1, 512, 512), bool), names)
-    )
-    both = np.asarray(
-        draw.overlay(
-            image, [first, second], np.zeros((2, 512, 512), bool), names
-        )
-    )
-    # The label: box 1's colour above its top edge (y = 40).
-    rows, cols = np.nonzero((alone[:40] == draw.PALETTE[1]).all(-1))
-    region = (slice(rows.min(), 40), slice(cols.min(), cols.max() + 1))
-    assert cols.min() < 60 < cols.max()  # box 2's left edge crosses it
-    np.testing.assert_array_equal(both[region], alone[region])
-
-
 def test_images_over_max_pixels_are_skipped_and_counted(photos, capsys):
     Image.fromarray(np.zeros((20, 20, 3), np.uint8)).save(photos / "c.png")
     summary = runner.predict_files(
@@ -402,7 +355,7 @@ def test_a_large_jpeg_is_predicted_at_full_size_from_a_reduced_decode(
 ):
     """1200 x 1600 onto a 64 x 64 canvas: decoded at 1/8 (150 x 200), the
     model told the whole size, results in whole-image pixels, the overlay
-    drawn on the reduced decode."""
+    drawn at the photo's own size from a full decode."""
     (tmp_path / "in").mkdir()
     path = tmp_path / "in" / "big.jpg"
     Image.fromarray(np.full((1200, 1600, 3), 90, np.uint8)).save(path)
@@ -420,9 +373,23 @@ def test_a_large_jpeg_is_predicted_at_full_size_from_a_reduced_decode(
     ]
     assert result["bbox"] == [0.0, 0.0, 20.0, 10.0]
     assert result["segmentation"]["size"] == [1200, 1600]
-    k = draw.upscale_factor(150, 200)
     overlay = Image.open(tmp_path / "out" / "big.png")
-    assert overlay.size == (200 * k, 150 * k)
+    assert overlay.size == (1600, 1200)
+    # The box is drawn at 0..20 x 0..10 of the whole image, not 8 times
+    # that (the reduced decode's pixels).
+    pixels = np.asarray(overlay.convert("RGB"))
+    assert (pixels[60:, 40:] == 90).all()
+
+
+@pytest.mark.parametrize("size", [(381, 500), (500, 381), (40, 30)])
+def test_an_overlay_is_the_photos_own_size(tmp_path, size):
+    (tmp_path / "in").mkdir()
+    Image.fromarray(np.full((*size, 3), 90, np.uint8)).save(
+        tmp_path / "in" / "a.png"
+    )
+    runner.predict_files(PREDICTOR, [str(tmp_path / "in")], tmp_path / "out")
+    height, width = size
+    assert Image.open(tmp_path / "out" / "a.png").size == (width, height)
 
 
 def _counted_run(out, args) -> tuple[dict, list[int]]:
@@ -586,3 +553,60 @@ def test_a_full_disk_while_appending_results_names_the_file(
     with pytest.raises(OSError) as error:
         runner.predict_files(PREDICTOR, [str(photos)], out)
     assert error.value.filename == str(out / runner.RESULTS_FILE)
+
+
+def _two_detections(batch, image_sizes, orig_sizes) -> dict[str, np.ndarray]:
+    """A square at 0.9 and a circle at 0.3 in every image."""
+    b = len(batch)
+    return {
+        "boxes": np.tile(
+            np.float32([[0, 0, 20, 10], [5, 5, 15, 25]]), (b, 1, 1)
+        ),
+        "scores": np.tile(np.float32([0.9, 0.3]), (b, 1)),
+        "category_ids": np.tile(np.int32([1, 2]), (b, 1)),
+        "masks": np.ones((b, 2, 28, 28), np.float32),
+        "num_valid": np.full(b, 2, np.int32),
+    }
+
+
+TWO = dataclasses.replace(
+    PREDICTOR,
+    categories=[{"id": 1, "name": "square"}, {"id": 2, "name": "circle"}],
+    run=_two_detections,
+)
+
+
+@pytest.mark.parametrize(
+    "filters, kept",
+    [
+        (runner.Filters(), [1, 2]),
+        (runner.Filters(score_threshold=0.5), [1]),
+        (runner.Filters(classes=frozenset({2})), [2]),
+        (runner.Filters(0.5, frozenset({2})), []),
+    ],
+)
+def test_score_and_class_filters_keep_results(photos, filters, kept):
+    out = photos.parent / "out"
+    runner.predict_files(TWO, [str(photos / "a.png")], out, filters=filters)
+    (results,) = json.loads((out / "predictions.json").read_text()).values()
+    assert [r["category_id"] for r in results] == kept
+
+
+def test_a_rerun_with_other_filters_predicts_again(photos):
+    out = photos.parent / "out"
+    runner.predict_files(TWO, [str(photos)], out)
+    summary = runner.predict_files(
+        TWO, [str(photos)], out, filters=runner.Filters(0.5)
+    )
+    assert summary["resumed"] == 0
+
+
+def test_classes_by_name_or_id_and_an_unknown_one_named():
+    categories = TWO.categories
+    assert runner.class_filter("square, 2", categories) == {1, 2}
+    with pytest.raises(ValueError) as error:
+        runner.class_filter("square,dog", categories)
+    assert str(error.value) == (
+        "--classes=square,dog: 'dog' is no category of the model (name or "
+        "id of: 'square', 'circle')"
+    )
