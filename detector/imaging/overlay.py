@@ -30,17 +30,26 @@ def _overlaps(a: Rect, b: Rect) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def _rows(box: Box, h: int, height: int) -> list[int]:
+def _rows(
+    box: Box, w: int, h: int, left: int, height: int, placed: list[Rect]
+) -> list[int]:
     """Label tops to try for `box`, best first: above it (inside its top
-    at the top edge), below it, inside its bottom, then every other row,
-    nearest first."""
+    at the top edge), below it, inside its bottom, then the rows nearest
+    the first where a free run of rows can begin or end (next to the image's
+    edges or a placed label in its columns: the nearest free row is one of
+    them), nearest first."""
     _, y1, _, y2 = box
     first = y1 - h if y1 - h >= 0 else y1
     preferred = [min(max(int(round(y)), 0), height - h) for y in (first, y2)]
     if 0 <= y2 - h <= height - h:
         preferred.append(int(round(y2 - h)))
+    edges = {0, height - h}
+    for x1, top, x2, bottom in placed:
+        if x1 < left + w and left < x2:
+            edges.update((bottom, top - h))
     rest = sorted(
-        range(height - h + 1), key=lambda y: (abs(y - preferred[0]), y)
+        (y for y in edges if 0 <= y <= height - h),
+        key=lambda y: (abs(y - preferred[0]), y),
     )
     return list(dict.fromkeys(preferred + rest))
 
@@ -62,7 +71,7 @@ def place_labels(
         origin = None
         if w <= width and h <= height:
             left = int(round(min(max(box[0], 0.0), width - w)))
-            for top in _rows(box, h, height):
+            for top in _rows(box, w, h, left, height, placed):
                 rect = (left, top, left + w, top + h)
                 if not any(_overlaps(rect, other) for other in placed):
                     origin = (left, top)
