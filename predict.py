@@ -2,6 +2,8 @@
 
   python predict.py --workdir=workdirs/shapes photos/ more/a.jpg
   python predict.py --exported=workdirs/shapes/export photos/
+  python predict.py --exported=workdirs/shapes/export --score_threshold=0.7 \
+      --classes=square,circle photos/
 
 Writes <out>/predictions.json and one overlay PNG per image; a rerun of the
 same command continues (docs/export-and-predict.md).
@@ -14,6 +16,7 @@ from absl import app, flags
 
 from detector.imaging import images
 from detector.launch import usage
+from detector.utils import text
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run (runs the model in-process)."
@@ -38,6 +41,27 @@ _MAX_PIXELS = flags.DEFINE_integer(
     "it replaces Pillow's decompression-bomb guard).",
     lower_bound=0,
 )
+_SCORE_THRESHOLD = flags.DEFINE_float(
+    "score_threshold",
+    None,
+    "Keep only detections of this score and up, in predictions.json and the "
+    "overlays (default: all in predictions.json, 0.5 and up drawn).",
+    lower_bound=0.0,
+    upper_bound=1.0,
+)
+_CLASSES = flags.DEFINE_string(
+    "classes",
+    None,
+    "Keep only these categories, names or ids, comma-separated "
+    "(--classes=person,dog), in predictions.json and the overlays.",
+)
+_QUIET = flags.DEFINE_bool(
+    "quiet",
+    False,
+    "Print no progress (by default a bar on a terminal, a line per "
+    "20 images with an ETA when piped); errors, skipped: lines and the last "
+    "line still print.",
+)
 _NMS = flags.DEFINE_string(
     "nms",
     None,
@@ -47,7 +71,7 @@ _NMS = flags.DEFINE_string(
 
 
 def _fail(message: str) -> None:
-    sys.exit(f"error: {message}")
+    sys.exit(f"error: {text.printable(message)}")
 
 
 def _in_process_predictor(workdir: pathlib.Path):
@@ -101,6 +125,12 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
     from detector.predict import artifact, runner
 
     try:
+        filters = runner.Filters(
+            _SCORE_THRESHOLD.value,
+            None
+            if _CLASSES.value is None
+            else runner.class_filter(_CLASSES.value, predictor.categories),
+        )
         summary = runner.predict_files(
             predictor,
             args,
@@ -108,12 +138,14 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
             batch_size=_BATCH_SIZE.value,
             overwrite=_OVERWRITE.value,
             max_pixels=_MAX_PIXELS.value,
+            quiet=_QUIET.value,
+            filters=filters,
         )
     except OSError as e:
         _fail(f"{e.filename}: {e.strerror or e}")
     except (ValueError, artifact.ArtifactError) as e:
         _fail(str(e))
-    print(runner.summary_line(summary, out))
+    print(text.printable(runner.summary_line(summary, out)))
 
 
 def main(argv: list[str]) -> None:
@@ -130,7 +162,7 @@ def main(argv: list[str]) -> None:
     except output_files.OutFolderError as e:
         _fail(str(e))
     except runner.Interrupted as e:
-        print(e, file=sys.stderr)
+        print(text.printable(e), file=sys.stderr)
         sys.exit(e.code)
     except stopping.STOPS as e:
         print(

@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
-from detector.data import canvases
 from detector.distributed import sharding
+from detector.imaging import canvases
 
 FORMAT = 1
 _PIXELS = "image_u8"

@@ -7,7 +7,7 @@ long side is 640 in 110, 92 landscape, 34 portrait, 2 square; the common
 sizes 640x480 (35), 640x427 (12), 480x640 (9), 427x640 (6), 640x426 (5),
 width x height), resizes each by the rule of each setup
 (`detector.imaging.images.fitted_size`) onto the canvas the setup's config
-gives it (`detector.data.canvases.canvas_of`), and reports per setup: the
+gives it (`detector.imaging.canvases.canvas_of`), and reports per setup: the
 padded fraction of the canvas pixels (the pixels the network runs on that
 hold no image), the canvas pixels per image relative to torchvision's
 (each image padded to a multiple of 32 alone), and the number of compiled
@@ -35,9 +35,8 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 from configs import coco_r50_fpn  # noqa: E402
-from detector.data import canvases  # noqa: E402
-from detector.data import resize as resize_lib  # noqa: E402
-from detector.imaging import images  # noqa: E402
+from detector.imaging import canvases, images  # noqa: E402
+from detector.imaging import resize as resize_lib  # noqa: E402
 
 # name -> (config variant, canvas) of the predict timings.
 CANVASES = {

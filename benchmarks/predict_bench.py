@@ -37,8 +37,8 @@ from absl import app, flags  # noqa: E402
 from PIL import Image  # noqa: E402
 
 from configs import coco_r50_fpn, shapes  # noqa: E402
-from detector.data import canvases  # noqa: E402
 from detector.export import exporter, in_process, serving  # noqa: E402
+from detector.imaging import canvases  # noqa: E402
 from detector.launch import cli, validate  # noqa: E402
 from detector.predict import artifact, runner  # noqa: E402
 from detector.state import checkpoint, optimizer, train_state  # noqa: E402

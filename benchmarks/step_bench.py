@@ -50,10 +50,10 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 from benchmarks import batch_file, nms_bench, step_parts  # noqa: E402
-from detector.data import canvases  # noqa: E402
 from detector.distributed import determinism, sharding  # noqa: E402
 from detector.engine import train_programs  # noqa: E402
 from detector.engine import train_step as step_lib  # noqa: E402
+from detector.imaging import canvases  # noqa: E402
 from detector.launch import cli, validate  # noqa: E402
 from detector.state import optimizer  # noqa: E402
 from detector.state import train_state as state_lib  # noqa: E402

@@ -9,10 +9,8 @@ import ml_collections
 
 from detector.config import checks, ranges
 from detector.config.checks import check, check_image_size
+from detector.utils import image_ranges
 
-# The longest image side of any recipe, with room (COCO's 1333, LSJ's 1024).
-MAX_SIDE = 4096
-_SIDE = ranges.between(1, MAX_SIDE, "pixels")
 # An image scale: detectron2's and TF Model Garden's LSJ draw from [0.1, 2].
 _SCALE = ranges.between(0, 4, "of data.image_size", low_open=True)
 # The most bytes one tensor of the input may take (largest_tensors): the LSJ
@@ -22,17 +20,17 @@ MAX_TENSOR_BYTES = 16 * 2**30
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
-    "data.num_classes": ranges.at_least(1, "object categories"),
-    "data.image_size": ranges.each(_SIDE, length=2, shape="(height, width)"),
-    "data.min_size": ranges.each(_SIDE, min_length=1, shape="short sides"),
-    "data.max_size": ranges.between(1, MAX_SIDE, "the long side at most"),
+    "data.num_classes": image_ranges.NUM_CLASSES,
+    "data.image_size": image_ranges.IMAGE_SIZE,
+    "data.min_size": image_ranges.MIN_SIZE,
+    "data.max_size": image_ranges.MAX_SIZE,
     "data.max_instances": ranges.between(1, 1000, "instances per image"),
     "data.gt_mask_size": ranges.between(1, 512, "GT mask side in pixels"),
     "data.scale_jitter": ranges.each(
         _SCALE, length=2, ordered=True, shape="(low, high)"
     ),
-    "data.pixel_mean": ranges.each(ranges.any_number(), length=3),
-    "data.pixel_std": ranges.each(ranges.above(0), length=3),
+    "data.pixel_mean": image_ranges.PIXEL_MEAN,
+    "data.pixel_std": image_ranges.PIXEL_STD,
     "data.shuffle_buffer": ranges.between(1, 100_000, "examples shuffled"),
     "data.prefetch": ranges.between(1, 64, "batches prepared ahead"),
     "data.lsj_min": _SCALE,
@@ -42,7 +40,7 @@ RANGES: ranges.Table = {
     "data.shapes.num_val": ranges.at_least(1, "images written"),
     # Its lower end is the writer's: data/shapes_writer.py MIN_IMAGE_SIZE.
     "data.shapes.image_size": ranges.between(
-        1, MAX_SIDE, "side of the square images"
+        1, image_ranges.MAX_SIDE, "side of the square images"
     ),
     "data.shapes.seed": ranges.between(0, 2**32 - 1),
 }
@@ -74,9 +72,9 @@ def defaults() -> ml_collections.ConfigDict:
     # Orientation canvases (shortest_edge only): data.image_size, height <=
     # width, is the landscape canvas and its transpose the portrait one;
     # each training step, eval batch and predict batch holds one
-    # orientation (detector/data/canvases.py, orientation_schedule.py).
+    # orientation (detector/imaging/canvases.py, orientation_schedule.py).
     data.group_orientations = False
-    # The resize rule (detector/data/resize.py):
+    # The resize rule (detector/imaging/resize.py):
     # 'letterbox' fits the long side to data.image_size (scale_jitter and
     # a random crop in training); 'shortest_edge' is torchvision's and
     # detectron2's: short side min_size (one drawn per training image, the

@@ -15,8 +15,9 @@ from pycocotools import coco as coco_lib
 from pycocotools import mask as mask_utils
 
 from detector.data import coco_checks as checks
-from detector.data import gt_boxes, image_file
+from detector.data import gt_boxes
 from detector.data.splits import parse_split
+from detector.imaging import image_file
 
 
 def slice_bounds(split: str, num_items: int) -> tuple[int, int]:

@@ -16,17 +16,12 @@ import tensorflow as tf
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import (
-    augment,
-    canvases,
-    orientation_schedule,
-    sources,
-    transforms,
-)
+from detector.data import augment, orientation_schedule, sources, transforms
 from detector.data.sources import base as source_lib
 from detector.data.sources import coco_json
 from detector.data.sources import shapes as shapes_source
 from detector.data.sources import tfds as tfds_coco
+from detector.imaging import canvases
 
 # data.source -> the class reading it (see detector.data.sources.base.Source).
 SOURCES: dict[str, type[source_lib.Source]] = {

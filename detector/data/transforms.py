@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from detector.data import resize
+from detector.imaging import resize
 
 
 class TruncationLog:

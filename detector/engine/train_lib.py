@@ -15,14 +15,20 @@ from clu import periodic_actions
 from flax import nnx
 from jax.sharding import Mesh
 
-from detector.data import canvases, pipeline
-from detector.distributed import determinism, multihost, preemption, sharding
+from detector.data import pipeline
+from detector.distributed import (
+    determinism,
+    multihost,
+    preemption,
+    run_lock,
+    sharding,
+)
 from detector.engine import train_metrics, train_programs
 from detector.engine import train_step as step_lib
 from detector.evaluation import eval_lib
+from detector.imaging import canvases
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
-from detector.utils import workdir_lock
 from ops import host_audit
 from ops import nms as nms_lib
 
@@ -108,7 +114,7 @@ def train_and_evaluate(
         config.train.batch_size,
     )
     try:
-        with workdir_lock.held(workdir):  # one run per workdir
+        with run_lock.held(workdir):  # one run per workdir
             pipeline.prepare(config)
             tx, schedule = optimizer.make_optimizer(config)
             ckpt = checkpoint.Checkpointer(

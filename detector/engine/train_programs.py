@@ -5,7 +5,7 @@ from typing import Any
 
 import jax
 
-from detector.data.canvases import Canvas
+from detector.imaging.canvases import Canvas
 from ops import host_audit
 
 

@@ -19,7 +19,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from pycocotools import coco as coco_lib
 
-from detector.data import canvases, pipeline
+from detector.data import pipeline
 from detector.distributed import determinism, multihost, sharding
 from detector.evaluation import (
     coco_backends,
@@ -27,6 +27,7 @@ from detector.evaluation import (
     postprocess,
     visualize,
 )
+from detector.imaging import canvases
 from detector.state import train_state as state_lib
 from detector.utils import files, progress
 from ops import host_audit
@@ -69,7 +70,7 @@ def make_predict(graphdef: nnx.GraphDef, mesh: Mesh) -> jax.stages.Wrapped:
 @dataclasses.dataclass(frozen=True)
 class CompiledPredict:
     """The predict program compiled for the eval batch on each canvas
-    (`data/canvases.py`), and the audit of one call."""
+    (`imaging/canvases.py`), and the audit of one call."""
 
     # canvas (H, W) -> (params, rest, images, image_sizes) -> detections
     programs: dict[canvases.Canvas, jax.stages.Compiled]

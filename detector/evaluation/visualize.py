@@ -1,4 +1,5 @@
-"""Draws predicted boxes and masks over input images (one PNG per eval)."""
+"""Draws predicted boxes, masks and labels over input images (one PNG per
+eval), by predict.py's drawing rule (`imaging.overlay`)."""
 
 import pathlib
 
@@ -7,11 +8,10 @@ import ml_collections
 import numpy as np
 
 from detector.imaging import masks as mask_paste
+from detector.imaging import overlay
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
-_COLOURS = plt.get_cmap("tab10").colors
 
 
 class LowestIds:
@@ -46,63 +46,43 @@ class LowestIds:
 def _input_image(
     batch: dict, i: int, config: ml_collections.ConfigDict
 ) -> np.ndarray:
-    """The i-th model input, un-normalised and cut to its unpadded region."""
+    """The i-th model input as u8[h, w, 3], un-normalised and cut to its
+    unpadded region."""
     image = batch["image"][i] * np.asarray(config.data.pixel_std) + np.asarray(
         config.data.pixel_mean
     )
     height, width = (int(v) for v in batch["image_size"][i])
-    return np.clip(image[:height, :width] / 255.0, 0.0, 1.0)
+    return np.clip(np.round(image[:height, :width]), 0, 255).astype(np.uint8)
 
 
-def _draw_one(
-    ax,
+def drawn_image(
     image: np.ndarray,
     outputs: dict,
     i: int,
     class_names: list[str],
     score_threshold: float,
-) -> None:
-    ax.imshow(image)
+):
+    """Row i's detections of `score_threshold` and up over `image`
+    (u8[h, w, 3]), drawn by `imaging.overlay` (predict.py's rule: labels
+    never cover each other or leave the image); a PIL image."""
     count = int(outputs["num_detections"][i])
     keep = [
         d for d in range(count) if outputs["scores"][i, d] >= score_threshold
     ]
-    boxes = outputs["boxes"][i, keep]
+    boxes = np.asarray(outputs["boxes"][i, keep], np.float64)
     masks = mask_paste.paste_masks(
         outputs["masks"][i, keep], boxes, image.shape[0], image.shape[1]
     )
-    overlay = np.zeros(image.shape[:2] + (4,))
-    for j, d in enumerate(keep):
-        colour = _COLOURS[int(outputs["classes"][i, d]) % len(_COLOURS)]
-        overlay[masks[j]] = (*colour, 0.45)
-        x1, y1, x2, y2 = boxes[j]
-        ax.add_patch(
-            plt.Rectangle(
-                (x1, y1),
-                x2 - x1,
-                y2 - y1,
-                fill=False,
-                edgecolor=colour,
-                linewidth=1.2,
-            )
-        )
-        label = class_names[int(outputs["classes"][i, d]) - 1]
-        ax.text(
-            x1,
-            y1,
-            f"{label}: {outputs['scores'][i, d]:.2f}",
-            color="white",
-            fontsize=6,
-            va="bottom",
-            bbox={
-                "facecolor": colour,
-                "alpha": 0.7,
-                "pad": 0.5,
-                "linewidth": 0,
-            },
-        )
-    ax.imshow(overlay)
-    ax.set_axis_off()
+    detections = [
+        {
+            "bbox": [x1, y1, x2 - x1, y2 - y1],
+            "category_id": int(outputs["classes"][i, d]),
+            "score": float(outputs["scores"][i, d]),
+        }
+        for d, (x1, y1, x2, y2) in zip(keep, boxes.tolist(), strict=True)
+    ]
+    names = {c + 1: name for c, name in enumerate(class_names)}
+    return overlay.overlay(image, detections, np.asarray(masks, bool), names)
 
 
 def draw_predictions(
@@ -127,14 +107,16 @@ def draw_predictions(
         1, len(items), figsize=(4 * len(items), 4), squeeze=False
     )
     for ax, (batch, outputs, i) in zip(axes[0], items, strict=True):
-        _draw_one(
-            ax,
-            _input_image(batch, i, config),
-            outputs,
-            i,
-            class_names,
-            score_threshold,
+        ax.imshow(
+            drawn_image(
+                _input_image(batch, i, config),
+                outputs,
+                i,
+                class_names,
+                score_threshold,
+            )
         )
+        ax.set_axis_off()
     fig.suptitle(f"predictions (score >= {score_threshold})")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

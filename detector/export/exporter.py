@@ -12,10 +12,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from detector.data import canvases as canvases_lib
 from detector.distributed import sharding
 from detector.export import categories as categories_lib
 from detector.export import serving
+from detector.imaging import canvases as canvases_lib
 from detector.predict import artifact as artifact_lib
 from detector.predict import artifact_meta
 from detector.state import train_state

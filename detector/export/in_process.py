@@ -7,8 +7,8 @@ import pathlib
 import jax
 import ml_collections
 
-from detector.data import canvases
 from detector.export import exporter, serving
+from detector.imaging import canvases
 from detector.predict import runner
 
 

@@ -1,2 +1,3 @@
-"""Host-side pixels for evaluation and predict: image files, resizing, mask
-pasting and RLE (numpy and PIL only)."""
+"""Host-side pixels for data, evaluation and predict: image files and their
+EXIF orientation, the resize rule, canvases, resizing, mask pasting, RLE and
+the drawing of detections (numpy and PIL only)."""

@@ -1,5 +1,5 @@
 """Image files -> RGB uint8 arrays -> resized, placed model inputs (numpy):
-sizes by detector/data/resize.py, pixels by TensorFlow's bilinear kernel, so
+sizes by detector/imaging/resize.py, pixels by TensorFlow's bilinear kernel, so
 predict's inputs are eval's (tests/detector/imaging/)."""
 
 import pathlib
@@ -9,12 +9,12 @@ from typing import NamedTuple
 import numpy as np
 
 # numpy and PIL only, like this package.
-from detector.data import canvases, image_file, resize
+from detector.imaging import canvases, image_file, resize
 
 # The rule names, for predict/ (which imports only imaging/ of detector/).
 RESIZE_RULES = resize.RULES
 # (height, width) of a canvas, and the canvas of an h x w image among a
-# model's canvases (one, or landscape and portrait: data/canvases.py).
+# model's canvases (one, or landscape and portrait: imaging/canvases.py).
 Canvas = canvases.Canvas
 pick_canvas = canvases.pick
 
@@ -35,7 +35,7 @@ class ImageReadError(ValueError):
 def read_image(path: str | pathlib.Path) -> np.ndarray:
     """Reads a JPEG/PNG (any mode) as u8[h, w, 3], EXIF orientation applied.
 
-    The reading of training and evaluation (`detector.data.image_file`):
+    The reading of training and evaluation (`detector.imaging.image_file`):
     grayscale, palette, CMYK and RGBA files become RGB; 16-bit samples keep
     their high byte, as TensorFlow's PNG decoder reads them.
 

@@ -14,6 +14,7 @@ from ml_collections import config_flags
 
 from detector.distributed import determinism, multihost, peers
 from detector.launch import usage
+from detector.utils import text
 from ops import nms
 
 MULTIHOST_MODES = ("auto", "on", "off")
@@ -46,12 +47,12 @@ def check_no_arguments(argv: list[str]) -> None:
 
 def fail(message: str) -> None:
     """Exits with `error: <message>` on stderr and status 1."""
-    sys.exit(f"error: {message}")
+    sys.exit(f"error: {text.printable(message)}")
 
 
 def fail_now(message: str) -> None:
     """As `fail`, from any thread: ends the process at once (no cleanup)."""
-    sys.stderr.write(f"error: {message}\n")
+    sys.stderr.write(f"error: {text.printable(message)}\n")
     sys.stderr.flush()
     os._exit(1)
 

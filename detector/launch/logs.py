@@ -9,6 +9,7 @@ import pathlib
 from absl import logging as absl_logging
 
 from detector.launch import stderr_filter
+from detector.utils import text
 
 # Loggers (and their children) whose informational records are dropped.
 QUIET_LOGGERS = (
@@ -60,6 +61,25 @@ class LibraryFilter(logging.Filter):
         return not (self._dirs and record.pathname.startswith(self._dirs))
 
 
+class EscapingFilter(logging.Filter):
+    """Escapes control characters in each record's text (file names in
+    data's log lines, `text.printable`); drops nothing."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        escaped = text.printable(message)
+        if escaped != message:
+            record.msg, record.args = escaped, None
+        return True
+
+
+def escape_logged_text() -> None:
+    """Installs EscapingFilter on absl's handler (once)."""
+    handler = absl_logging.get_absl_handler()
+    if not any(isinstance(f, EscapingFilter) for f in handler.filters):
+        handler.addFilter(EscapingFilter())
+
+
 def installed_filter() -> LibraryFilter | None:
     """The LibraryFilter on absl's handler, or None."""
     handler = absl_logging.get_absl_handler()
@@ -72,6 +92,7 @@ def quiet_libraries(
     verbosity: int | None = None, *, native: bool = True
 ) -> bool:
     """Silences third-party informational logging; returns whether it did.
+    Control characters in every logged line are escaped either way.
 
     Args:
       verbosity: absl's verbosity (default: the parsed `--verbosity` flag).
@@ -79,6 +100,7 @@ def quiet_libraries(
       native: also filter native libraries' lines on file descriptor 2
         (stderr_filter.install; once per process).
     """
+    escape_logged_text()
     if verbosity is None:
         verbosity = absl_logging.get_verbosity()
     if verbosity >= 1:

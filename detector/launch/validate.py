@@ -8,9 +8,9 @@ import ml_collections
 
 from detector import config as config_lib
 from detector.config import checks
-from detector.data import resize, shapes_writer, sources
+from detector.data import shapes_writer, sources
 from detector.evaluation import coco_backends
-from detector.imaging import masks
+from detector.imaging import masks, resize
 from detector.modeling import backbone, box_heads, norms
 from ops import nms, roi_align
 

@@ -14,6 +14,7 @@ import numpy as np
 from detector.imaging import images as images_lib
 from detector.imaging import masks
 from detector.predict import artifact_meta
+from detector.utils import files
 
 ARTIFACT_FILE = "predict.jax"
 META_FILE = "predict.json"
@@ -24,6 +25,12 @@ _INPUTS = 3
 SYMBOLIC_BATCH = "b"
 # Keys of predict.json that loading relies on (artifact_meta.SCHEMA).
 REQUIRED_KEYS = artifact_meta.REQUIRED_KEYS
+# The most bytes a predict.json holds: its keys and a category list far
+# longer than any dataset's (LVIS' 1203 take 60 KB).
+MAX_META_BYTES = 16 * 2**20
+# The most bytes one serialized function can hold (flatbuffers' 2 GiB
+# offsets): the bound of a format 1 predict.jax, which records no size.
+MAX_FUNCTION_BYTES = 2**31 - 1
 
 
 class ArtifactError(ValueError):
@@ -79,15 +86,39 @@ class Artifact:
         return images_lib.Resize(**self.meta["resize"])
 
 
-def _read_meta(path: pathlib.Path) -> dict:
+def _read(path: pathlib.Path, limit: int) -> bytes:
+    """The bytes of `path`, a regular file.
+
+    Raises:
+      ArtifactError: missing, not a regular file, or unreadable.
+      files.OverLimitError: more than `limit` bytes (the caller names why).
+    """
     try:
-        meta = json.loads(path.read_text())
+        return files.read_regular(path, limit)
     except FileNotFoundError:
         raise ArtifactError(
             f"{path}: missing (a folder written by export.py holds "
             f"{ARTIFACT_FILE} and {META_FILE})"
         ) from None
-    except (OSError, ValueError) as e:
+    except files.NotRegularError as e:
+        raise ArtifactError(
+            f"{e}; export.py writes regular files: export again"
+        ) from None
+    except OSError as e:
+        raise ArtifactError(f"{path}: {e.strerror or e}") from None
+
+
+def _read_meta(path: pathlib.Path) -> dict:
+    try:
+        data = _read(path, MAX_META_BYTES)
+    except files.OverLimitError as e:
+        raise ArtifactError(
+            f"{path}: {e.size} bytes, over the {MAX_META_BYTES} a "
+            f"{META_FILE} holds; export again"
+        ) from None
+    try:
+        meta = json.loads(data)
+    except ValueError as e:
         raise ArtifactError(f"{path}: not readable JSON ({e})") from None
     try:
         artifact_meta.check(meta, str(path), tuple(masks.MASK_PASTERS))
@@ -106,14 +137,47 @@ def _read_meta(path: pathlib.Path) -> dict:
     return meta
 
 
-def _deserialize(path: pathlib.Path, data: bytes) -> jax.export.Exported:
+def _deserialize(
+    path: pathlib.Path, data: bytes, meta: dict, meta_path: pathlib.Path
+) -> jax.export.Exported:
+    """One function of predict.jax (whose bytes match the recorded sha256:
+    one that does not deserialize was cut wrongly by an edited
+    canvas_bytes, where there is one)."""
     try:
         return jax.export.deserialize(bytearray(data))
     except Exception as e:  # noqa: BLE001 - flatbuffers raises anything
+        if meta["canvas_bytes"] is not None:
+            raise ArtifactError(
+                f"{meta_path}: canvas_bytes={meta['canvas_bytes']}: a "
+                f"function of {ARTIFACT_FILE} cut by these counts does not "
+                "deserialize (the counts edited, or the file replaced along "
+                "with its sha256); restore the exported values or export "
+                "again"
+            ) from None
         raise ArtifactError(
             f"{path}: not a jax.export artifact this JAX can read "
-            f"({type(e).__name__}: {str(e)[:120]})"
+            f"({type(e).__name__} while deserializing); export it again"
         ) from None
+
+
+def _recorded_bytes(meta: dict) -> int | None:
+    """The bytes predict.json says predict.jax holds (None: format 1)."""
+    if meta["canvas_bytes"] is None:
+        return None
+    return sum(meta["canvas_bytes"]) + (meta["weights_bytes"] or 0)
+
+
+def _sizes_differ(meta: dict, where: pathlib.Path, size: int) -> ArtifactError:
+    """predict.json's byte counts, which do not add up to `size`."""
+    counts, weights = meta["canvas_bytes"], meta["weights_bytes"]
+    keys = f"canvas_bytes={counts}"
+    if weights is not None:
+        keys += f" and weights_bytes={weights}"
+    return ArtifactError(
+        f"{where}: {keys} add up to {_recorded_bytes(meta)} bytes, not the "
+        f"{size} of {ARTIFACT_FILE}; restore the exported values or export "
+        "again"
+    )
 
 
 def _split(
@@ -124,15 +188,8 @@ def _split(
     counts, weights = meta["canvas_bytes"], meta["weights_bytes"]
     if counts is None:
         return [data], None
-    total = sum(counts) + (weights or 0)
-    if total != len(data):
-        keys = f"canvas_bytes={counts}"
-        if weights is not None:
-            keys += f" and weights_bytes={weights}"
-        raise ArtifactError(
-            f"{where}: {keys} add up to {total} bytes, not the {len(data)} "
-            f"of {ARTIFACT_FILE}; restore the exported values or export again"
-        )
+    if _recorded_bytes(meta) != len(data):
+        raise _sizes_differ(meta, where, len(data))
     ends = list(itertools.accumulate(counts))
     blobs = [data[end - n : end] for n, end in zip(counts, ends, strict=True)]
     return blobs, None if weights is None else memoryview(data)[ends[-1] :]
@@ -203,10 +260,7 @@ def load(directory: str | pathlib.Path) -> Artifact:
     check_version(
         meta["calling_convention_version"], str(meta_path), meta["jax_version"]
     )
-    try:
-        data = where.read_bytes()
-    except OSError as e:
-        raise ArtifactError(f"{where}: {e.strerror or e}") from None
+    data = _read_artifact(where, meta, meta_path)
     if sha256(data) != meta["sha256"]:
         raise ArtifactError(
             f"{where}: its {len(data)} bytes differ from what export.py "
@@ -214,7 +268,9 @@ def load(directory: str | pathlib.Path) -> Artifact:
             "again"
         )
     blobs, section = _split(data, meta, meta_path)
-    functions = tuple(_deserialize(where, blob) for blob in blobs)
+    functions = tuple(
+        _deserialize(where, blob, meta, meta_path) for blob in blobs
+    )
     for exported in functions:
         check_version(exported.calling_convention_version, str(where), "?")
         if (
@@ -229,6 +285,23 @@ def load(directory: str | pathlib.Path) -> Artifact:
     _check_input_sizes(functions, meta, meta_path)
     weights = _weights(functions, meta, section, where, meta_path)
     return Artifact(directory, functions, meta, weights)
+
+
+def _read_artifact(
+    where: pathlib.Path, meta: dict, meta_path: pathlib.Path
+) -> bytes:
+    """predict.jax, never more than the bytes predict.json records (format
+    1 records none: one function's most)."""
+    recorded = _recorded_bytes(meta)
+    try:
+        return _read(where, recorded or MAX_FUNCTION_BYTES)
+    except files.OverLimitError as e:
+        if recorded is not None:
+            raise _sizes_differ(meta, meta_path, e.size) from None
+        raise ArtifactError(
+            f"{where}: {e.size} bytes, over the {MAX_FUNCTION_BYTES} one "
+            "serialized function can hold: not a predict.jax; export again"
+        ) from None
 
 
 def _check_input_sizes(
@@ -315,8 +388,9 @@ def run(
       orig_sizes: int[b, 2] each image's original (height, width).
 
     Raises:
-      ArtifactError: wrong input shape or dtype, or a platform the
-        artifact was not lowered for.
+      ArtifactError: wrong input shape or dtype, a platform the artifact
+        was not lowered for, or a predicted category id that predict.json
+        does not list (edited).
     """
     images = np.asarray(images)
     image_sizes = np.asarray(image_sizes)
@@ -337,4 +411,13 @@ def run(
         image_sizes.astype(np.int32),
         orig_sizes.astype(np.int32),
     )
-    return {k: np.asarray(v) for k, v in outputs.items()}
+    outputs = {k: np.asarray(v) for k, v in outputs.items()}
+    try:
+        artifact_meta.check_predicted_ids(
+            [c["id"] for c in artifact.meta["categories"]],
+            outputs,
+            str(artifact.directory / META_FILE),
+        )
+    except artifact_meta.MetaError as e:
+        raise ArtifactError(str(e)) from None
+    return outputs

@@ -4,6 +4,8 @@ for each format version (docs/export-and-predict.md)."""
 import re
 from collections.abc import Callable
 
+from detector.utils import image_ranges, ranges
+
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 # predict.json's "format_version": 3 lists "canvases", one function each,
 # stored one after another in predict.jax ("canvas_bytes"), then the
@@ -168,6 +170,62 @@ SCHEMA = SCHEMAS[FORMAT_VERSION]
 REQUIRED_KEYS = tuple(key for key, _, _ in SCHEMA)
 
 
+# predict.json key -> the config field whose declared range it takes (the
+# canvases each, resize's sizes eval's one).
+CONFIG_FIELDS = (
+    ("image_size", "data.image_size"),
+    ("canvases", "data.image_size"),
+    ("resize.min_size", "data.min_size"),
+    ("resize.max_size", "data.max_size"),
+    ("pixel_mean", "data.pixel_mean"),
+    ("pixel_std", "data.pixel_std"),
+    ("num_classes", "data.num_classes"),
+)
+# predict.json key -> its range (`image_ranges`, the config's own).
+RANGES: dict[str, ranges.Range | ranges.Each] = {
+    "image_size": image_ranges.IMAGE_SIZE,
+    "canvases": image_ranges.IMAGE_SIZE,
+    "resize.min_size": image_ranges.MIN_SIZE.item,
+    "resize.max_size": image_ranges.MAX_SIZE,
+    "pixel_mean": image_ranges.PIXEL_MEAN,
+    "pixel_std": image_ranges.PIXEL_STD,
+    "num_classes": image_ranges.NUM_CLASSES,
+}
+# Keys whose values are integers, as the config's are.
+_INTEGER_KEYS = {
+    "image_size",
+    "canvases",
+    "resize.min_size",
+    "resize.max_size",
+    "num_classes",
+}
+
+
+def _value(meta: dict, key: str) -> tuple[bool, object]:
+    """(found, value) of dotted `key` in `meta`."""
+    node: object = meta
+    for name in key.split("."):
+        if not isinstance(node, dict) or name not in node:
+            return False, None
+        node = node[name]
+    return True, node
+
+
+def _check_ranges(meta: dict, where: str) -> None:
+    """Each field of CONFIG_FIELDS within its config field's range (each
+    canvas of "canvases")."""
+    for key, field in CONFIG_FIELDS:
+        found, value = _value(meta, key)
+        spec, integer = RANGES[key], key in _INTEGER_KEYS
+        items = value if key == "canvases" and found else [value]
+        if found and not all(spec.admits(v, integer) for v in items):
+            raise MetaError(
+                f"{where}: {key}={_shown(value)}: must be "
+                f"{ranges.requirement(spec, integer)}, as config {field}; "
+                "restore the exported value or export again"
+            )
+
+
 def version(meta: dict) -> int:
     """The format version of a predict.json object (1 when unnamed)."""
     return meta.get("format_version", 1)
@@ -209,6 +267,7 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
             f"functions but canvases {len(meta['canvases'])}; restore the "
             "exported values or export again"
         )
+    _check_ranges(meta, where)
     if len(meta["categories"]) != meta["num_classes"]:
         raise MetaError(
             f"{where}: categories lists {len(meta['categories'])} classes "
@@ -216,10 +275,40 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
             "restore the exported list (names may be edited, entries not "
             "added or removed)"
         )
+    _check_unique_ids(meta["categories"], where)
     if meta["mask_paste"] not in mask_pasters:
         raise MetaError(
             f"{where}: mask_paste={meta['mask_paste']!r}: must be one of "
             f"{', '.join(mask_pasters)}"
+        )
+
+
+def _check_unique_ids(categories: list[dict], where: str) -> None:
+    """Each category id once: the model's ids are inside predict.jax."""
+    names: dict[int, list[str]] = {}
+    for category in categories:
+        names.setdefault(category["id"], []).append(category["name"])
+    for id_, named in names.items():
+        if len(named) > 1:
+            raise MetaError(
+                f"{where}: categories lists id {id_} twice "
+                f"({', '.join(map(repr, named))}); restore "
+                "the exported list (names may be edited, ids not)"
+            )
+
+
+def check_predicted_ids(known: list[int], outputs: dict, where: str) -> None:
+    """Raises MetaError when a valid detection of `outputs` (category_ids
+    int[b, K], num_valid int[b]) has an id `known` (predict.json's
+    categories) lacks: an edit dropped it, and nothing would name it."""
+    ids = outputs["category_ids"]
+    valid = [ids[i, :count] for i, count in enumerate(outputs["num_valid"])]
+    lost = sorted({int(v) for row in valid for v in row} - set(known))
+    if lost:
+        raise MetaError(
+            f"{where}: the model predicted category id {lost[0]}, which "
+            "categories does not list (num_classes or categories edited?); "
+            "restore the exported values or export again"
         )
 
 

@@ -1,48 +1,87 @@
 """predictions.jsonl: each image's results appended as its batch ends, so an
-interrupted run keeps them and the same command continues."""
+interrupted run keeps them and the same command continues. A line is
+reused for a file of the same resolved path and bytes (sha256) predicted by
+the same model."""
 
+import hashlib
 import json
 import os
 import pathlib
+import sys
+
+from detector.utils import files, text
+
+# A well-formed line: key -> the type of its value.
+_FIELDS = {"file": str, "sha256": str, "model": str, "results": list}
 
 
-def _key(path: pathlib.Path, model: str) -> tuple | None:
-    """(file, size, mtime_ns, model) of `path`; None when it cannot be
-    read (it is then predicted, and skipped, again)."""
+def file_key(path: pathlib.Path) -> tuple[str, str] | None:
+    """(resolved path, sha256 of its bytes) of `path`; None when it cannot
+    be read (it is then predicted, and skipped, again). Hashing reads the
+    bytes once, far less than decoding them."""
     try:
-        stat = os.stat(path)
+        with open(path, "rb") as f:
+            digest = hashlib.file_digest(f, "sha256").hexdigest()
     except OSError:
         return None
-    return (str(path), stat.st_size, stat.st_mtime_ns, model)
+    return os.path.realpath(path), digest
+
+
+def _malformed(record: object) -> str | None:
+    """Why `record` is not a well-formed line (None: it is)."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key, kind in _FIELDS.items():
+        if not isinstance(record.get(key), kind):
+            return f"{key} is not a JSON {'string' if kind is str else 'list'}"
+    if not all(isinstance(r, dict) for r in record["results"]):
+        return "results is not a list of objects"
+    return None
 
 
 def _whole_lines(path: pathlib.Path) -> list[dict]:
-    """The whole lines of `path`; a cut last line is removed from it."""
+    """The well-formed lines of `path`. A cut last line is removed from it;
+    any other malformed line is reported in one line each and removed."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
     end = data.rfind(b"\n") + 1
-    if end < len(data):
-        os.truncate(path, end)
-    lines = []
-    for line in data[:end].splitlines():
+    kept, dropped = [], False
+    for number, line in enumerate(data[:end].splitlines(), 1):
         try:
             record = json.loads(line)
         except ValueError:
+            record, why = None, "not JSON"
+        else:
+            why = _malformed(record)
+        if why is None:
+            kept.append((line, record))
             continue
-        if isinstance(record, dict):
-            lines.append(record)
-    return lines
+        dropped = True
+        print(
+            text.printable(
+                f"{path}: line {number} dropped ({why}); its image is "
+                "predicted again"
+            ),
+            file=sys.stderr,
+        )
+    if dropped:
+        files.write_bytes(path, b"".join(line + b"\n" for line, _ in kept))
+    elif end < len(data):
+        os.truncate(path, end)
+    return [record for _, record in kept]
 
 
 class ResultsLog:
     """An open predictions.jsonl (docs/export-and-predict.md): a last line
-    cut short (a kill mid-write) is dropped when it is opened, and a link in
-    its place is removed, never appended through."""
+    cut short (a kill mid-write) is dropped when it is opened, as is any
+    line of the wrong shape (one line each), and a link in its place is
+    removed, never appended through."""
 
     def __init__(self, path: pathlib.Path, model: str, done: dict):
         self.path, self._model, self._done = path, model, done
+        self._keys: dict[pathlib.Path, tuple[str, str] | None] = {}
         self._file = open(path, "ab")  # noqa: SIM115 - closed by close()
 
     @classmethod
@@ -53,38 +92,47 @@ class ResultsLog:
         `fresh` (then it starts empty)."""
         if fresh or path.is_symlink():  # never appended through a link
             path.unlink(missing_ok=True)
-        done = {}
-        for line in _whole_lines(path):
-            key = tuple(line.get(k) for k in ("file", "size", "mtime_ns"))
-            done[(*key, line.get("model"))] = line.get("results")
+        done = {
+            (line["file"], line["sha256"], line["model"]): line["results"]
+            for line in _whole_lines(path)
+        }
         return cls(path, model, done)
+
+    def _key(self, path: pathlib.Path) -> tuple[str, str, str] | None:
+        """(resolved path, sha256, model) of `path`, hashed once a run."""
+        if path not in self._keys:
+            self._keys[path] = file_key(path)
+        key = self._keys[path]
+        return None if key is None else (*key, self._model)
 
     def done(self, path: pathlib.Path) -> list[dict] | None:
         """The results of `path` as it is now, by this model; or None."""
-        return self._done.get(_key(path, self._model))
+        return self._done.get(self._key(path))
 
     def append(self, finished: list[tuple[pathlib.Path, list[dict]]]) -> None:
         """Appends one line per (path, results) and syncs them to disk."""
         lines = []
         for path, results in finished:
-            key = _key(path, self._model) or (str(path), 0, 0, self._model)
+            key = self._key(path) or (os.path.realpath(path), "", self._model)
             self._done[key] = results
-            file, size, mtime_ns, model = key
+            file, sha256, model = key
             lines.append(
                 json.dumps(
                     {
                         "file": file,
-                        "size": size,
-                        "mtime_ns": mtime_ns,
+                        "sha256": sha256,
                         "model": model,
                         "results": results,
                     }
                 )
                 + "\n"
             )
-        self._file.write("".join(lines).encode())
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write("".join(lines).encode())
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:
+            raise files.named(e, self.path) from None
 
     def close(self) -> None:
         self._file.close()

@@ -4,6 +4,7 @@ overlay PNG each, for both forms of predict.py
 
 import dataclasses
 import json
+import os
 import pathlib
 import sys
 import time
@@ -16,12 +17,16 @@ from detector.predict import (
     artifact,
     draw,
     output_files,
+    overlay_names,
+    progress,
     results_log,
     stopping,
 )
+from detector.utils import text
 
 PREDICTIONS_FILE = "predictions.json"
 RESULTS_FILE = "predictions.jsonl"
+OVERLAYS_FILE = overlay_names.OVERLAYS_FILE
 # Detections drawn in the overlays (all are in predictions.json).
 DRAW_SCORE_THRESHOLD = 0.5
 
@@ -65,8 +70,9 @@ class Interrupted(Exception):
 
 def list_images(args: list[str]) -> list[pathlib.Path]:
     """Files named, and every file of each folder named (sorted, not hidden),
-    each once. A link in a folder whose target is missing or loops is
-    listed too, so that it is reported as skipped rather than dropped.
+    each once (compared resolved: the first name given is kept). A link in a
+    folder whose target is missing or loops is listed too, so that it is
+    reported as skipped rather than dropped.
 
     Raises:
       ValueError: nothing named, a path that does not exist, or folders
@@ -93,7 +99,9 @@ def list_images(args: list[str]) -> list[pathlib.Path]:
             f"no image files in {', '.join(args)}: name image files or "
             "folders that hold them"
         )
-    return list(dict.fromkeys(found))
+    # Each file once, however it is named (`photos/../photos/a.jpg`).
+    unique = {os.path.realpath(path): path for path in reversed(found)}
+    return [path for path in found if unique[os.path.realpath(path)] is path]
 
 
 def image_detections(
@@ -126,10 +134,14 @@ def image_detections(
 
 
 def _readable(
-    paths: list[pathlib.Path], predictor: Predictor, max_pixels: int
+    paths: list[pathlib.Path],
+    predictor: Predictor,
+    max_pixels: int,
+    shown: progress.Progress,
 ) -> Iterator[tuple[pathlib.Path, images.DecodedImage]]:
     """Each readable file, a JPEG decoded reduced to no less than the size
-    it is resized to; the others one `skipped:` line each."""
+    it is resized to; the others one `skipped:` line each (counted in
+    `shown`)."""
     for path in paths:
         try:
             yield (
@@ -139,7 +151,8 @@ def _readable(
                 ),
             )
         except images.ImageReadError as e:
-            print(f"skipped: {e}", file=sys.stderr)
+            print(f"skipped: {text.printable(e)}", file=sys.stderr)
+            shown.advance(1)
 
 
 def _batches(
@@ -158,40 +171,76 @@ def _batches(
     yield from pending.values()
 
 
-def _overlay_name(path: pathlib.Path, used: set[str]) -> str:
-    name, k = f"{path.stem}.png", 1
-    while name in used:
-        name, k = f"{path.stem}_{k}.png", k + 1
-    used.add(name)
-    return name
+@dataclasses.dataclass(frozen=True)
+class Filters:
+    """Which detections a run keeps: `score_threshold` (None: all in the
+    results, DRAW_SCORE_THRESHOLD and up in the overlays; else that score
+    and up in both) and `classes` (category ids; None: every class)."""
+
+    score_threshold: float | None = None
+    classes: frozenset[int] | None = None
+
+    def keeps(self, result: dict) -> bool:
+        """Whether `result` goes into predictions.json."""
+        return (
+            self.score_threshold is None
+            or result["score"] >= self.score_threshold
+        ) and (self.classes is None or result["category_id"] in self.classes)
+
+    def draws(self, result: dict) -> bool:
+        """Whether a kept `result` is drawn in the overlay."""
+        threshold = self.score_threshold
+        return result["score"] >= (
+            DRAW_SCORE_THRESHOLD if threshold is None else threshold
+        )
+
+    def identity(self) -> str:
+        """The filters in the resume key: results kept by other filters
+        are not reused."""
+        if self == Filters():
+            return ""
+        classes = None if self.classes is None else sorted(self.classes)
+        return f" score_threshold:{self.score_threshold} classes:{classes}"
 
 
-def _overlay_detections(
-    outputs: dict[str, np.ndarray],
-    i: int,
-    results: list[dict],
-    pasted: masks.BoxMasks,
-    shown: np.ndarray,
-    decoded: images.DecodedImage,
-    mask_paste: str,
-) -> tuple[list[dict], np.ndarray]:
-    """(detections, bool[D, h, w] masks) to draw on `decoded.pixels`: the
-    shown ones, moved onto a reduced decode where there was one."""
-    drawn = [r for r, s in zip(results, shown, strict=True) if s]
-    small, whole = decoded.pixels.shape[:2], decoded.size
-    if small == whole:
-        return drawn, pasted.full(shown)
-    sy, sx = small[0] / whole[0], small[1] / whole[1]
-    count = int(outputs["num_valid"][i])
-    boxes = np.asarray(outputs["boxes"][i][:count], np.float64)[shown]
-    on_small = masks.MASK_PASTERS[mask_paste](
-        outputs["masks"][i][:count][shown], boxes * [sx, sy, sx, sy], *small
-    )
-    scale = (sx, sy, sx, sy)
-    return [
-        {**r, "bbox": [v * f for v, f in zip(r["bbox"], scale, strict=True)]}
-        for r in drawn
-    ], on_small.full()
+def class_filter(text: str, categories: list[dict]) -> frozenset[int]:
+    """--classes=`text` (names or ids, comma-separated) -> category ids.
+
+    Raises:
+      ValueError: an entry that is no category of the model (named, with
+        the model's categories).
+    """
+    by_name = {c["name"]: c["id"] for c in categories}
+    ids = {c["id"] for c in categories}
+    found = set()
+    for entry in (e.strip() for e in text.split(",")):
+        if entry in by_name:
+            found.add(by_name[entry])
+        elif entry.isdigit() and int(entry) in ids:
+            found.add(int(entry))
+        else:
+            known = ", ".join(repr(c["name"]) for c in categories[:20])
+            more = ", ..." if len(categories) > 20 else ""
+            raise ValueError(
+                f"--classes={text}: {entry!r} is no category of the model "
+                f"(name or id of: {known}{more})"
+            )
+    return frozenset(found)
+
+
+def _overlay_pixels(
+    path: pathlib.Path, decoded: images.DecodedImage, max_pixels: int
+) -> np.ndarray | None:
+    """The photo at its own size: the decode, or where the model read a
+    reduced one, a full decode of the file (None, with a line, where that
+    fails)."""
+    if decoded.pixels.shape[:2] == decoded.size:
+        return decoded.pixels
+    try:
+        return images.read_decoded(path, max_pixels=max_pixels).pixels
+    except images.ImageReadError as e:
+        print(f"no overlay: {text.printable(e)}", file=sys.stderr)
+        return None
 
 
 def _predict_batch(
@@ -199,13 +248,16 @@ def _predict_batch(
     batch: list[tuple[pathlib.Path, images.DecodedImage]],
     out: pathlib.Path,
     overlays: dict[pathlib.Path, str],
+    filters: Filters,
+    max_pixels: int,
 ) -> list[tuple[pathlib.Path, list[dict]]]:
     """Runs one batch (one canvas) and writes its overlays; (path,
-    results) of each.
+    results kept by `filters`) of each.
 
     The model is told each whole image's size, so that its boxes are in
     whole-image pixels; the pixels it sees are resized from the decode
-    (reduced for a large JPEG)."""
+    (reduced for a large JPEG); the overlay is drawn at the photo's own
+    size."""
     names = {c["id"]: c["name"] for c in predictor.categories}
     sizes = np.asarray([d.size for _, d in batch], np.int32)
     canvas = predictor.canvas_of(batch[0][1].size)
@@ -221,18 +273,19 @@ def _predict_batch(
     outputs = predictor.run(inputs, resized, sizes)
     finished = []
     for i, (path, decoded) in enumerate(batch):
-        results, pasted = image_detections(
+        found, pasted = image_detections(
             outputs, i, *decoded.size, predictor.mask_paste
         )
+        results = [r for r in found if filters.keeps(r)]
         shown = np.asarray(
-            [r["score"] >= DRAW_SCORE_THRESHOLD for r in results], bool
+            [filters.keeps(r) and filters.draws(r) for r in found], bool
         )
-        drawn, drawn_masks = _overlay_detections(
-            outputs, i, results, pasted, shown, decoded, predictor.mask_paste
-        )
-        draw.save_overlay(
-            out / overlays[path], decoded.pixels, drawn, drawn_masks, names
-        )
+        pixels = _overlay_pixels(path, decoded, max_pixels)
+        if pixels is not None:
+            drawn = [r for r, s in zip(found, shown, strict=True) if s]
+            draw.save_overlay(
+                out / overlays[path], pixels, drawn, pasted.full(shown), names
+            )
         finished.append((path, results))
     return finished
 
@@ -245,10 +298,15 @@ def predict_files(
     batch_size: int = 8,
     overwrite: bool = False,
     max_pixels: int = images.DEFAULT_MAX_PIXELS,
+    quiet: bool = False,
+    filters: Filters = Filters(),
 ) -> dict:
     """Predicts every image of `args` not already in out/predictions.jsonl
     (all of them with `overwrite`); writes out/predictions.json and
-    out/<stem>.png; images over `max_pixels` (0: no limit) are skipped.
+    out/<stem>.png (names kept in out/overlays.json); images over
+    `max_pixels` (0: no limit) are skipped. Shows its progress on stdout
+    (`progress.Progress`) unless `quiet`; keeps and draws the detections
+    `filters` keep.
     Returns {"images", "skipped", "resumed", "predict_seconds"}.
 
     Raises:
@@ -261,21 +319,28 @@ def predict_files(
     paths = list_images(args)
     output_files.check_out(out, paths)
     out.mkdir(parents=True, exist_ok=True)
-    used: set[str] = set()
-    overlays = {path: _overlay_name(path, used) for path in paths}
+    overlays = overlay_names.assign(out, paths)
     log = results_log.ResultsLog.open(
-        out / RESULTS_FILE, predictor.identity, fresh=overwrite
+        out / RESULTS_FILE,
+        predictor.identity + filters.identity(),
+        fresh=overwrite,
     )
     try:
         (out / PREDICTIONS_FILE).unlink(missing_ok=True)
         todo = [path for path in paths if log.done(path) is None]
         seconds = 0.0
+        shown = progress.Progress(len(todo), quiet=quiet)
         try:
-            readable = _readable(todo, predictor, max_pixels)
+            readable = _readable(todo, predictor, max_pixels, shown)
             for batch in _batches(readable, predictor, batch_size):
                 started = time.perf_counter()
-                log.append(_predict_batch(predictor, batch, out, overlays))
+                log.append(
+                    _predict_batch(
+                        predictor, batch, out, overlays, filters, max_pixels
+                    )
+                )
                 seconds += time.perf_counter() - started
+                shown.advance(len(batch))
             predictions = {
                 str(path): log.done(path)
                 for path in paths
@@ -287,10 +352,13 @@ def predict_files(
         except stopping.STOPS as e:
             done = sum(log.done(path) is not None for path in paths)
             raise Interrupted(
-                f"interrupted: {done} of {len(paths)} images predicted, "
+                f"interrupted: {done} of {progress.plural(len(paths))} "
+                "predicted, "
                 f"kept in {log.path}; rerun the same command to continue",
                 stopping.exit_code(e),
             ) from None
+        finally:
+            shown.close()
     finally:
         log.close()
     if not predictions:
@@ -307,11 +375,16 @@ def predict_files(
 
 
 def summary_line(summary: dict, out: pathlib.Path) -> str:
-    """predict.py's last line: how many images were predicted (and kept
-    from an earlier run), how many skipped, and the file written."""
-    line = f"{summary['images']} images predicted"
+    """predict.py's last line: how many images this run predicted, how many
+    were kept from an earlier run, how many skipped, and the file written."""
+    new = summary["images"] - summary["resumed"]
+    line = (
+        f"{progress.plural(new)} predicted"
+        if new
+        else "no image predicted anew"
+    )
     if summary["resumed"]:
-        line += f" ({summary['resumed']} kept from an earlier run)"
+        line += f", {summary['resumed']} kept from an earlier run"
     if summary["skipped"]:
         line += f", {summary['skipped']} skipped (see the skipped: lines above)"
     return f"{line}; wrote {out / PREDICTIONS_FILE}"

@@ -1,5 +1,6 @@
 """One run per folder: an OS lock on `<workdir>/.train.lock` (predict.py's
---out: `.predict.lock`), taken by process 0 for all (docs/faults.md)."""
+--out: `.predict.lock`); with several processes process 0 takes it for all
+(`detector.distributed.run_lock`, docs/faults.md)."""
 
 import contextlib
 import errno
@@ -9,9 +10,7 @@ import os
 import pathlib
 import socket
 import time
-from collections.abc import Iterator
 
-import jax
 from absl import logging
 
 from detector.utils import files
@@ -121,29 +120,3 @@ class WorkdirLock:
             self.path.unlink()
         os.close(self._fd)
         self._fd = -1
-
-
-@contextlib.contextmanager
-def held(workdir: str | pathlib.Path) -> Iterator[None]:
-    """Holds `workdir`'s lock for the block (process 0 takes it; with
-    several processes every process raises when it is taken).
-
-    Raises:
-      WorkdirLockedError: another run holds the lock.
-    """
-    from detector.distributed import multihost  # not for one-process users
-
-    lock, message = None, ""
-    if jax.process_index() == 0:
-        try:
-            lock = WorkdirLock.acquire(workdir)
-        except WorkdirLockedError as e:
-            message = str(e)
-    message = multihost.gather_json(message)[0]  # process 0's outcome
-    if message:
-        raise WorkdirLockedError(message)
-    try:
-        yield
-    finally:
-        if lock is not None:
-            lock.release()

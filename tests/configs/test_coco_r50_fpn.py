@@ -3,7 +3,7 @@
 import pytest
 
 from configs import coco_r50_fpn
-from detector.data import canvases
+from detector.imaging import canvases
 from detector.launch.validate import validate
 from detector.modeling import backbone
 from detector.state import optimizer

@@ -11,8 +11,9 @@ import numpy as np
 import tensorflow as tf
 from pycocotools import coco as coco_lib
 
-from detector.data import canvases, coco_folder, orientation_schedule
+from detector.data import coco_folder, orientation_schedule
 from detector.data.sources import base as source
+from detector.imaging import canvases
 
 
 class CocoJsonSource:

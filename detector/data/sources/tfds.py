@@ -17,11 +17,12 @@ import tensorflow_datasets as tfds
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import canvases, coco_checks, coco_folder, gt_boxes
-from detector.data import orientation as orientation_lib
+from detector.data import coco_checks, coco_folder, gt_boxes
 from detector.data.orientation_schedule import OrientationSchedule
 from detector.data.sources import base as source
 from detector.data.sources import orientation_index_file as index_file
+from detector.imaging import canvases
+from detector.imaging import orientation as orientation_lib
 
 # TFDS coco/2017 labels 0..79 are the COCO category ids below, in order.
 COCO_2017_CATEGORY_IDS = (

@@ -6,8 +6,9 @@ import itertools
 import numpy as np
 import pytest
 
-from detector.data import canvases, orientation_schedule, pipeline
+from detector.data import orientation_schedule, pipeline
 from detector.data.sources import coco_json
+from detector.imaging import canvases
 from tests.helpers import mixed_orientations
 
 NUM_IMAGES = 12  # 8 landscape, 4 portrait; 3 steps of 4 per epoch

@@ -10,10 +10,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image
 
-from detector.data import canvases, orientation
 from detector.data.orientation_schedule import OrientationSchedule
 from detector.data.sources import orientation_index_file as index_file
 from detector.data.sources import tfds as tfds_coco
+from detector.imaging import canvases, orientation
 from tests.detector.data import tfds_mock
 
 # Orientation of the mocked train images 101..104 (40x60, 50x30, a square,

@@ -17,10 +17,11 @@ from tests.helpers import requires
 requires.module_or_skip(*requires.TRAIN_LOOP)
 
 from detector import config as config_lib
-from detector.data import canvases, orientation_schedule, pipeline
+from detector.data import orientation_schedule, pipeline
 from detector.distributed import determinism, sharding
 from detector.engine import train_lib, train_metrics, train_programs, train_step
 from detector.evaluation import eval_lib
+from detector.imaging import canvases
 from detector.launch import cli, validate
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib

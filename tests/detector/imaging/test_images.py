@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detector.data import resize
-from detector.imaging import images
+from detector.imaging import images, resize
 
 SIZE = (128, 128)
 

@@ -7,8 +7,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detector.data import image_file
-from detector.imaging import images
+from detector.imaging import image_file, images
 
 # The draft decode is JPEG's DCT scaling, not the eval pipeline's bilinear
 # resize of the full decode, so the two cannot agree to the 1e-3 of

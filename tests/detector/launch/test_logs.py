@@ -62,7 +62,7 @@ def test_quiet_libraries_installs_one_filter_and_verbosity_1_keeps_all(
     assert "TF_CPP_MIN_LOG_LEVEL" not in os.environ
     assert logs.quiet_libraries(0, native=False)
     assert logs.quiet_libraries(0, native=False)
-    assert len(handler.filters) == 1
+    assert len(handler.filters) == 2  # and the EscapingFilter
     assert isinstance(logs.installed_filter(), logs.LibraryFilter)
     assert os.environ["TF_CPP_MIN_LOG_LEVEL"] == logs.TF_CPP_LEVEL
 
@@ -135,3 +135,23 @@ def test_stderr_filter_passes_a_partial_line_on_without_its_end():
         worker.join(5)
         for fd in (read_in, write_out, read_out):
             os.close(fd)
+
+
+def test_control_characters_in_logged_file_names_are_escaped(monkeypatch):
+    monkeypatch.setattr(absl_logging.get_absl_handler(), "filters", [])
+    record = logging.LogRecord(
+        "absl", logging.WARNING, __file__, 1, "%s: skipped", ("a\x1b[2J",), None
+    )
+    assert logs.EscapingFilter().filter(record)
+    assert record.getMessage() == "a\\x1b[2J: skipped"
+    logs.quiet_libraries(verbosity=1, native=False)
+    handler = absl_logging.get_absl_handler()
+    assert any(isinstance(f, logs.EscapingFilter) for f in handler.filters)
+
+
+def test_one_line_errors_escape_control_characters(capsys):
+    from detector.launch import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.fail("photos/a\x1b]0;x\x07.jpg: missing")
+    assert exit_.value.code == "error: photos/a\\x1b]0;x\\x07.jpg: missing"

@@ -77,7 +77,8 @@ def test_corrupt_artifact_whose_sha256_was_updated(copy):
     with pytest.raises(artifact.ArtifactError) as error:
         artifact.load(copy)
     assert _one_line(error).startswith(
-        f"{path}: not a jax.export artifact this JAX can read ("
+        f"{copy / artifact.META_FILE}: canvas_bytes=[4096]: a function of "
+        "predict.jax cut by these counts does not deserialize"
     )
 
 

@@ -2,6 +2,7 @@
 
 import copy
 
+import numpy as np
 import pytest
 
 from detector.imaging import masks
@@ -188,4 +189,82 @@ def test_a_category_count_other_than_the_models_names_both(count):
         f"predict.json: categories lists {count} classes but the model has "
         "2 (num_classes); restore the exported list (names may be edited, "
         "entries not added or removed)"
+    )
+
+
+@pytest.mark.parametrize(
+    "resize, named",
+    [
+        ({"min_size": 0}, "resize.min_size=0: must be an integer in [1, 4096]"),
+        ({"min_size": -5, "max_size": -1}, "resize.min_size=-5: must be"),
+        ({"max_size": 0}, "resize.max_size=0: must be an integer in [1, 4096]"),
+        ({"max_size": 10**6}, "resize.max_size=1000000: must be"),
+        ({"min_size": 64.5}, "resize.min_size=64.5: must be an integer"),
+        ({"min_size": "64"}, "resize.min_size='64': must be an integer"),
+    ],
+)
+def test_a_resize_size_outside_the_configs_range_is_named(resize, named):
+    """An edited min_size of 0 once sized every image 1 x 1, silently."""
+    meta = copy.deepcopy(META)
+    meta["resize"] |= resize
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value).startswith(f"predict.json: {named}")
+    assert "config data." in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("canvases", [[64, 5000], [5000, 64]]),
+        ("pixel_std", [1e400, 1, 1]),
+        ("pixel_mean", [float("nan"), 1, 1]),
+    ],
+)
+def test_a_value_outside_the_configs_range_is_named(key, value):
+    meta = copy.deepcopy(META) | {key: value}
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value).startswith(f"predict.json: {key}="), error.value
+
+
+def test_the_ranges_are_the_configs_own():
+    """One home: predict.json's fields take the config's declared ranges."""
+    from detector.config import data as data_section
+
+    ranged = dict(artifact_meta.CONFIG_FIELDS)
+    for key, field in ranged.items():
+        spec = data_section.RANGES[field]
+        assert artifact_meta.RANGES[key] in (spec, getattr(spec, "item", None))
+
+
+def test_a_category_id_listed_twice_is_named():
+    """Detections of the id an edit dropped would be named by nothing."""
+    meta = copy.deepcopy(META) | {"num_classes": 2}
+    meta["categories"] = [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    assert str(error.value) == (
+        "predict.json: categories lists id 1 twice ('a', 'b'); restore the "
+        "exported list (names may be edited, ids not)"
+    )
+
+
+def test_a_predicted_id_the_categories_do_not_list_is_named():
+    """num_classes and categories edited together still pass the count
+    check; the model's own ids (inside predict.jax) then give it away."""
+    outputs = {
+        "category_ids": np.asarray([[1, 7, 2], [2, 0, 0]]),
+        "num_valid": np.asarray([2, 1]),
+    }
+    artifact_meta.check_predicted_ids([1, 2, 7], outputs, "predict.json")
+    artifact_meta.check_predicted_ids(
+        [1, 2, 9], {**outputs, "num_valid": np.asarray([1, 1])}, "predict.json"
+    )
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check_predicted_ids([1, 2], outputs, "predict.json")
+    assert str(error.value) == (
+        "predict.json: the model predicted category id 7, which categories "
+        "does not list (num_classes or categories edited?); restore the "
+        "exported values or export again"
     )

@@ -169,32 +169,6 @@ def test_batches_hold_one_canvas_and_results_keep_the_input_order(tmp_path):
         assert result["bbox"] == [0.0, 0.0, width, height]
 
 
-def test_small_images_are_drawn_upscaled_with_labels_inside():
-    image = np.zeros((128, 128, 3), np.uint8)
-    # At the top edge and the right edge of the picture.
-    detections = [{"bbox": [110, 0, 18, 20], "category_id": 1, "score": 0.9}]
-    masks = np.zeros((1, 128, 128), bool)
-    drawn = np.asarray(draw.overlay(image, detections, masks, {1: "square"}))
-    assert draw.upscale_factor(128, 128) == 4
-    assert drawn.shape == (512, 512, 3)
-    rows, cols = np.nonzero((drawn > 200).all(-1))  # the label text
-    assert rows.size and rows.min() >= 1 and rows.max() < 20
-    assert cols.min() > 400 and cols.max() < 511
-
-
-@pytest.mark.parametrize(
-    "box, expected",
-    [
-        ((10, 30, 50, 60), (10, 18)),  # room above: above the box
-        ((10, 0, 50, 60), (10, 0)),  # at the top edge: inside the top
-        ((95, 30, 100, 60), (60, 18)),  # at the right edge: moved left
-        ((-5, -3, 20, 20), (0, 0)),
-    ],
-)
-def test_label_origin_keeps_labels_inside(box, expected):
-    assert draw.label_origin(box, (40, 12), (100, 100)) == expected
-
-
 def test_a_second_run_on_one_out_is_refused_naming_the_holder(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -318,7 +292,7 @@ def test_a_line_cut_short_by_a_kill_is_dropped(three, tmp_path):
     runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
     with open(tmp_path / "o" / runner.RESULTS_FILE, "a") as f:
         f.write('{"file": "cut sh')
-    os.utime(three / "c.png", ns=(1, 1))
+    Image.fromarray(np.full((30, 40, 3), 61, np.uint8)).save(three / "c.png")
     summary = runner.predict_files(PREDICTOR, [str(three)], tmp_path / "o")
     assert (summary["images"], summary["resumed"]) == (3, 2)
     assert len(_lines(tmp_path / "o")) == 4  # every line whole again
@@ -352,7 +326,7 @@ def test_nothing_predicted_is_an_error(tmp_path):
         ({"images": 3, "skipped": 0, "resumed": 0}, "3 images predicted"),
         (
             {"images": 3, "skipped": 2, "resumed": 1},
-            "3 images predicted (1 kept from an earlier run), 2 skipped "
+            "2 images predicted, 1 kept from an earlier run, 2 skipped "
             "(see the skipped: lines above)",
         ),
     ],
@@ -361,27 +335,6 @@ def test_the_last_line_says_what_was_skipped(summary, line, tmp_path):
     assert runner.summary_line(summary, tmp_path) == (
         f"{line}; wrote {tmp_path / 'predictions.json'}"
     )
-
-
-def test_labels_are_drawn_over_every_box_edge():
-    """Box 2's left edge crosses box 1's label: the label stays whole."""
-    image = np.zeros((512, 512, 3), np.uint8)
-    first = {"bbox": [40, 40, 60, 60], "category_id": 1, "score": 0.84}
-    second = {"bbox": [60, 20, 140, 180], "category_id": 2, "score": 0.9}
-    names = {1: "triangle", 2: "square"}
-    alone = np.asarray(
-        draw.overlay(image, [first], np.zeros((1, 512, 512), bool), names)
-    )
-    both = np.asarray(
-        draw.overlay(
-            image, [first, second], np.zeros((2, 512, 512), bool), names
-        )
-    )
-    # The label: box 1's colour above its top edge (y = 40).
-    rows, cols = np.nonzero((alone[:40] == draw.PALETTE[1]).all(-1))
-    region = (slice(rows.min(), 40), slice(cols.min(), cols.max() + 1))
-    assert cols.min() < 60 < cols.max()  # box 2's left edge crosses it
-    np.testing.assert_array_equal(both[region], alone[region])
 
 
 def test_images_over_max_pixels_are_skipped_and_counted(photos, capsys):
@@ -402,7 +355,7 @@ def test_a_large_jpeg_is_predicted_at_full_size_from_a_reduced_decode(
 ):
     """1200 x 1600 onto a 64 x 64 canvas: decoded at 1/8 (150 x 200), the
     model told the whole size, results in whole-image pixels, the overlay
-    drawn on the reduced decode."""
+    drawn at the photo's own size from a full decode."""
     (tmp_path / "in").mkdir()
     path = tmp_path / "in" / "big.jpg"
     Image.fromarray(np.full((1200, 1600, 3), 90, np.uint8)).save(path)
@@ -420,6 +373,242 @@ def test_a_large_jpeg_is_predicted_at_full_size_from_a_reduced_decode(
     ]
     assert result["bbox"] == [0.0, 0.0, 20.0, 10.0]
     assert result["segmentation"]["size"] == [1200, 1600]
-    k = draw.upscale_factor(150, 200)
     overlay = Image.open(tmp_path / "out" / "big.png")
-    assert overlay.size == (200 * k, 150 * k)
+    assert overlay.size == (1600, 1200)
+    # The box is drawn at 0..20 x 0..10 of the whole image, not 8 times
+    # that (the reduced decode's pixels).
+    pixels = np.asarray(overlay.convert("RGB"))
+    assert (pixels[60:, 40:] == 90).all()
+
+
+@pytest.mark.parametrize("size", [(381, 500), (500, 381), (40, 30)])
+def test_an_overlay_is_the_photos_own_size(tmp_path, size):
+    (tmp_path / "in").mkdir()
+    Image.fromarray(np.full((*size, 3), 90, np.uint8)).save(
+        tmp_path / "in" / "a.png"
+    )
+    runner.predict_files(PREDICTOR, [str(tmp_path / "in")], tmp_path / "out")
+    height, width = size
+    assert Image.open(tmp_path / "out" / "a.png").size == (width, height)
+
+
+def _counted_run(out, args) -> tuple[dict, list[int]]:
+    predictor, calls = _stopping(0, _interrupt)
+    return runner.predict_files(predictor, args, out), calls
+
+
+def test_a_photo_replaced_by_same_size_bytes_and_mtime_is_predicted_again(
+    three, tmp_path
+):
+    out = tmp_path / "o"
+    runner.predict_files(PREDICTOR, [str(three)], out)
+    path = three / "b.png"
+    before, stat = path.read_bytes(), path.stat()
+    for value in range(256):  # another picture of the same byte count
+        Image.fromarray(np.full((40, 30, 3), value, np.uint8)).save(path)
+        if path.stat().st_size == stat.st_size and path.read_bytes() != before:
+            break
+    assert path.stat().st_size == stat.st_size
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    summary, calls = _counted_run(out, [str(three)])
+    assert calls == [1]
+    assert summary["resumed"] == 2
+
+
+def test_the_same_file_named_through_dot_dot_is_predicted_once(photos):
+    out = photos.parent / "out"
+    other = str(photos / ".." / photos.name / "a.png")
+    summary = runner.predict_files(
+        PREDICTOR, [str(photos / "a.png"), other], out
+    )
+    assert (summary["images"], summary["skipped"]) == (1, 0)
+    assert sorted(p.name for p in out.glob("*.png")) == ["a.png"]
+    # A rerun naming it the other way keeps it.
+    summary, calls = _counted_run(out, [other])
+    assert (calls, summary["resumed"]) == ([], 1)
+
+
+def test_overlay_names_are_kept_across_runs_on_one_out(tmp_path):
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    for folder, value in ((d1, 10), (d2, 200)):
+        folder.mkdir()
+        Image.fromarray(np.full((40, 30, 3), value, np.uint8)).save(
+            folder / "a.png"
+        )
+    out = tmp_path / "R"
+    runner.predict_files(PREDICTOR, [str(d1 / "a.png")], out)
+    first = (out / "a.png").read_bytes()
+    runner.predict_files(PREDICTOR, [str(d2 / "a.png"), str(d1 / "a.png")], out)
+    assert sorted(p.name for p in out.glob("*.png")) == ["a.png", "a_1.png"]
+    assert (out / "a.png").read_bytes() == first  # still d1's
+    recorded = json.loads((out / runner.OVERLAYS_FILE).read_text())
+    assert recorded == {
+        str(d1 / "a.png"): "a.png",
+        str(d2 / "a.png"): "a_1.png",
+    }
+
+
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ('{"file": ["x"], "results": []}', "file"),
+        ('{"file": "F", "sha256": "S", "model": "", "results": {}}', "results"),
+        (
+            '{"file": "F", "sha256": "S", "model": "", "results": [1]}',
+            "results",
+        ),
+        ("[1, 2]", "not a JSON object"),
+        ("not json", "not JSON"),
+    ],
+)
+def test_a_malformed_results_line_is_dropped_and_its_image_predicted_again(
+    three, tmp_path, capsys, line, why
+):
+    out = tmp_path / "o"
+    runner.predict_files(PREDICTOR, [str(three)], out)
+    log = out / runner.RESULTS_FILE
+    lines = log.read_text().splitlines()
+    record = json.loads(lines[1])
+    line = line.replace('"F"', json.dumps(record["file"]))
+    line = line.replace('"S"', json.dumps(record["sha256"]))
+    log.write_text("\n".join([lines[0], line, lines[2]]) + "\n")
+    capsys.readouterr()
+    summary, calls = _counted_run(out, [str(three)])
+    assert calls == [1]
+    assert summary["resumed"] == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith(f"{log}: line 2 dropped (")
+    assert why in err[0]
+    assert err[0].endswith("); its image is predicted again")
+    predictions = json.loads((out / runner.PREDICTIONS_FILE).read_text())
+    assert all(isinstance(v, list) for v in predictions.values())
+    # The dropped line is gone from the file: a third run says nothing.
+    _counted_run(out, [str(three)])
+    assert capsys.readouterr().err == ""
+
+
+def test_a_malformed_overlays_record_is_one_line_naming_it(photos, tmp_path):
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / runner.OVERLAYS_FILE).write_text('{"a": 1}')
+    with pytest.raises(ValueError) as error:
+        runner.predict_files(PREDICTOR, [str(photos)], out)
+    assert str(error.value) == (
+        f"{out / runner.OVERLAYS_FILE}: not a JSON object of file: overlay "
+        "name; remove it (the overlays' names are then chosen anew)"
+    )
+
+
+def test_terminal_escapes_in_printed_paths_are_escaped(tmp_path, capsys):
+    folder = tmp_path / "p"
+    folder.mkdir()
+    (folder / "bad\x1b[2J\x07.png").write_bytes(b"no image")
+    Image.fromarray(np.full((40, 30, 3), 90, np.uint8)).save(folder / "a.png")
+    runner.predict_files(PREDICTOR, [str(folder)], tmp_path / "o")
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\x07" not in err
+    assert "bad\\x1b[2J\\x07.png: cannot decode image" in err
+
+
+def test_an_image_that_runs_out_of_memory_is_skipped_and_the_run_goes_on(
+    photos, capsys, monkeypatch
+):
+    """A PNG bomb with --max_pixels=0: MemoryError while decoding one file."""
+    from detector.imaging import image_file
+
+    rgb = image_file._rgb
+
+    def bomb(image):
+        if image.size == (30, 40) and image.getpixel((0, 0))[0] == 7:
+            raise MemoryError
+        return rgb(image)
+
+    monkeypatch.setattr(image_file, "_rgb", bomb)
+    Image.fromarray(np.full((40, 30, 3), 7, np.uint8)).save(photos / "z.png")
+    summary = runner.predict_files(
+        PREDICTOR, [str(photos)], photos.parent / "out", max_pixels=0
+    )
+    assert (summary["images"], summary["skipped"]) == (2, 1)
+    assert capsys.readouterr().err.splitlines() == [
+        f"skipped: {photos / 'z.png'}: 30 x 40 pixels do not fit in memory "
+        "to decode; free memory or leave this file out"
+    ]
+
+
+def test_a_full_disk_while_appending_results_names_the_file(
+    photos, tmp_path, monkeypatch
+):
+    import errno
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    out = tmp_path / "o"
+    monkeypatch.setattr(draw, "save_overlay", lambda *args: None)
+    monkeypatch.setattr(
+        runner.overlay_names,
+        "assign",
+        lambda out, paths: {p: f"{p.stem}.png" for p in paths},
+    )
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as error:
+        runner.predict_files(PREDICTOR, [str(photos)], out)
+    assert error.value.filename == str(out / runner.RESULTS_FILE)
+
+
+def _two_detections(batch, image_sizes, orig_sizes) -> dict[str, np.ndarray]:
+    """A square at 0.9 and a circle at 0.3 in every image."""
+    b = len(batch)
+    return {
+        "boxes": np.tile(
+            np.float32([[0, 0, 20, 10], [5, 5, 15, 25]]), (b, 1, 1)
+        ),
+        "scores": np.tile(np.float32([0.9, 0.3]), (b, 1)),
+        "category_ids": np.tile(np.int32([1, 2]), (b, 1)),
+        "masks": np.ones((b, 2, 28, 28), np.float32),
+        "num_valid": np.full(b, 2, np.int32),
+    }
+
+
+TWO = dataclasses.replace(
+    PREDICTOR,
+    categories=[{"id": 1, "name": "square"}, {"id": 2, "name": "circle"}],
+    run=_two_detections,
+)
+
+
+@pytest.mark.parametrize(
+    "filters, kept",
+    [
+        (runner.Filters(), [1, 2]),
+        (runner.Filters(score_threshold=0.5), [1]),
+        (runner.Filters(classes=frozenset({2})), [2]),
+        (runner.Filters(0.5, frozenset({2})), []),
+    ],
+)
+def test_score_and_class_filters_keep_results(photos, filters, kept):
+    out = photos.parent / "out"
+    runner.predict_files(TWO, [str(photos / "a.png")], out, filters=filters)
+    (results,) = json.loads((out / "predictions.json").read_text()).values()
+    assert [r["category_id"] for r in results] == kept
+
+
+def test_a_rerun_with_other_filters_predicts_again(photos):
+    out = photos.parent / "out"
+    runner.predict_files(TWO, [str(photos)], out)
+    summary = runner.predict_files(
+        TWO, [str(photos)], out, filters=runner.Filters(0.5)
+    )
+    assert summary["resumed"] == 0
+
+
+def test_classes_by_name_or_id_and_an_unknown_one_named():
+    categories = TWO.categories
+    assert runner.class_filter("square, 2", categories) == {1, 2}
+    with pytest.raises(ValueError) as error:
+        runner.class_filter("square,dog", categories)
+    assert str(error.value) == (
+        "--classes=square,dog: 'dog' is no category of the model (name or "
+        "id of: 'square', 'circle')"
+    )

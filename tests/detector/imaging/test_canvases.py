@@ -1,6 +1,6 @@
-"""data/canvases.py: the canvases of a config and the orientation of a size."""
+"""imaging/canvases.py: a config's canvases and the orientation of a size."""
 
-from detector.data import canvases
+from detector.imaging import canvases
 
 
 def test_squares_are_landscape_and_taller_images_portrait():

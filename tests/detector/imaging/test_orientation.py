@@ -12,8 +12,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image, ImageOps
 
-from detector.data import coco_folder, orientation, pipeline
+from detector.data import coco_folder, pipeline
 from detector.data.sources import tfds as tfds_coco
+from detector.imaging import orientation
 from tests.detector.data import helpers
 
 # Stored pixels: 24 rows x 40 columns, a red block in the top-left corner
@@ -58,7 +59,7 @@ def test_table_matches_pil_in_numpy_and_tensorflow(value):
 
 def test_the_pure_part_imports_without_tensorflow():
     code = (
-        "import sys; from detector.data import orientation; "
+        "import sys; from detector.imaging import orientation; "
         "print('tensorflow' in sys.modules)"
     )
     out = subprocess.run(

@@ -1,11 +1,12 @@
-"""detector/data/image_file.py: 16-bit and 32-bit samples, in a folder too."""
+"""imaging/image_file.py: 16-bit and 32-bit samples, in a folder too."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 from PIL import Image
 
-from detector.data import coco_folder, image_file
+from detector.data import coco_folder
+from detector.imaging import image_file
 from tests.detector.data import helpers
 
 

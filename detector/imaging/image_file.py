@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 from PIL import Image
 
-from detector.data import orientation as orientation_lib
+from detector.imaging import orientation as orientation_lib
 
 # PIL modes of 16-bit single-channel samples (a 16-bit grayscale PNG).
 _SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
@@ -102,11 +102,13 @@ def read_rgb(
 
     Raises:
       ValueError: one line naming `path`: the file is no image PIL decodes,
-        its samples have no 8-bit reading, or it is over `max_pixels`
-        (TooLargeError).
+        its samples have no 8-bit reading, its pixels do not fit in memory,
+        or it is over `max_pixels` (TooLargeError).
     """
+    stored_size = None
     try:
         with _pillow_guard_off(max_pixels), Image.open(path) as image:
+            stored_size = image.size
             _check_pixels(path, image, max_pixels)
             mode = image.mode
             orientation = orientation_lib.of_image(image)
@@ -116,6 +118,12 @@ def read_rgb(
             stored = None if mode in _REFUSED_MODES else _rgb(image)
     except TooLargeError:
         raise
+    except MemoryError:  # a PNG bomb with no --max_pixels, say
+        width, height = stored_size or ("?", "?")
+        raise ValueError(
+            f"{path}: {width} x {height} pixels do not fit in memory to "
+            "decode; free memory or leave this file out"
+        ) from None
     except (
         OSError,
         SyntaxError,

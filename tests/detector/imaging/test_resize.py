@@ -1,9 +1,10 @@
-"""detector/data/resize.py: the resize rules by name, and their one check."""
+"""detector/imaging/resize.py: the resize rules by name, and their one check."""
 
 import numpy as np
 import pytest
 
-from detector.data import resize, transforms
+from detector.data import transforms
+from detector.imaging import resize
 
 
 def test_letterbox_sizes_round_half_to_even_in_float32():
