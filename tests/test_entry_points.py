@@ -66,6 +66,25 @@ def test_train_bad_flags_and_config(args, message):
     assert _error_line(_run("train.py", *args)).startswith(message)
 
 
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        ("def get_config():\n    return {'train': 1}\n", ": get_config() "),
+        ("def get_config(:\n    return 1\n", ", line 1: SyntaxError: "),
+    ],
+)
+def test_train_config_file_that_fails_is_one_line(tmp_path, source, reason):
+    (tmp_path / "bad.py").write_text(source)
+    result = _run(
+        "train.py", f"--config={tmp_path}/bad.py", f"--workdir={tmp_path}/w"
+    )
+    assert _error_line(result).startswith(
+        f"error: --config: {tmp_path}/bad.py{reason}"
+    )
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "w").exists()
+
+
 @pytest.mark.parametrize("script", ["train.py", "eval.py"])
 def test_unknown_field_with_explicit_config(script, tmp_path):
     line = _error_line(

@@ -10,10 +10,9 @@ from collections.abc import Iterator, Mapping
 
 import ml_collections
 from absl import app, flags
-from ml_collections import config_flags
 
 from detector.distributed import determinism, multihost, peers
-from detector.launch import usage
+from detector.launch import config_file, usage
 from ops import nms
 
 MULTIHOST_MODES = ("auto", "on", "off")
@@ -80,12 +79,13 @@ def define_config(
     """config_flags.DEFINE_config_file, failing cleanly on a bad override.
 
     config_flags applies `--config.a.b=v` overrides while the flag is being
-    defined, so an unknown key surfaces here.
+    defined, so an unknown key surfaces here; a config file that fails to
+    load is one line (config_file.py).
     """
     try:
-        return config_flags.DEFINE_config_file(
-            name, default, help_text, lock_config=True
-        )
+        return config_file.define(name, default, help_text)
+    except config_file.ConfigFileError as e:
+        fail(str(e))
     except (AttributeError, KeyError) as e:
         fail(_unknown_field(e, sys.argv[1:]))
 
