@@ -11,11 +11,15 @@ A run resumes from its workdir's latest checkpoint (docs/training.md).
 import pathlib
 import sys
 
+import jax
+import ml_collections
 from absl import app, flags
 from ml_collections import config_flags
 
 from detector.distributed import peers, preemption
-from detector.launch import cli, logs, next_steps, run_config, validate
+from detector.launch import cli, logs, next_steps, run_config
+from detector.utils import files, workdir_lock
+from ops import host_audit
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _CONFIG = cli.define_config(
@@ -60,34 +64,16 @@ def main(argv: list[str]) -> None:
     # After jax.distributed.initialize, whose own SIGTERM handler this
     # replaces: from here on a signal exits at once, from step 1 it saves.
     stop = preemption.Watch.install()
-    import jax
-
-    from detector.engine import train_lib
-    from detector.launch import config_history
-    from ops import host_audit
-
+    workdir = _WORKDIR.value or default_workdir()
     try:
         with cli.one_line_errors(
             FloatingPointError, host_audit.HostRoundTripError
         ):
-            if _NMS.value:
-                cli.set_nms_backend(config, _NMS.value)
-            with config.unlocked():
-                run_config.absolute_paths(config)  # config.json: from anywhere
-            validate.validate(config)  # before anything is built or written
-            workdir = _WORKDIR.value or default_workdir()
-            results = train_lib.train_and_evaluate(
-                config,
-                workdir,
-                hooks=train_lib.LaunchHooks(
-                    check_resume=config_history.check_resume,
-                    save_config=config_history.save,
-                    complete_key=next_steps.COMPLETE,
-                ),
-                strict_device=_STRICT.value,
-                stop=stop,
-                evaluate_finished=_EVALUATE_FINISHED.value,
-            )
+            files.check_writable_folder(workdir, "--workdir")
+            # Before the heavy imports and the dataset scan: a busy
+            # workdir is refused in seconds; a failed start leaves none.
+            with workdir_lock.held(workdir, create=True):
+                results = _train(config, workdir, stop)
     except preemption.Preempted as e:
         peers.finished()  # an agreed stop: no process is lost
         print(e, file=sys.stderr, flush=True)
@@ -98,6 +84,34 @@ def main(argv: list[str]) -> None:
             next_steps.final_line(workdir, results, config.train.num_steps),
             flush=True,
         )
+
+
+def _train(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    stop: preemption.Watch,
+) -> dict:
+    """Validates `config`, then trains and evaluates it into `workdir`."""
+    from detector.engine import train_lib
+    from detector.launch import config_history, validate
+
+    if _NMS.value:
+        cli.set_nms_backend(config, _NMS.value)
+    with config.unlocked():
+        run_config.absolute_paths(config)  # config.json: from anywhere
+    validate.validate(config)  # before anything is built or written
+    return train_lib.train_and_evaluate(
+        config,
+        workdir,
+        hooks=train_lib.LaunchHooks(
+            check_resume=config_history.check_resume,
+            save_config=config_history.save,
+            complete_key=next_steps.COMPLETE,
+        ),
+        strict_device=_STRICT.value,
+        stop=stop,
+        evaluate_finished=_EVALUATE_FINISHED.value,
+    )
 
 
 if __name__ == "__main__":

@@ -114,11 +114,13 @@ def test_train_zero_log_every_writes_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_train_unwritable_workdir(tmp_path):
+@pytest.mark.parametrize("workdir", ["file", "file/run"])
+def test_train_workdir_that_is_a_file(tmp_path, workdir):
     (tmp_path / "file").write_text("")
-    line = _error_line(_run("train.py", f"--workdir={tmp_path}/file/run"))
-    assert line.startswith(
-        f"error: --workdir={tmp_path}/file/run: not writable"
+    line = _error_line(_run("train.py", f"--workdir={tmp_path}/{workdir}"))
+    assert line == (
+        f"error: --workdir={tmp_path}/{workdir}: {tmp_path}/file is a file, "
+        "not a folder; name a folder to write into"
     )
 
 
