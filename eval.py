@@ -35,7 +35,8 @@ _MULTIHOST = cli.MultihostFlags()
 def main(argv: list[str]) -> None:
     cli.check_no_arguments(argv)
     logs.quiet_libraries()
-    workdir, config = run_config.load_workdir(_WORKDIR, _CONFIG)
+    # Written to (eval_*.json): a read-only workdir fails before evaluating.
+    workdir, config = run_config.load_workdir(_WORKDIR, _CONFIG, writes=True)
     cli.start_jax(config, _MULTIHOST)
     from detector.evaluation import eval_lib
 

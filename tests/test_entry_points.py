@@ -153,6 +153,15 @@ def test_train_missing_dataset(tmp_path):
     assert not (tmp_path / "run").exists()  # not even an empty checkpoints/
 
 
+def test_eval_on_a_missing_workdir_names_the_folder(tmp_path):
+    line = _error_line(_run("eval.py", f"--workdir={tmp_path}/gone"))
+    assert line == (
+        f"error: --workdir={tmp_path}/gone: no such folder; give the workdir "
+        "of a train.py run"
+    )
+    assert not (tmp_path / "gone").exists()
+
+
 def test_eval_without_checkpoint_or_config(tmp_path):
     line = _error_line(_run("eval.py", f"--workdir={tmp_path}"))
     assert line == (
