@@ -13,7 +13,7 @@ import sys
 
 import jax
 import ml_collections
-from absl import app, flags
+from absl import app, flags, logging
 from ml_collections import config_flags
 
 from detector.distributed import peers, preemption
@@ -100,6 +100,8 @@ def _train(
     with config.unlocked():
         run_config.absolute_paths(config)  # config.json: from anywhere
     validate.validate(config)  # before anything is built or written
+    for line in validate.warnings(config):
+        logging.warning("%s", line)
     return train_lib.train_and_evaluate(
         config,
         workdir,
