@@ -129,7 +129,9 @@ class CocoFolder:
             )
             raise FileNotFoundError(
                 f"{path}: annotation file for split {name!r} not found "
-                f"(present: {', '.join(have) or 'none'})"
+                f"(present: {', '.join(have) or 'none'}); name a present "
+                "split with --config.data.train_split or "
+                "--config.data.eval_split"
             )
         try:
             with open(path) as f:

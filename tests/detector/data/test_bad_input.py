@@ -53,7 +53,11 @@ def test_missing_annotation_file(config):
     assert "instances_val2017.json: annotation file for split 'val2017'" in (
         message
     )
-    assert "present: instances_train.json, instances_val.json" in message
+    assert message.endswith(
+        "(present: instances_train.json, instances_val.json); name a "
+        "present split with --config.data.train_split or "
+        "--config.data.eval_split"
+    )
 
 
 def test_missing_image_folder_and_file(config, folder):
