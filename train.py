@@ -4,6 +4,9 @@
   python train.py --config=configs/coco_r50_fpn.py --workdir=DIR --nms=pallas
   python train.py --config=configs/shapes.py:runlocal    # tiny smoke run
   python train.py --config.train.num_steps=500           # override any field
+  python train.py --print_config > my.json    # every field; --config=my.json
+
+Multi-host flags: --helpfull (docs/multi-host.md).
 
 A run resumes from its workdir's latest checkpoint (docs/training.md).
 """
@@ -17,7 +20,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from detector.distributed import peers, preemption
-from detector.launch import cli, logs, next_steps, run_config
+from detector.launch import cli, config_help, logs, next_steps, run_config
 from detector.utils import files, workdir_lock
 from ops import host_audit
 
@@ -43,17 +46,14 @@ _EVALUATE_FINISHED = flags.DEFINE_bool(
     "On a workdir already trained to num_steps: evaluate it again (default: "
     "report it complete; eval.py evaluates any checkpoint).",
 )
+_PRINT_CONFIG = cli.define_print_config()
 _MULTIHOST = cli.MultihostFlags()
 
 
 def default_workdir() -> str:
     """workdirs/<config file stem>[_<variant>]."""
     spec = config_flags.get_config_filename(flags.FLAGS["config"])
-    name = pathlib.Path(spec.split(":")[0]).stem
-    variant = spec.split(":", 1)[1] if ":" in spec else ""
-    return str(
-        pathlib.Path("workdirs") / "_".join(filter(None, [name, variant]))
-    )
+    return str(pathlib.Path("workdirs") / run_config.config_name(spec))
 
 
 def main(argv: list[str]) -> None:
@@ -69,6 +69,13 @@ def main(argv: list[str]) -> None:
         with cli.one_line_errors(
             FloatingPointError, host_audit.HostRoundTripError
         ):
+            if _NMS.value:
+                cli.set_nms_backend(config, _NMS.value)
+            with config.unlocked():
+                run_config.absolute_paths(config)  # config.json: from anywhere
+            if _PRINT_CONFIG.value:
+                print(config_help.printed(config), end="", flush=True)
+                return
             files.check_writable_folder(workdir, "--workdir")
             # Before the heavy imports and the dataset scan: a busy
             # workdir is refused in seconds; a failed start leaves none.
@@ -95,10 +102,6 @@ def _train(
     from detector.engine import train_lib
     from detector.launch import config_history, validate
 
-    if _NMS.value:
-        cli.set_nms_backend(config, _NMS.value)
-    with config.unlocked():
-        run_config.absolute_paths(config)  # config.json: from anywhere
     validate.validate(config)  # before anything is built or written
     for line in validate.warnings(config):
         logging.warning("%s", line)
@@ -117,4 +120,7 @@ def _train(
 
 
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    app.run(
+        main,
+        flags_parser=lambda a: cli.parse_flags(run_config.json_config_argv(a)),
+    )

@@ -39,7 +39,8 @@ _error_line = commands.error_line
         (
             ["--config.model.fpn_chanels=128"],
             "error: --config.model.fpn_chanels=128: "
-            "'fpn_chanels' is not a config field; did you mean 'fpn_channels'?",
+            "'fpn_chanels' is not a config field; did you mean "
+            "'model.fpn_channels'?",
         ),
         (
             ["--config.train.num_steps=many"],
@@ -85,6 +86,24 @@ def test_train_config_file_that_fails_is_one_line(tmp_path, source, reason):
     assert not (tmp_path / "w").exists()
 
 
+def test_printed_config_loads_back_as_the_same_config(tmp_path):
+    printed = _run(
+        "train.py",
+        "--config=configs/shapes.py:runlocal",
+        "--config.train.num_steps=7",
+        "--nms=while_loop",
+        "--print_config",
+    )
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    config = json.loads(printed.stdout)
+    assert config["train"]["num_steps"] == 7
+    assert config["model"]["rpn"]["nms_backend"] == "while_loop"
+    (tmp_path / "my.json").write_text(printed.stdout)
+    again = _run("train.py", f"--config={tmp_path}/my.json", "--print_config")
+    assert again.stdout == printed.stdout
+    assert not (ROOT / "workdirs" / "my").exists()  # printing writes nothing
+
+
 @pytest.mark.parametrize("script", ["train.py", "eval.py"])
 def test_unknown_field_with_explicit_config(script, tmp_path):
     line = _error_line(
@@ -97,7 +116,7 @@ def test_unknown_field_with_explicit_config(script, tmp_path):
     )
     assert line == (
         "error: --config.train.num_stepz=3: 'num_stepz' is not "
-        "a config field; did you mean 'num_steps'?"
+        "a config field; did you mean 'train.num_steps'?"
     )
 
 

@@ -11,11 +11,20 @@ from collections.abc import Iterator, Mapping
 import ml_collections
 from absl import app, flags
 
+from detector import config as config_lib
 from detector.distributed import determinism, multihost, peers
-from detector.launch import config_file, usage
+from detector.launch import config_file, config_help, usage
 from ops import nms
 
 MULTIHOST_MODES = ("auto", "on", "off")
+# MultihostFlags' flags: listed by --helpfull, not --help.
+MULTIHOST_FLAGS = (
+    "multihost",
+    "coordinator_address",
+    "num_processes",
+    "process_id",
+    "coordinator_timeout_s",
+)
 MULTIHOST_HELP = (
     "Multi-host start-up. 'on': always call jax.distributed.initialize() "
     "(with --coordinator_address, --num_processes and --process_id where "
@@ -82,6 +91,7 @@ def define_config(
     defined, so an unknown key surfaces here; a config file that fails to
     load is one line (config_file.py).
     """
+    help_text += " " + config_help.override_help(config_lib.base_config())
     try:
         return config_file.define(name, default, help_text)
     except config_file.ConfigFileError as e:
@@ -91,7 +101,8 @@ def define_config(
 
 
 def _unknown_field(error: AttributeError | KeyError, argv: list[str]) -> str:
-    """'--config.a.b=v: 'b' is not a config field; did you mean ...?'."""
+    """'--config.a.b=v: 'b' is not a config field; did you mean ...?', the
+    suggestions searched in every section of the schema."""
     key = re.search(r"\w+", str(error))
     key = key.group(0) if key else "?"
     arg = next(
@@ -102,9 +113,17 @@ def _unknown_field(error: AttributeError | KeyError, argv: list[str]) -> str:
         ),
         "--config",
     )
-    hint = re.search(r'Did you mean "(\w+)"', str(error))
-    return f"{arg}: {key!r} is not a config field" + (
-        f"; did you mean {hint.group(1)!r}?" if hint else ""
+    return config_help.unknown_field_line(arg, key, config_lib.base_config())
+
+
+def define_print_config() -> flags.FlagHolder:
+    """The --print_config flag of train.py and eval.py."""
+    return flags.DEFINE_bool(
+        "print_config",
+        False,
+        "Print the resolved config (the file, its variants, the "
+        "--config.* overrides and --nms applied) as JSON and exit; "
+        "--config=<that file>.json reads it back.",
     )
 
 
@@ -116,7 +135,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     With an explicit `--config=file`, the `--config.a.b=v` overrides are
     applied while the flags are parsed, so an unknown key surfaces here.
     """
-    return usage.parse(argv, _parse_flags)
+    return usage.parse(argv, _parse_flags, helpfull_only=MULTIHOST_FLAGS)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

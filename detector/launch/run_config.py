@@ -111,6 +111,29 @@ def json_config_spec(path: str) -> str:
     return f"{pathlib.Path(__file__).resolve()}:{path}"
 
 
+def json_config_argv(argv: list[str]) -> list[str]:
+    """`argv` with a `--config=X.json` (config.json, --print_config's
+    output) read through this file; any other `argv` unchanged."""
+    argv = list(argv)
+    config = _flag_value(argv, "config")
+    if config is not None and config[1].endswith(".json"):
+        index, value = config
+        if argv[index].startswith("-") and "=" in argv[index]:
+            argv[index] = f"--config={json_config_spec(value)}"
+        else:
+            argv[index + 1] = json_config_spec(value)
+    return argv
+
+
+def config_name(spec: str) -> str:
+    """'<file stem>[_<variant>]' of a --config value; a JSON config's
+    stem alone."""
+    file, _, variant = spec.partition(":")
+    if variant.endswith(".json"):  # json_config_spec's
+        file, variant = variant, ""
+    return "_".join(filter(None, [pathlib.Path(file).stem, variant]))
+
+
 def workdir_config_argv(argv: list[str]) -> list[str]:
     """`argv` of eval.py / export.py with the config a config file flag.
 
@@ -121,15 +144,8 @@ def workdir_config_argv(argv: list[str]) -> list[str]:
     workdir has no config.json (eval.py names the missing file).
     """
     argv = list(argv)
-    config = _flag_value(argv, "config")
-    if config is not None:
-        index, value = config
-        if value.endswith(".json"):
-            if argv[index].startswith("-") and "=" in argv[index]:
-                argv[index] = f"--config={json_config_spec(value)}"
-            else:
-                argv[index + 1] = json_config_spec(value)
-        return argv
+    if _flag_value(argv, "config") is not None:
+        return json_config_argv(argv)
     workdir = _flag_value(argv, "workdir")
     if workdir is None:
         return argv
