@@ -13,7 +13,8 @@ Writes <workdir>/eval_<slug>.json, .png and .detections.json
 from absl import app, flags
 
 from detector.distributed import peers
-from detector.launch import cli, config_help, logs, run_config, validate
+from detector.launch import cli, config_help, run_config, validate
+from detector.launch.console import logs
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run.", required=True

@@ -13,7 +13,7 @@ import sys
 from absl import app, flags
 
 from detector.imaging import images
-from detector.launch import usage
+from detector.launch.console import usage
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run (runs the model in-process)."
@@ -54,7 +54,8 @@ def _in_process_predictor(workdir: pathlib.Path):
     """The model of `workdir`, restored and jitted here (imports it)."""
     from detector import config as config_lib
     from detector.export import in_process
-    from detector.launch import cli, logs, validate
+    from detector.launch import cli, validate
+    from detector.launch.console import logs
 
     logs.quiet_libraries()
 
@@ -68,7 +69,7 @@ def _in_process_predictor(workdir: pathlib.Path):
 
 def _exported_predictor(directory: pathlib.Path):
     """The artifact of `directory`, loaded by the light runtime."""
-    from detector.launch import logs
+    from detector.launch.console import logs
     from detector.predict import artifact, runner
 
     logs.quiet_libraries()

@@ -20,7 +20,8 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from detector.distributed import peers, preemption
-from detector.launch import cli, config_help, logs, next_steps, run_config
+from detector.launch import cli, config_help, run_config
+from detector.launch.console import logs, next_steps
 from detector.utils import files, workdir_lock
 from ops import host_audit
 

@@ -13,7 +13,8 @@ from absl import app, flags
 
 from detector import config as config_lib
 from detector.distributed import determinism, multihost, peers
-from detector.launch import config_file, config_help, usage
+from detector.launch import config_file, config_help
+from detector.launch.console import usage
 from ops import nms
 
 MULTIHOST_MODES = ("auto", "on", "off")
