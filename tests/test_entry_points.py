@@ -102,6 +102,19 @@ def test_printed_config_loads_back_as_the_same_config(tmp_path):
     again = _run("train.py", f"--config={tmp_path}/my.json", "--print_config")
     assert again.stdout == printed.stdout
     assert not (ROOT / "workdirs" / "my").exists()  # printing writes nothing
+    # eval.py prints the workdir's config.json with its overrides.
+    (tmp_path / "config.json").write_text(printed.stdout)
+    evaluated = _run(
+        "eval.py",
+        f"--workdir={tmp_path}",
+        "--config.eval.batch_size=3",
+        "--print_config",
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert json.loads(evaluated.stdout) == {
+        **config,
+        "eval": {**config["eval"], "batch_size": 3},
+    }
 
 
 @pytest.mark.parametrize("script", ["train.py", "eval.py"])
