@@ -69,22 +69,25 @@ def test_config_file_without_get_config(tmp_path):
     )
 
 
-def test_own_value_error_naming_the_file_is_passed_on():
+@pytest.mark.parametrize(
+    "spec, line",
+    [
+        (  # the file's own ValueError, which names it: passed on as it is
+            "configs/shapes.py:huge",
+            "configs/shapes.py: unknown variant 'huge'; known: runlocal",
+        ),
+        (
+            "configs/missing.py",
+            "--config: configs/missing.py: No such file or directory",
+        ),
+        ("configs", "--config: configs: Is a directory"),
+    ],
+)
+def test_config_file_errors_of_the_command_line(spec, line):
     parser = config_file.ConfigFileParser("config")
     with pytest.raises(config_file.ConfigFileError) as info:
-        parser.parse("configs/shapes.py:huge")
-    assert str(info.value) == (
-        "configs/shapes.py: unknown variant 'huge'; known: runlocal"
-    )
-
-
-def test_missing_config_file_is_one_line():
-    parser = config_file.ConfigFileParser("config")
-    with pytest.raises(config_file.ConfigFileError) as info:
-        parser.parse("configs/missing.py")
-    assert str(info.value) == (
-        "--config: configs/missing.py: No such file or directory"
-    )
+        parser.parse(spec)
+    assert str(info.value) == line
 
 
 def test_a_good_config_file_loads_locked():
