@@ -4,14 +4,17 @@ r"""Evaluates the latest checkpoint of a workdir on a COCO subset.
   python eval.py --workdir=DIR --config=configs/coco_r50_fpn.py \
       --split='val2017[:500]' --nms=pallas --max_images=100
 
+  python eval.py --workdir=DIR --print_config   # the config it would use
+
 Writes <workdir>/eval_<slug>.json, .png and .detections.json
-(docs/training.md).
+(docs/training.md). Multi-host flags: --helpfull (docs/multi-host.md).
 """
 
 from absl import app, flags
 
 from detector.distributed import peers
-from detector.launch import cli, logs, run_config, validate
+from detector.launch import cli, config_help, run_config, validate
+from detector.launch.console import logs
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run.", required=True
@@ -29,19 +32,27 @@ _SPLIT = flags.DEFINE_string(
 _MAX_IMAGES = flags.DEFINE_integer(
     "max_images", 0, "Evaluate at most this many images."
 )
+_PRINT_CONFIG = cli.define_print_config()
 _MULTIHOST = cli.MultihostFlags()
 
 
 def main(argv: list[str]) -> None:
     cli.check_no_arguments(argv)
     logs.quiet_libraries()
-    workdir, config = run_config.load_workdir(_WORKDIR, _CONFIG)
+    # Written to (eval_*.json): a read-only workdir fails before evaluating.
+    workdir, config = run_config.load_workdir(
+        _WORKDIR, _CONFIG, writes=not _PRINT_CONFIG.value
+    )
+    with cli.one_line_errors():
+        if _NMS.value:
+            cli.set_nms_backend(config, _NMS.value)
+    if _PRINT_CONFIG.value:
+        print(config_help.printed(config), end="", flush=True)
+        return
     cli.start_jax(config, _MULTIHOST)
     from detector.evaluation import eval_lib
 
     with cli.one_line_errors():
-        if _NMS.value:
-            cli.set_nms_backend(config, _NMS.value)
         validate.validate(config)  # before anything is read or written
         eval_lib.evaluate_checkpoint(
             config, workdir, split=_SPLIT.value, max_images=_MAX_IMAGES.value

@@ -12,7 +12,8 @@ import pathlib
 
 from absl import app, flags
 
-from detector.launch import cli, logs, run_config, validate
+from detector.launch import cli, run_config, validate
+from detector.launch.console import logs
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run.", required=True

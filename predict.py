@@ -15,7 +15,7 @@ import sys
 from absl import app, flags
 
 from detector.imaging import images
-from detector.launch import usage
+from detector.launch.console import usage
 from detector.utils import text
 
 _WORKDIR = flags.DEFINE_string(
@@ -78,7 +78,8 @@ def _in_process_predictor(workdir: pathlib.Path):
     """The model of `workdir`, restored and jitted here (imports it)."""
     from detector import config as config_lib
     from detector.export import in_process
-    from detector.launch import cli, logs, validate
+    from detector.launch import cli, validate
+    from detector.launch.console import logs
 
     logs.quiet_libraries()
 
@@ -92,7 +93,7 @@ def _in_process_predictor(workdir: pathlib.Path):
 
 def _exported_predictor(directory: pathlib.Path):
     """The artifact of `directory`, loaded by the light runtime."""
-    from detector.launch import logs
+    from detector.launch.console import logs
     from detector.predict import artifact, runner
 
     logs.quiet_libraries()

@@ -4,6 +4,9 @@
   python train.py --config=configs/coco_r50_fpn.py --workdir=DIR --nms=pallas
   python train.py --config=configs/shapes.py:runlocal    # tiny smoke run
   python train.py --config.train.num_steps=500           # override any field
+  python train.py --print_config > my.json    # every field; --config=my.json
+
+Multi-host flags: --helpfull (docs/multi-host.md).
 
 A run resumes from its workdir's latest checkpoint (docs/training.md).
 """
@@ -11,11 +14,16 @@ A run resumes from its workdir's latest checkpoint (docs/training.md).
 import pathlib
 import sys
 
-from absl import app, flags
+import jax
+import ml_collections
+from absl import app, flags, logging
 from ml_collections import config_flags
 
-from detector.distributed import peers, preemption
-from detector.launch import cli, logs, next_steps, run_config, validate
+from detector.distributed import peers, preemption, run_lock
+from detector.launch import cli, config_help, run_config
+from detector.launch.console import logs, next_steps
+from detector.utils import files
+from ops import host_audit
 
 _HERE = pathlib.Path(__file__).resolve().parent
 _CONFIG = cli.define_config(
@@ -39,17 +47,14 @@ _EVALUATE_FINISHED = flags.DEFINE_bool(
     "On a workdir already trained to num_steps: evaluate it again (default: "
     "report it complete; eval.py evaluates any checkpoint).",
 )
+_PRINT_CONFIG = cli.define_print_config()
 _MULTIHOST = cli.MultihostFlags()
 
 
 def default_workdir() -> str:
     """workdirs/<config file stem>[_<variant>]."""
     spec = config_flags.get_config_filename(flags.FLAGS["config"])
-    name = pathlib.Path(spec.split(":")[0]).stem
-    variant = spec.split(":", 1)[1] if ":" in spec else ""
-    return str(
-        pathlib.Path("workdirs") / "_".join(filter(None, [name, variant]))
-    )
+    return str(pathlib.Path("workdirs") / run_config.config_name(spec))
 
 
 def main(argv: list[str]) -> None:
@@ -60,12 +65,7 @@ def main(argv: list[str]) -> None:
     # After jax.distributed.initialize, whose own SIGTERM handler this
     # replaces: from here on a signal exits at once, from step 1 it saves.
     stop = preemption.Watch.install()
-    import jax
-
-    from detector.engine import train_lib
-    from detector.launch import config_history
-    from ops import host_audit
-
+    workdir = _WORKDIR.value or default_workdir()
     try:
         with cli.one_line_errors(
             FloatingPointError, host_audit.HostRoundTripError
@@ -74,20 +74,14 @@ def main(argv: list[str]) -> None:
                 cli.set_nms_backend(config, _NMS.value)
             with config.unlocked():
                 run_config.absolute_paths(config)  # config.json: from anywhere
-            validate.validate(config)  # before anything is built or written
-            workdir = _WORKDIR.value or default_workdir()
-            results = train_lib.train_and_evaluate(
-                config,
-                workdir,
-                hooks=train_lib.LaunchHooks(
-                    check_resume=config_history.check_resume,
-                    save_config=config_history.save,
-                    complete_key=next_steps.COMPLETE,
-                ),
-                strict_device=_STRICT.value,
-                stop=stop,
-                evaluate_finished=_EVALUATE_FINISHED.value,
-            )
+            if _PRINT_CONFIG.value:
+                print(config_help.printed(config), end="", flush=True)
+                return
+            files.check_writable_folder(workdir, "--workdir")
+            # Before the heavy imports and the dataset scan: a busy
+            # workdir is refused in seconds; a failed start leaves none.
+            with run_lock.held(workdir, create=True):
+                results = _train(config, workdir, stop)
     except preemption.Preempted as e:
         peers.finished()  # an agreed stop: no process is lost
         print(e, file=sys.stderr, flush=True)
@@ -100,5 +94,34 @@ def main(argv: list[str]) -> None:
         )
 
 
+def _train(
+    config: ml_collections.ConfigDict,
+    workdir: str,
+    stop: preemption.Watch,
+) -> dict:
+    """Validates `config`, then trains and evaluates it into `workdir`."""
+    from detector.engine import train_lib
+    from detector.launch import config_history, validate
+
+    validate.validate(config)  # before anything is built or written
+    for line in validate.warnings(config):
+        logging.warning("%s", line)
+    return train_lib.train_and_evaluate(
+        config,
+        workdir,
+        hooks=train_lib.LaunchHooks(
+            check_resume=config_history.check_resume,
+            save_config=config_history.save,
+            complete_key=next_steps.COMPLETE,
+        ),
+        strict_device=_STRICT.value,
+        stop=stop,
+        evaluate_finished=_EVALUATE_FINISHED.value,
+    )
+
+
 if __name__ == "__main__":
-    app.run(main, flags_parser=cli.parse_flags)
+    app.run(
+        main,
+        flags_parser=lambda a: cli.parse_flags(run_config.json_config_argv(a)),
+    )

@@ -39,7 +39,8 @@ _error_line = commands.error_line
         (
             ["--config.model.fpn_chanels=128"],
             "error: --config.model.fpn_chanels=128: "
-            "'fpn_chanels' is not a config field; did you mean 'fpn_channels'?",
+            "'fpn_chanels' is not a config field; did you mean "
+            "'model.fpn_channels'?",
         ),
         (
             ["--config.train.num_steps=many"],
@@ -66,6 +67,56 @@ def test_train_bad_flags_and_config(args, message):
     assert _error_line(_run("train.py", *args)).startswith(message)
 
 
+@pytest.mark.parametrize(
+    "source, reason",
+    [
+        ("def get_config():\n    return {'train': 1}\n", ": get_config() "),
+        ("def get_config(:\n    return 1\n", ", line 1: SyntaxError: "),
+    ],
+)
+def test_train_config_file_that_fails_is_one_line(tmp_path, source, reason):
+    (tmp_path / "bad.py").write_text(source)
+    result = _run(
+        "train.py", f"--config={tmp_path}/bad.py", f"--workdir={tmp_path}/w"
+    )
+    assert _error_line(result).startswith(
+        f"error: --config: {tmp_path}/bad.py{reason}"
+    )
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "w").exists()
+
+
+def test_printed_config_loads_back_as_the_same_config(tmp_path):
+    printed = _run(
+        "train.py",
+        "--config=configs/shapes.py:runlocal",
+        "--config.train.num_steps=7",
+        "--nms=while_loop",
+        "--print_config",
+    )
+    assert printed.returncode == 0, printed.stderr[-2000:]
+    config = json.loads(printed.stdout)
+    assert config["train"]["num_steps"] == 7
+    assert config["model"]["rpn"]["nms_backend"] == "while_loop"
+    (tmp_path / "my.json").write_text(printed.stdout)
+    again = _run("train.py", f"--config={tmp_path}/my.json", "--print_config")
+    assert again.stdout == printed.stdout
+    assert not (ROOT / "workdirs" / "my").exists()  # printing writes nothing
+    # eval.py prints the workdir's config.json with its overrides.
+    (tmp_path / "config.json").write_text(printed.stdout)
+    evaluated = _run(
+        "eval.py",
+        f"--workdir={tmp_path}",
+        "--config.eval.batch_size=3",
+        "--print_config",
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert json.loads(evaluated.stdout) == {
+        **config,
+        "eval": {**config["eval"], "batch_size": 3},
+    }
+
+
 @pytest.mark.parametrize("script", ["train.py", "eval.py"])
 def test_unknown_field_with_explicit_config(script, tmp_path):
     line = _error_line(
@@ -78,7 +129,7 @@ def test_unknown_field_with_explicit_config(script, tmp_path):
     )
     assert line == (
         "error: --config.train.num_stepz=3: 'num_stepz' is not "
-        "a config field; did you mean 'num_steps'?"
+        "a config field; did you mean 'train.num_steps'?"
     )
 
 
@@ -95,11 +146,13 @@ def test_train_zero_log_every_writes_nothing(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
-def test_train_unwritable_workdir(tmp_path):
+@pytest.mark.parametrize("workdir", ["file", "file/run"])
+def test_train_workdir_that_is_a_file(tmp_path, workdir):
     (tmp_path / "file").write_text("")
-    line = _error_line(_run("train.py", f"--workdir={tmp_path}/file/run"))
-    assert line.startswith(
-        f"error: --workdir={tmp_path}/file/run: not writable"
+    line = _error_line(_run("train.py", f"--workdir={tmp_path}/{workdir}"))
+    assert line == (
+        f"error: --workdir={tmp_path}/{workdir}: {tmp_path}/file is a file, "
+        "not a folder; name a folder to write into"
     )
 
 
@@ -130,6 +183,15 @@ def test_train_missing_dataset(tmp_path):
     assert line.startswith(f"error: {tmp_path}/coco")
     assert "does not exist" in line
     assert not (tmp_path / "run").exists()  # not even an empty checkpoints/
+
+
+def test_eval_on_a_missing_workdir_names_the_folder(tmp_path):
+    line = _error_line(_run("eval.py", f"--workdir={tmp_path}/gone"))
+    assert line == (
+        f"error: --workdir={tmp_path}/gone: no such folder; give the workdir "
+        "of a train.py run"
+    )
+    assert not (tmp_path / "gone").exists()
 
 
 def test_eval_without_checkpoint_or_config(tmp_path):

@@ -19,6 +19,9 @@ from detector.data import gt_boxes
 from detector.data.splits import parse_split
 from detector.imaging import image_file
 
+# Images named in the line of a split whose sizes differ from their records.
+SHOWN_SIZE_ERRORS = 3
+
 
 def slice_bounds(split: str, num_items: int) -> tuple[int, int]:
     """[start, stop) of the items `split`'s slice picks (Python semantics).
@@ -105,6 +108,7 @@ class CocoFolder:
                 self.annotation_file, images, self.image_dir
             )
         self._check_image_files()
+        self._check_image_sizes()
         self._index_annotations(dataset["annotations"], dataset)
         self._cache: dict[int, tuple] | None = {} if cache else None
         self._lock = threading.Lock()
@@ -126,7 +130,9 @@ class CocoFolder:
             )
             raise FileNotFoundError(
                 f"{path}: annotation file for split {name!r} not found "
-                f"(present: {', '.join(have) or 'none'})"
+                f"(present: {', '.join(have) or 'none'}); name a present "
+                "split with --config.data.train_split or "
+                "--config.data.eval_split"
             )
         try:
             with open(path) as f:
@@ -278,22 +284,54 @@ class CocoFolder:
         info = self.images[index]
         path = os.path.join(self.image_dir, info["file_name"])
         decoded = image_file.read_rgb(path)
-        height, width = decoded.pixels.shape[:2]
-        if (height, width) != (info["height"], info["width"]):
-            turned = ""
-            if decoded.orientation != 1:
-                turned = (
-                    f" after its EXIF orientation {decoded.orientation} "
-                    f"(stored {decoded.stored_size[0]}x"
-                    f"{decoded.stored_size[1]}; annotations are read in "
-                    "the turned image, as COCO's tools and detectron2 do)"
-                )
-            raise ValueError(
-                f"{path}: image is {width}x{height}{turned} "
-                f"but {self.annotation_file} says "
-                f"{info['width']}x{info['height']}"
-            )
+        if decoded.size != (info["height"], info["width"]):
+            raise ValueError(self._size_error(path, decoded, info))
         return decoded.pixels
+
+    def _size_error(
+        self, path: str, header: image_file.ImageHeader, info: dict
+    ) -> str:
+        """The line of an image whose size is not its record's."""
+        height, width = header.size
+        turned = ""
+        if header.orientation != 1:
+            turned = (
+                f" after its EXIF orientation {header.orientation} "
+                f"(stored {header.stored_size[0]}x"
+                f"{header.stored_size[1]}; annotations are read in "
+                "the turned image, as COCO's tools and detectron2 do)"
+            )
+        return (
+            f"{path}: image is {width}x{height}{turned} "
+            f"but {self.annotation_file} says "
+            f"{info['width']}x{info['height']}"
+        )
+
+    def _check_image_sizes(self) -> None:
+        """Raises ValueError, in one line naming the first few, when an
+        image's header size (once turned by its EXIF orientation) is not
+        its record's: the record's size picks the canvas and scales the
+        boxes, so training must not start on it (docs/bad-input.md)."""
+        wrong = []
+        for info in self.images:
+            path = os.path.join(self.image_dir, info["file_name"])
+            header = image_file.read_header(path)
+            if header.size != (info["height"], info["width"]):
+                wrong.append((path, header, info))
+        if not wrong:
+            return
+        line = self._size_error(*wrong[0])
+        if len(wrong) > 1:
+            names = [os.path.basename(path) for path, _, _ in wrong]
+            shown = ", ".join(names[:SHOWN_SIZE_ERRORS])
+            more = len(names) - SHOWN_SIZE_ERRORS
+            line += (
+                f"; {len(wrong)} images differ from their records: {shown}"
+                + (f" and {more} more" if more > 0 else "")
+                + "; set each record's width and height to its file's "
+                "(once turned by its EXIF orientation)"
+            )
+        raise ValueError(line)
 
     def _decode_masks(self, index: int) -> np.ndarray:
         """Instance masks of image `index`, uint8 [N, h, w] (N=0 without)."""

@@ -200,22 +200,47 @@ def annotation_path(out_dir: str, split: str) -> str:
     return os.path.join(out_dir, "annotations", f"instances_{split}.json")
 
 
-def check_can_write(out_dir: str, split: str) -> None:
-    """ValueError when OUT holds a `split` JSON this writer did not write."""
-    path = annotation_path(out_dir, split)
-    if not os.path.exists(path):
-        return
+# What data.source='shapes' is, for a data.root that holds other data.
+_SYNTHETIC = (
+    "data.source='shapes' (the :shapes variant) writes and trains on "
+    "synthetic shapes; to train on this folder's data, use "
+    "--config.data.source=coco_json (or drop :shapes)"
+)
+
+
+def _written_here(path: str) -> bool:
+    """Whether annotation file `path` is one this writer wrote."""
     try:
         with open(path) as f:
             info = json.load(f).get("info")
     except (OSError, ValueError, AttributeError):
         info = None
-    if not (isinstance(info, dict) and info.get("description") == DESCRIPTION):
+    return isinstance(info, dict) and info.get("description") == DESCRIPTION
+
+
+def check_can_write(out_dir: str, split: str) -> None:
+    """ValueError when OUT holds a `split` JSON this writer did not write."""
+    path = annotation_path(out_dir, split)
+    if os.path.exists(path) and not _written_here(path):
         raise ValueError(
             f"{path}: exists and its 'info' does not name it a "
             f"{DESCRIPTION!r} file; refusing to overwrite it (move it or "
-            "write the shapes dataset to another folder)"
+            f"write the shapes dataset to another folder); {_SYNTHETIC}"
         )
+
+
+def check_root(out_dir: str) -> None:
+    """ValueError when OUT holds any COCO annotation file this writer did
+    not write: a COCO folder named as the shapes set's data.root."""
+    folder = os.path.join(out_dir, "annotations")
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    for name in names:
+        path = os.path.join(folder, name)
+        if name.startswith("instances_") and not _written_here(path):
+            raise ValueError(
+                f"data.root={out_dir}: holds {name}, which the shapes "
+                f"writer did not write; {_SYNTHETIC}"
+            )
 
 
 def check_image_size(size: int, key: str) -> None:

@@ -29,6 +29,7 @@ from detector.evaluation import eval_lib
 from detector.imaging import canvases
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
+from detector.utils import files
 from ops import host_audit
 from ops import nms as nms_lib
 
@@ -104,7 +105,7 @@ def train_and_evaluate(
     mesh = sharding.make_mesh()
     sharding.check_divisible("train.batch_size", config.train.batch_size, mesh)
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
-    created = _new_folders(workdir, "checkpoints")
+    created = files.missing_folders(pathlib.Path(workdir) / "checkpoints")
     workdir = prepare_workdir(workdir)
     logging.info(
         "Data parallel over %d %s devices in %d process(es); batch %d per step",
@@ -138,30 +139,9 @@ def train_and_evaluate(
             finally:
                 ckpt.close()  # after in-flight saves, also when a step failed
     except BaseException:
-        _remove_if_empty(created)  # a failed start leaves no empty folders
+        if jax.process_index() == 0:  # a failed start leaves no empty folders
+            files.remove_empty(created)
         raise
-
-
-def _new_folders(workdir: str | pathlib.Path, child: str) -> list[pathlib.Path]:
-    """The folders of `workdir / child` (and up) that do not exist yet,
-    innermost first."""
-    path = (pathlib.Path(workdir).expanduser() / child).absolute()
-    missing = []
-    while not path.exists() and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    return missing
-
-
-def _remove_if_empty(folders: list[pathlib.Path]) -> None:
-    """Removes each folder that is (now) empty, innermost first (process 0)."""
-    if jax.process_index() != 0:
-        return
-    for folder in folders:
-        try:
-            folder.rmdir()
-        except OSError:  # not empty (or already gone): keep it and parents
-            return
 
 
 def _train(

@@ -16,22 +16,30 @@ from detector.imaging import orientation as orientation_lib
 _SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
 # PIL modes of samples wider than 16 bits or floating point.
 _REFUSED_MODES = {"I": "32-bit integer", "F": "32-bit float"}
+# What PIL raises for a file that is no image it reads.
+_UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
 @dataclasses.dataclass(frozen=True)
-class DecodedImage:
-    """Pixels turned for display, and how the file stored them."""
+class ImageHeader:
+    """What an image file's header says: how its pixels are stored."""
 
-    pixels: np.ndarray  # uint8 [h, w, 3], after the orientation
     orientation: int  # EXIF orientation 1..8 (1: as stored)
     stored_size: tuple[int, int]  # (width, height) of the stored pixels
 
     @property
     def size(self) -> tuple[int, int]:
-        """(h, w) of the whole image after the orientation (`pixels` is
-        smaller when it was decoded reduced)."""
+        """(h, w) of the whole image after the orientation."""
         width, height = self.stored_size
         return orientation_lib.oriented_size(height, width, self.orientation)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodedImage(ImageHeader):
+    """Pixels turned for display (`size` stays the whole image's where
+    `pixels` was decoded reduced), and how the file stored them."""
+
+    pixels: np.ndarray  # uint8 [h, w, 3], after the orientation
 
 
 def _rgb(image: Image.Image) -> np.ndarray:
@@ -124,12 +132,7 @@ def read_rgb(
             f"{path}: {width} x {height} pixels do not fit in memory to "
             "decode; free memory or leave this file out"
         ) from None
-    except (
-        OSError,
-        SyntaxError,
-        ValueError,
-        Image.DecompressionBombError,
-    ) as e:
+    except _UNREADABLE as e:
         raise ValueError(f"{path}: cannot decode image ({e})") from None
     if stored is None:
         raise ValueError(
@@ -138,5 +141,21 @@ def read_rgb(
             "per sample"
         )
     return DecodedImage(
-        orientation_lib.orient(stored, orientation), orientation, stored_size
+        orientation,
+        stored_size,
+        pixels=orientation_lib.orient(stored, orientation),
     )
+
+
+def read_header(path: str) -> ImageHeader:
+    """The header of image `path`: its stored size and EXIF orientation,
+    with no pixel decoding (PIL reads the header alone).
+
+    Raises:
+      ValueError: one line naming `path`: no image PIL opens.
+    """
+    try:
+        with Image.open(path) as image:
+            return ImageHeader(orientation_lib.of_image(image), image.size)
+    except _UNREADABLE as e:
+        raise ValueError(f"{path}: cannot decode image ({e})") from None

@@ -10,14 +10,23 @@ from collections.abc import Iterator, Mapping
 
 import ml_collections
 from absl import app, flags
-from ml_collections import config_flags
 
+from detector import config as config_lib
 from detector.distributed import determinism, multihost, peers
-from detector.launch import usage
+from detector.launch import config_file, config_help
+from detector.launch.console import usage
 from detector.utils import text
 from ops import nms
 
 MULTIHOST_MODES = ("auto", "on", "off")
+# MultihostFlags' flags: listed by --helpfull, not --help.
+MULTIHOST_FLAGS = (
+    "multihost",
+    "coordinator_address",
+    "num_processes",
+    "process_id",
+    "coordinator_timeout_s",
+)
 MULTIHOST_HELP = (
     "Multi-host start-up. 'on': always call jax.distributed.initialize() "
     "(with --coordinator_address, --num_processes and --process_id where "
@@ -81,18 +90,21 @@ def define_config(
     """config_flags.DEFINE_config_file, failing cleanly on a bad override.
 
     config_flags applies `--config.a.b=v` overrides while the flag is being
-    defined, so an unknown key surfaces here.
+    defined, so an unknown key surfaces here; a config file that fails to
+    load is one line (config_file.py).
     """
+    help_text += " " + config_help.override_help(config_lib.base_config())
     try:
-        return config_flags.DEFINE_config_file(
-            name, default, help_text, lock_config=True
-        )
+        return config_file.define(name, default, help_text)
+    except config_file.ConfigFileError as e:
+        fail(str(e))
     except (AttributeError, KeyError) as e:
         fail(_unknown_field(e, sys.argv[1:]))
 
 
 def _unknown_field(error: AttributeError | KeyError, argv: list[str]) -> str:
-    """'--config.a.b=v: 'b' is not a config field; did you mean ...?'."""
+    """'--config.a.b=v: 'b' is not a config field; did you mean ...?', the
+    suggestions searched in every section of the schema."""
     key = re.search(r"\w+", str(error))
     key = key.group(0) if key else "?"
     arg = next(
@@ -103,9 +115,17 @@ def _unknown_field(error: AttributeError | KeyError, argv: list[str]) -> str:
         ),
         "--config",
     )
-    hint = re.search(r'Did you mean "(\w+)"', str(error))
-    return f"{arg}: {key!r} is not a config field" + (
-        f"; did you mean {hint.group(1)!r}?" if hint else ""
+    return config_help.unknown_field_line(arg, key, config_lib.base_config())
+
+
+def define_print_config() -> flags.FlagHolder:
+    """The --print_config flag of train.py and eval.py."""
+    return flags.DEFINE_bool(
+        "print_config",
+        False,
+        "Print the resolved config (the file, its variants, the "
+        "--config.* overrides and --nms applied) as JSON and exit; "
+        "--config=<that file>.json reads it back.",
     )
 
 
@@ -117,7 +137,7 @@ def parse_flags(argv: list[str]) -> list[str]:
     With an explicit `--config=file`, the `--config.a.b=v` overrides are
     applied while the flags are parsed, so an unknown key surfaces here.
     """
-    return usage.parse(argv, _parse_flags)
+    return usage.parse(argv, _parse_flags, helpfull_only=MULTIHOST_FLAGS)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -14,7 +14,8 @@ from detector.utils.config_diff import changes
 LATEST = "config.json"
 
 
-def _text(config: ml_collections.ConfigDict) -> str:
+def json_text(config: ml_collections.ConfigDict) -> str:
+    """`config` as config.json holds it."""
     return config.to_json_best_effort(indent=2, sort_keys=True) + "\n"
 
 
@@ -50,7 +51,7 @@ def check_resume(
             e,
         )
         return
-    found = changes(stored, json.loads(_text(config)))
+    found = changes(stored, json.loads(json_text(config)))
     if not found:
         logging.info("Resuming at step %d with the stored config", step)
         return
@@ -83,7 +84,7 @@ def save(
     """Writes config.json and keeps config.<step>.json (process 0)."""
     if jax.process_index() != 0:
         return
-    text = _text(config)
+    text = json_text(config)
     _keep_unrecorded_latest(workdir, step)
     kept = history_path(workdir, step, text)
     if not kept.exists():

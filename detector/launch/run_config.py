@@ -9,6 +9,7 @@ from absl import flags
 
 from detector import config as config_lib
 from detector.launch import cli, config_history
+from detector.utils import files
 
 # Config fields holding a local path (or "": unset).
 PATH_FIELDS = (
@@ -17,6 +18,7 @@ PATH_FIELDS = (
     "model.backbone_init",
     "model.init_checkpoint",
 )
+_TRAINED = "give the workdir of a train.py run"
 
 
 def get_config(path: str) -> ml_collections.ConfigDict:
@@ -24,11 +26,30 @@ def get_config(path: str) -> ml_collections.ConfigDict:
     return config_lib.load_json(pathlib.Path(path).expanduser())
 
 
+def check_workdir(workdir: pathlib.Path, *, writes: bool = False) -> None:
+    """Raises ValueError unless `workdir` is a folder (and, with `writes`,
+    one this process can write into: eval.py finds out before it
+    evaluates, not when it writes the result)."""
+    where = f"--workdir={workdir}"
+    if not workdir.exists():
+        raise ValueError(f"{where}: no such folder; {_TRAINED}")
+    if not workdir.is_dir():
+        raise ValueError(f"{where}: a file, not a folder; {_TRAINED}")
+    if writes:
+        files.check_writable_folder(workdir, "--workdir")
+
+
 def load_workdir(
-    workdir_flag: flags.FlagHolder, config_flag: flags.FlagHolder
+    workdir_flag: flags.FlagHolder,
+    config_flag: flags.FlagHolder,
+    *,
+    writes: bool = False,
 ) -> tuple[pathlib.Path, ml_collections.ConfigDict]:
-    """The workdir `workdir_flag` names and its config (`load`)."""
+    """The workdir `workdir_flag` names (`check_workdir`) and its config
+    (`load`); a failure is one line."""
     workdir = pathlib.Path(workdir_flag.value).expanduser()
+    with cli.one_line_errors():
+        check_workdir(workdir, writes=writes)
     return workdir, load(config_flag, workdir)
 
 
@@ -90,6 +111,29 @@ def json_config_spec(path: str) -> str:
     return f"{pathlib.Path(__file__).resolve()}:{path}"
 
 
+def json_config_argv(argv: list[str]) -> list[str]:
+    """`argv` with a `--config=X.json` (config.json, --print_config's
+    output) read through this file; any other `argv` unchanged."""
+    argv = list(argv)
+    config = _flag_value(argv, "config")
+    if config is not None and config[1].endswith(".json"):
+        index, value = config
+        if argv[index].startswith("-") and "=" in argv[index]:
+            argv[index] = f"--config={json_config_spec(value)}"
+        else:
+            argv[index + 1] = json_config_spec(value)
+    return argv
+
+
+def config_name(spec: str) -> str:
+    """'<file stem>[_<variant>]' of a --config value; a JSON config's
+    stem alone."""
+    file, _, variant = spec.partition(":")
+    if variant.endswith(".json"):  # json_config_spec's
+        file, variant = variant, ""
+    return "_".join(filter(None, [pathlib.Path(file).stem, variant]))
+
+
 def workdir_config_argv(argv: list[str]) -> list[str]:
     """`argv` of eval.py / export.py with the config a config file flag.
 
@@ -100,15 +144,8 @@ def workdir_config_argv(argv: list[str]) -> list[str]:
     workdir has no config.json (eval.py names the missing file).
     """
     argv = list(argv)
-    config = _flag_value(argv, "config")
-    if config is not None:
-        index, value = config
-        if value.endswith(".json"):
-            if argv[index].startswith("-") and "=" in argv[index]:
-                argv[index] = f"--config={json_config_spec(value)}"
-            else:
-                argv[index + 1] = json_config_spec(value)
-        return argv
+    if _flag_value(argv, "config") is not None:
+        return json_config_argv(argv)
     workdir = _flag_value(argv, "workdir")
     if workdir is None:
         return argv

@@ -72,3 +72,21 @@ def _check_levels(model: ml_collections.ConfigDict) -> None:
         f"must be in [{levels.min_level}, {levels.max_level}] (the "
         f"feature levels model.backbone={model.backbone!r} provides)",
     )
+
+
+def warnings(config: ml_collections.ConfigDict) -> list[str]:
+    """Lines to log about a valid config that likely does not do what its
+    author meant (train.py logs them as warnings)."""
+    train = config.train
+    if train.warmup_steps <= train.num_steps:
+        return []
+    # state/optimizer.learning_rate_schedule's linear ramp at the last step.
+    start = train.warmup_init_factor
+    peak = start + (1 - start) * train.num_steps / train.warmup_steps
+    return [
+        f"config.train.warmup_steps={train.warmup_steps} is more than "
+        f"config.train.num_steps={train.num_steps}: the learning rate peaks "
+        f"at {peak:.2g} x config.train.learning_rate={train.learning_rate:g} "
+        "at the last step; set "
+        f"--config.train.warmup_steps={train.num_steps} or fewer to reach it"
+    ]

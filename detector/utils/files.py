@@ -148,3 +148,22 @@ def free_space(folder: str | pathlib.Path) -> str:
         return f"{shutil.disk_usage(folder).free / 2**20:.0f} MiB"
     except OSError as e:
         return f"an unknown amount ({e.strerror})"
+
+
+def missing_folders(path: str | pathlib.Path) -> list[pathlib.Path]:
+    """`path` and its parents that do not exist yet, innermost first."""
+    path, missing = pathlib.Path(path).expanduser().absolute(), []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def remove_empty(folders: list[pathlib.Path]) -> None:
+    """Removes each of `folders` (innermost first) while it is empty: what
+    a failed start made is not left behind."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): keep it and its parents
+            return

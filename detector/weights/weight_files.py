@@ -60,6 +60,11 @@ class _TorchMissing(Exception):
     """A .pth file without torch installed."""
 
 
+# config field -> what to do when the file it names is missing.
+MISSING_HINTS = {
+    "model.backbone_init": "; docs/coco.md says where to get it, or start "
+    "from random weights with --config.model.backbone_init=''",
+}
 READERS = {
     ".safetensors": _read_safetensors,
     ".npz": _read_npz,
@@ -71,7 +76,9 @@ READERS = {
 def _read_raw(path: pathlib.Path, field: str) -> dict[str, np.ndarray]:
     here = where(field, path)
     if not path.is_file():
-        raise FileNotFoundError(f"{here}: no such file")
+        raise FileNotFoundError(
+            f"{here}: no such file{MISSING_HINTS.get(field, '')}"
+        )
     reader = READERS.get(path.suffix)
     if reader is None:
         raise ValueError(

@@ -55,6 +55,7 @@ def ensure_dataset(
     }
     for split in stale:
         shapes.check_can_write(data.root, split)
+    shapes.check_root(data.root)  # a COCO folder named by mistake
     index = jax.process_index() if process_index is None else process_index
     if index != 0:
         _wait_for_shapes(data, stale, timeout_s)

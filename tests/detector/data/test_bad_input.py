@@ -53,7 +53,11 @@ def test_missing_annotation_file(config):
     assert "instances_val2017.json: annotation file for split 'val2017'" in (
         message
     )
-    assert "present: instances_train.json, instances_val.json" in message
+    assert message.endswith(
+        "(present: instances_train.json, instances_val.json); name a "
+        "present split with --config.data.train_split or "
+        "--config.data.eval_split"
+    )
 
 
 def test_missing_image_folder_and_file(config, folder):
@@ -71,15 +75,18 @@ def test_missing_image_folder_and_file(config, folder):
 
 
 def test_corrupt_image_names_the_file(config, folder, capfd):
-    (folder / "val" / "0002.png").write_bytes(b"\x89PNG not really")
+    # Cut after its header: found when decoded.
+    path = folder / "val" / "0002.png"
+    path.write_bytes(path.read_bytes()[:60])
     split = pipeline.eval_split(config)
     with pytest.raises(ValueError, match=r"val/0002.png: cannot decode image"):
         list(split.batches())
+    # No header at all: found when the folder loads.
     (folder / "train" / "0003.png").write_bytes(b"")
     with pytest.raises(
         ValueError, match=r"train/0003.png: cannot decode image"
     ):
-        list(itertools.islice(pipeline.train_batches(config), 3))
+        pipeline.train_batches(config)
     # Our error is the only report: TensorFlow logged no traceback of it.
     assert "Traceback" not in capfd.readouterr().err
 
@@ -91,13 +98,36 @@ def test_image_size_differs_from_json(config, folder):
         folder / "annotations" / "instances_tiny.json",
         lambda d: d["images"][0].update(height=11),
     )
-    split = pipeline.eval_split(config, "tiny")
+    # Found when the folder loads, from the header: before anything is
+    # compiled or written.
     with pytest.raises(
         ValueError,
         match=r"tiny/0001.png: image is 12x10 but "
-        r".*instances_tiny.json says 12x11",
+        r".*instances_tiny.json says 12x11$",
     ):
-        next(split.batches())
+        pipeline.eval_split(config, "tiny")
+
+
+def test_many_image_sizes_differ_named_first_few_in_one_line(config, folder):
+    images = [np.zeros((10, 12, 3), np.uint8)] * 5
+    helpers.write_folder(str(folder), "tiny", images, [])
+
+    def wrong(dataset):
+        for record in dataset["images"]:
+            record["height"] = 11
+
+    _edit_json(folder / "annotations" / "instances_tiny.json", wrong)
+    with pytest.raises(ValueError) as info:
+        pipeline.eval_split(config, "tiny")
+    line = str(info.value)
+    assert "\n" not in line
+    assert "tiny/0001.png: image is 12x10 but " in line
+    assert line.endswith(
+        "instances_tiny.json says 12x11; 5 images differ from their "
+        "records: 0001.png, 0002.png, 0003.png and 2 more; set each "
+        "record's width and height to its file's (once turned by its EXIF "
+        "orientation)"
+    )
 
 
 def test_bad_annotations_are_skipped_and_logged(config, folder, caplog):

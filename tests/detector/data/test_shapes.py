@@ -186,6 +186,12 @@ def test_foreign_json_is_never_overwritten(tmp_path, capsys, content):
         f"{path}: exists and its 'info' does not name it a "
         "'flax-maskrcnn synthetic shapes' file; refusing to overwrite"
     )
+    # What data.source='shapes' means, and how to read the folder instead.
+    assert str(error.value).endswith(
+        "data.source='shapes' (the :shapes variant) writes and trains on "
+        "synthetic shapes; to train on this folder's data, use "
+        "--config.data.source=coco_json (or drop :shapes)"
+    )
     # The command line refuses before writing any split.
     with pytest.raises(SystemExit):
         shapes.main(
@@ -212,3 +218,20 @@ def test_rewrite_replaces_a_stale_shapes_json(tmp_path):
     assert shapes.split_is_current(str(tmp_path), "val", 3, 32, 0)
     assert len(json.loads(pathlib.Path(path).read_text())["images"]) == 3
     assert not list((tmp_path / "annotations").glob("*.tmp-*"))
+
+
+def test_a_coco_folder_as_the_shapes_root_says_shapes_are_synthetic(tmp_path):
+    path = tmp_path / "annotations" / "instances_train2017.json"
+    path.parent.mkdir()
+    path.write_text('{"info": {"description": "COCO 2017"}, "images": []}')
+    with pytest.raises(ValueError) as error:
+        shapes.check_root(str(tmp_path))
+    assert str(error.value) == (
+        f"data.root={tmp_path}: holds {path.name}, which the shapes writer "
+        "did not write; data.source='shapes' (the :shapes variant) writes "
+        "and trains on synthetic shapes; to train on this folder's data, "
+        "use --config.data.source=coco_json (or drop :shapes)"
+    )
+    shapes.write_split(str(tmp_path / "own"), "val", 1, image_size=32)
+    shapes.check_root(str(tmp_path / "own"))  # its own files: fine
+    shapes.check_root(str(tmp_path / "empty"))  # nothing there yet: fine

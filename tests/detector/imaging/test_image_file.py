@@ -49,3 +49,19 @@ def test_sixteen_bit_png_in_a_coco_folder(tmp_path):
     image = folder.load_example(1)[0]
     assert folder.error is None
     np.testing.assert_array_equal(image[..., 1], (ramp >> 8).reshape(48, 60))
+
+
+def test_read_header_gives_the_turned_size_without_decoding(tmp_path):
+    path = tmp_path / "phone.jpg"
+    exif = Image.Exif()
+    exif[0x0112] = 6  # rotate 90 clockwise: 40 x 24 stored, 24 x 40 turned
+    Image.new("RGB", (40, 24)).save(path, exif=exif)
+    header = image_file.read_header(str(path))
+    assert (header.orientation, header.stored_size, header.size) == (
+        6,
+        (40, 24),
+        (40, 24),
+    )
+    path.write_bytes(b"not an image")
+    with pytest.raises(ValueError, match=r"phone.jpg: cannot decode image"):
+        image_file.read_header(str(path))

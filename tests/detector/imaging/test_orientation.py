@@ -130,12 +130,13 @@ def test_coco_folder_reads_phone_photos_turned(tmp_path):
 
 def test_size_mismatch_names_the_orientation(tmp_path):
     _folder_with(tmp_path, 8, json_hw=STORED_HW)  # the stored size
-    folder = coco_folder.CocoFolder(str(tmp_path), "phone", 3)
-    folder.load_example(0)
-    assert str(folder.error).endswith(
+    with pytest.raises(ValueError) as info:  # from the header, at once
+        coco_folder.CocoFolder(str(tmp_path), "phone", 3)
+    assert str(info.value).endswith(
         "0001.png: image is 24x40 after its EXIF orientation 8 (stored "
         "40x24; annotations are read in the turned image, as COCO's tools "
-        f"and detectron2 do) but {folder.annotation_file} says 40x24"
+        f"and detectron2 do) but {tmp_path}/annotations/"
+        "instances_phone.json says 40x24"
     )
 
 

@@ -252,11 +252,13 @@ def test_set_nms_backend_points_both_sites_and_names_the_flag():
 # Each entry point and flags its --help lists: its own, and those that
 # cli.py defines for it.
 ENTRY_POINT_FLAGS = {
-    "train.py": ("--config", "--workdir", "--nms", "--multihost"),
-    "eval.py": ("--config", "--workdir", "--split", "--multihost"),
+    "train.py": ("--config", "--workdir", "--nms", "--[no]print_config"),
+    "eval.py": ("--config", "--workdir", "--split", "--[no]print_config"),
     "export.py": ("--config", "--workdir", "--out", "--platforms"),
     "predict.py": ("--workdir", "--exported", "--out", "--batch_size"),
 }
+# Listed by --helpfull only: multi-host start-up.
+HELPFULL_ONLY = {"train.py": "--multihost", "eval.py": "--multihost"}
 
 
 @pytest.mark.parametrize("script", sorted(ENTRY_POINT_FLAGS))
@@ -272,6 +274,10 @@ def test_help_lists_the_programs_own_flags_and_exits_0(script, flag):
     assert done.returncode == 0, done.stderr[-2000:]
     for listed in ENTRY_POINT_FLAGS[script]:
         assert f"  {listed}" in done.stdout, (listed, done.stdout)
+    if script in HELPFULL_ONLY:
+        listed = f"  {HELPFULL_ONLY[script]}" in done.stdout
+        assert listed == (flag == "--helpfull"), done.stdout
+        assert "--config.<section>.<field>=VALUE" in done.stdout
 
 
 @pytest.mark.parametrize("script", ["eval.py", "export.py"])

@@ -104,3 +104,30 @@ def test_relative_paths_become_absolute_against_the_folder(tmp_path):
     assert config.model.init_checkpoint == ""
     assert config.data.tfds_data_dir == "gs://bucket/tfds"
     assert run_config.absolute_paths(config, cwd="/elsewhere") == []
+
+
+def test_check_workdir_names_a_missing_folder_or_a_file(tmp_path):
+    with pytest.raises(ValueError) as missing:
+        run_config.check_workdir(tmp_path / "gone")
+    assert str(missing.value) == (
+        f"--workdir={tmp_path}/gone: no such folder; give the workdir of a "
+        "train.py run"
+    )
+    (tmp_path / "file").write_text("")
+    with pytest.raises(ValueError) as file:
+        run_config.check_workdir(tmp_path / "file")
+    assert str(file.value) == (
+        f"--workdir={tmp_path}/file: a file, not a folder; give the workdir "
+        "of a train.py run"
+    )
+    run_config.check_workdir(tmp_path)  # a folder: fine
+
+
+def test_check_workdir_that_is_written_to_must_be_writable(
+    tmp_path, monkeypatch
+):
+    run_config.check_workdir(tmp_path, writes=True)
+    monkeypatch.setattr("os.access", lambda path, mode: False)  # read-only
+    run_config.check_workdir(tmp_path)  # reading only: fine
+    with pytest.raises(ValueError, match=r"cannot write into"):
+        run_config.check_workdir(tmp_path, writes=True)

@@ -224,7 +224,7 @@ def test_a_fine_tune_run_resumes_its_own_checkpoint(runs, monkeypatch):
             "model.backbone_init",
             (
                 r"^config\.model\.backbone_init='.*/nowhere': "
-                r"no such file$"
+                r"no such file; docs/coco.md says where to get it, .*$"
             ),
             FileNotFoundError,
         ),

@@ -52,3 +52,13 @@ def test_bfloat16_pth_reads_as_bfloat16(tmp_path):
     np.testing.assert_array_equal(
         state["conv1.weight"].astype(np.float32), [1.5, -2.0]
     )
+
+
+def test_a_missing_backbone_file_says_how_to_start_without_it(tmp_path):
+    with pytest.raises(FileNotFoundError) as info:
+        weight_files.read(tmp_path / "r50.safetensors", "model.backbone_init")
+    assert str(info.value) == (
+        f"config.model.backbone_init='{tmp_path}/r50.safetensors': no such "
+        "file; docs/coco.md says where to get it, or start from random "
+        "weights with --config.model.backbone_init=''"
+    )

@@ -1,6 +1,6 @@
 """train.py's last line."""
 
-from detector.launch import next_steps
+from detector.launch.console import next_steps
 
 NEXT = (
     "next: python eval.py --workdir=workdirs/shapes, python export.py "

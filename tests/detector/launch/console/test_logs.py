@@ -1,4 +1,4 @@
-"""detector/launch/logs.py and detector/launch/stderr_filter.py: library
+"""detector/launch/console/logs.py and stderr_filter.py: library
 chatter off, warnings and the project's own lines kept."""
 
 import logging
@@ -9,7 +9,7 @@ import threading
 import pytest
 from absl import logging as absl_logging
 
-from detector.launch import logs, stderr_filter
+from detector.launch.console import logs, stderr_filter
 
 
 def _record(name, level, pathname=__file__):

@@ -25,22 +25,30 @@ def asks_for_help(args: list[str]) -> bool:
     )
 
 
-def own_shared_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+def own_shared_flags(
+    flag_values: flags.FlagValues = flags.FLAGS,
+    helpfull_only: tuple[str, ...] = (),
+) -> None:
     """Lists the flags the shared modules define as the main program's
-    key flags: --help shows them, not only --helpfull."""
+    key flags: --help shows them, not only --helpfull; those named in
+    `helpfull_only` (multi-host start-up) stay under --helpfull."""
     main = sys.argv[0]
     for module, defined in flag_values.flags_by_module_dict().items():
         if module.startswith(SHARED_PREFIX):
             for flag in defined:
-                flag_values.register_key_flag_for_module(main, flag)
+                if flag.name not in helpfull_only:
+                    flag_values.register_key_flag_for_module(main, flag)
 
 
 def parse(
-    argv: list[str], parser: Callable[[list[str]], list[str]]
+    argv: list[str],
+    parser: Callable[[list[str]], list[str]],
+    helpfull_only: tuple[str, ...] = (),
 ) -> list[str]:
     """`parser(argv)` (an absl flags parser for app.run), with --help
-    listing the shared flags and exiting with status 0."""
-    own_shared_flags()
+    listing the shared flags but `helpfull_only` and exiting with status
+    0."""
+    own_shared_flags(helpfull_only=helpfull_only)
     try:
         return parser(argv)
     except SystemExit as e:

@@ -8,7 +8,7 @@ import pathlib
 
 from absl import logging as absl_logging
 
-from detector.launch import stderr_filter
+from detector.launch.console import stderr_filter
 from detector.utils import text
 
 # Loggers (and their children) whose informational records are dropped.
