@@ -318,11 +318,12 @@ def package_pairs(graph: dict[str, set[str]]) -> set[frozenset[str]]:
     }
 
 
-# Pairs of detector/'s 14 packages joined by an import: 39 (42 while the
+# Pairs of detector/'s 14 packages joined by an import: 40 (42 while the
 # config imported every registry it checked and the loop imported launch/;
-# config-utils since predict.json's checks share the config's ranges). A new
-# pair is a new dependency to justify.
-MAX_PACKAGE_PAIRS = 39
+# config-utils since predict.json's checks share the config's ranges,
+# engine-utils since the loop removes the folders a failed start made with
+# utils/files). A new pair is a new dependency to justify.
+MAX_PACKAGE_PAIRS = 40
 
 
 def test_few_package_pairs_are_joined():
