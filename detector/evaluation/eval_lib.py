@@ -24,6 +24,7 @@ from detector.distributed import determinism, multihost, sharding
 from detector.evaluation import (
     coco_backends,
     overlap,
+    per_category,
     postprocess,
     visualize,
 )
@@ -139,20 +140,28 @@ def coco_metrics(
     iou_type: str,
     image_ids: list[int],
     backend: str = coco_backends.DEFAULT,
-) -> dict[str, float]:
-    """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary.
+) -> tuple[dict[str, float], list[dict]]:
+    """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary
+    and the per-category table.
 
     `backend` names the COCOeval (config eval.coco_backend). Metrics COCO
     cannot define (no ground truth in an area range, or at all) are -1, as
     pycocotools reports them, with detections or without.
+
+    Returns:
+      ({metric name: value}, `per_category.rows`: each category's AP).
     """
     if not results:
         logging.warning("No %s detections.", iou_type)
     print(f"COCO {iou_type}:")
-    stats = coco_backends.evaluate(
+    scores = coco_backends.evaluate(
         backend, coco_gt, results, iou_type, image_ids
     )
-    return {name: float(v) for name, v in zip(METRIC_NAMES, stats, strict=True)}
+    names = {c: coco_gt.cats[c]["name"] for c in coco_gt.cats}
+    rows = per_category.rows(scores.per_category, names)
+    print(per_category.table(iou_type, rows), flush=True)
+    metrics = dict(zip(METRIC_NAMES, map(float, scores.stats), strict=True))
+    return metrics, rows
 
 
 def split_slug(split: str) -> str:
@@ -383,11 +392,12 @@ def evaluate(
         {k: v for k, v in r.items() if k != "segmentation"} for r in results
     ]
     backend = config.eval.coco_backend
-    summary["bbox"] = coco_metrics(
+    categories = {}  # iou type -> per_category.rows
+    summary["bbox"], categories["bbox"] = coco_metrics(
         data.coco, box_results, "bbox", image_ids, backend
     )
     if data.has_masks:
-        summary["segm"] = coco_metrics(
+        summary["segm"], categories["segm"] = coco_metrics(
             data.coco, results, "segm", image_ids, backend
         )
     else:
@@ -395,6 +405,7 @@ def evaluate(
             "Split %s has no instance masks: segm not evaluated.", split
         )
     summary.update(
+        per_category=categories,
         predict_latency_ms_per_image=float(np.median(latencies)),
         nms_backend=nms_lib.backend_name(
             config.model.rpn.nms_backend, config.model.detection.nms_backend

@@ -234,8 +234,9 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
     )
     boxes = [{k: v for k, v in d.items() if k != "segmentation"} for d in segm]
     for task, results in (("bbox", boxes), ("segm", segm)):
-        again = eval_lib.coco_metrics(coco, results, task, image_ids)
+        again, rows = eval_lib.coco_metrics(coco, results, task, image_ids)
         assert again == written[task], task
+        assert rows == written["per_category"][task], task
 
 
 def test_strict_device_refuses_host_nms_before_step_one(
