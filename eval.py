@@ -1,11 +1,13 @@
-r"""Evaluates the latest checkpoint of a workdir on a COCO subset.
+r"""Evaluates the latest checkpoint of a workdir (or a kept one) on a COCO
+subset.
 
   python eval.py --workdir=workdirs/shapes
+  python eval.py --workdir=workdirs/shapes --step=500    # or --all_steps
   python eval.py --workdir=DIR --config=configs/coco_r50_fpn.py \
       --split='val2017[:500]' --nms=pallas --max_images=100
 
 Writes <workdir>/eval_<slug>.json, .png and .detections.json
-(docs/training.md).
+(eval_<slug>_step<N>.* for a step named; docs/training.md).
 """
 
 from absl import app, flags
@@ -29,6 +31,14 @@ _SPLIT = flags.DEFINE_string(
 _MAX_IMAGES = flags.DEFINE_integer(
     "max_images", 0, "Evaluate at most this many images."
 )
+_STEP = flags.DEFINE_integer(
+    "step",
+    None,
+    "Evaluate the kept checkpoint of this step (default: the newest).",
+)
+_ALL_STEPS = flags.DEFINE_bool(
+    "all_steps", False, "Evaluate every kept checkpoint, oldest first."
+)
 _MULTIHOST = cli.MultihostFlags()
 
 
@@ -37,16 +47,29 @@ def main(argv: list[str]) -> None:
     logs.quiet_libraries()
     workdir, config = run_config.load_workdir(_WORKDIR, _CONFIG)
     cli.start_jax(config, _MULTIHOST)
+    import jax
+
     from detector.evaluation import eval_lib
 
     with cli.one_line_errors():
         if _NMS.value:
             cli.set_nms_backend(config, _NMS.value)
         validate.validate(config)  # before anything is read or written
-        eval_lib.evaluate_checkpoint(
-            config, workdir, split=_SPLIT.value, max_images=_MAX_IMAGES.value
+        steps = eval_lib.chosen_steps(workdir, _STEP.value, _ALL_STEPS.value)
+        results = eval_lib.evaluate_checkpoints(
+            config,
+            workdir,
+            split=_SPLIT.value,
+            max_images=_MAX_IMAGES.value,
+            steps=steps,
         )
     peers.finished()
+    if jax.process_index() == 0:
+        for result in results:
+            line = eval_lib.result_line(
+                workdir, config, result, steps != [None]
+            )
+            print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -212,11 +212,13 @@ def result_stem(
     workdir: pathlib.Path,
     split: str,
     data: ml_collections.ConfigDict | None = None,
+    step: int | None = None,
 ) -> pathlib.Path:
     """The stem of a result's .json and .png: `<workdir>/eval_<slug>` for
     the run's own data, `<workdir>/eval_<source>_<root name>_<slug>` for
     `data` that is not the data of the run's config.json (None: the run's
-    own, as in training).
+    own, as in training); `_step<N>` follows for a checkpoint named by
+    step (eval.py --step, --all_steps).
 
     A .json there that is not a readable result (cut short, not JSON) is
     logged and will be overwritten.
@@ -229,7 +231,8 @@ def result_stem(
     origin = None if data is None else data_origin(data)
     own = origin is None or origin == (_run_origin(workdir) or origin)
     prefix = "eval_" if own else f"eval_{_origin_name(origin)}_"
-    stem = workdir / f"{prefix}{split_slug(split)}"
+    suffix = "" if step is None else f"_step{step}"
+    stem = workdir / f"{prefix}{split_slug(split)}{suffix}"
     path = stem.with_suffix(".json")
     if path.exists():
         try:
@@ -353,6 +356,7 @@ def evaluate(
     data: pipeline.EvalSplit | None = None,
     step: int | None = None,
     checkpoint: str | None = None,
+    step_named: bool = False,
 ) -> dict:
     """Evaluates on a COCO subset; writes eval_<slug>.json, .png and the
     detections (`detections_path`).
@@ -360,12 +364,15 @@ def evaluate(
     `predict` is a `compile_predict` result to reuse (default: compiled
     here from `graphdef`); `data` the split already read (`eval_split`);
     `step` and `checkpoint` (the weights evaluated: a checkpoint folder or
-    file, None for unsaved weights) are recorded in the result.
+    file, None for unsaved weights) are recorded in the result;
+    `step_named`: the files carry the step (`result_stem`).
     """
     check_request(split, max_images)
     split = config.data.eval_split if split is None else split
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
-    stem = result_stem(workdir, split, config.data)  # before the work
+    stem = result_stem(  # before the work
+        workdir, split, config.data, step if step_named else None
+    )
     data = data or pipeline.eval_split(
         config, split, max_images or config.eval.max_images
     )
@@ -434,14 +441,106 @@ def evaluate(
     return summary
 
 
+def _scores(result: dict) -> str:
+    """'bbox AP 0.812, segm AP 0.790' (the tasks evaluated)."""
+    return ", ".join(
+        f"{task} AP {result[task]['AP']:.3f}"
+        for task in ("bbox", "segm")
+        if task in result
+    )
+
+
+def result_line(
+    workdir: pathlib.Path,
+    config: ml_collections.ConfigDict,
+    result: dict,
+    step_named: bool = False,
+) -> str:
+    """eval.py's line of one `evaluate_checkpoints` result: the step and
+    split evaluated, the AP and the files written."""
+    stem = result_stem(
+        workdir,
+        result["split"],
+        config.data,
+        result["step"] if step_named else None,
+    )
+    written = [
+        path
+        for path in (
+            stem.with_suffix(".json"),
+            stem.with_suffix(".png"),
+            detections_path(stem),
+        )
+        if path.exists()
+    ]
+    names = ", ".join(
+        [str(written[0]), *(p.name[len(stem.name) :] for p in written[1:])]
+    )
+    return (
+        f"evaluated step {result['step']} ({result['checkpoint']}) on "
+        f"{result['split']}: {_scores(result)}; wrote {names or 'nothing'}"
+    )
+
+
+def chosen_steps(
+    workdir: pathlib.Path, step: int | None = None, all_steps: bool = False
+) -> list[int | None]:
+    """The checkpoints eval.py evaluates: [None] (the newest intact one),
+    [`step`], or every kept step in order (`all_steps`).
+
+    Raises:
+      ValueError: both asked for, no checkpoint kept, or `step` not kept
+        (naming the kept steps); reads only the checkpoint list.
+    """
+    if step is not None and all_steps:
+        raise ValueError("--step and --all_steps: give one or the other")
+    if step is None and not all_steps:
+        return [None]
+    folder = pathlib.Path(workdir) / "checkpoints"
+    kept = state_lib.kept_steps(workdir)
+    flag = "--all_steps" if all_steps else f"--step={step}"
+    if not kept:
+        raise ValueError(
+            f"{flag}: {folder} keeps no checkpoint (train first, or check "
+            "--workdir)"
+        )
+    if all_steps:
+        return list(kept)
+    if step not in kept:
+        raise ValueError(
+            f"{flag}: {folder} keeps no checkpoint of step {step}; kept "
+            f"steps: {', '.join(map(str, kept))}"
+        )
+    return [step]
+
+
 def evaluate_checkpoint(
     config: ml_collections.ConfigDict,
     workdir: pathlib.Path,
     *,
     split: str | None = None,
     max_images: int = 0,
+    step: int | None = None,
 ) -> dict:
-    """Restores the latest checkpoint of `workdir` and evaluates it.
+    """`evaluate_checkpoints` of one checkpoint: `step`'s, or (None) the
+    newest intact one; its result."""
+    (result,) = evaluate_checkpoints(
+        config, workdir, split=split, max_images=max_images, steps=[step]
+    )
+    return result
+
+
+def evaluate_checkpoints(
+    config: ml_collections.ConfigDict,
+    workdir: pathlib.Path,
+    *,
+    split: str | None = None,
+    max_images: int = 0,
+    steps: list[int | None] | tuple[int | None, ...] = (None,),
+) -> list[dict]:
+    """Restores each checkpoint of `workdir` in `steps` (None: the newest
+    intact one) and evaluates it; predict compiles once. A checkpoint named
+    by step writes `eval_<slug>_step<N>.*` (`result_stem`).
 
     Reads the workdir only: a missing `checkpoints/` is an error, not
     created, unless config.model.init_checkpoint is set: then the model it
@@ -459,28 +558,46 @@ def evaluate_checkpoint(
     multihost.check_same_config(config)
     state_lib.check_restorable(config, workdir)
     split = config.data.eval_split if split is None else split
+    for named in steps:  # a result it may not overwrite fails first
+        result_stem(workdir, split, config.data, named)
     data = pipeline.eval_split(
         config, split, max_images or config.eval.max_images
     )
     mesh = sharding.make_mesh()
-    graphdef, state = state_lib.restore_latest(config, workdir, mesh)
-    step = int(jax.device_get(state.step))
-    checkpoint = (
-        pathlib.Path(workdir).absolute() / "checkpoints" / str(step)
-        if step
-        else config.model.init_checkpoint  # no checkpoint: what it starts
-    )
     pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
-    return evaluate(
-        config,
-        graphdef,
-        state.params,
-        state.rest,
-        mesh=mesh,
-        workdir=workdir,
-        split=split,
-        max_images=max_images,
-        data=data,
-        step=step,
-        checkpoint=str(checkpoint),
-    )
+    predict, results = None, []
+    for position, named in enumerate(steps, start=1):
+        if len(steps) > 1:
+            logging.info(
+                "Evaluating step %d (%d of %d)", named, position, len(steps)
+            )
+        graphdef, state = state_lib.restore_latest(
+            config, workdir, mesh, step=named
+        )
+        step = int(jax.device_get(state.step))
+        checkpoint = (
+            pathlib.Path(workdir).absolute() / "checkpoints" / str(step)
+            if step
+            else config.model.init_checkpoint  # no checkpoint: what it starts
+        )
+        predict = predict or compile_predict(
+            config, graphdef, state.params, state.rest, mesh
+        )
+        results.append(
+            evaluate(
+                config,
+                graphdef,
+                state.params,
+                state.rest,
+                mesh=mesh,
+                workdir=workdir,
+                split=split,
+                max_images=max_images,
+                predict=predict,
+                data=data,
+                step=step,
+                checkpoint=str(checkpoint),
+                step_named=named is not None,
+            )
+        )
+    return results

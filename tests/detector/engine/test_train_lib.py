@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from flax import nnx
 
 from tests.helpers import requires
 
@@ -866,3 +867,62 @@ def test_the_compiling_line_counts_the_programs():
     assert train_lib._compiling_line(False, 1).startswith(
         "Compiling the train step ("
     )
+
+
+def test_eval_step_evaluates_that_checkpoints_weights(
+    resumed_and_straight, shapes_config, tmp_path, monkeypatch
+):
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    evaluated = []
+    real = eval_lib.evaluate
+
+    def evaluate(config, graphdef, params, rest, **kwargs):
+        evaluated.append(jax.device_get(nnx.to_pure_dict(params)))
+        return real(config, graphdef, params, rest, **kwargs)
+
+    monkeypatch.setattr(eval_lib, "evaluate", evaluate)
+    steps = eval_lib.chosen_steps(run, step=2)
+    (result,) = eval_lib.evaluate_checkpoints(
+        shapes_config, run, split="val[:2]", steps=steps
+    )
+    assert (result["step"], result["checkpoint"]) == (
+        2,
+        str(run / "checkpoints" / "2"),
+    )
+    stem = f"eval_{eval_lib.split_slug('val[:2]')}_step2"
+    assert json.loads((run / f"{stem}.json").read_text()) == result
+    line = eval_lib.result_line(run, shapes_config, result, step_named=True)
+    assert line.startswith(f"evaluated step 2 ({run}/checkpoints/2)")
+    assert f"wrote {run / stem}.json, .png, .detections.json" in line
+    # The weights evaluated are step 2's, which differ from step 4's.
+    want, later = (_flat(_params_at(run, step)[0]) for step in (2, 4))
+    got = _flat(evaluated[0])
+    assert got.keys() == want.keys() == later.keys()
+    assert any(not np.array_equal(want[k], later[k]) for k in want)
+    for name, value in got.items():
+        np.testing.assert_array_equal(value, want[name], err_msg=name)
+
+
+def _flat(tree) -> dict:
+    """{'a/b/0': leaf} of nested dicts (int or str keys alike)."""
+    return {
+        "/".join(str(getattr(k, "key", k)) for k in path): np.asarray(leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
+
+
+def test_eval_steps_named_or_all_and_a_bad_step_is_one_line(
+    resumed_and_straight,
+):
+    run = resumed_and_straight[1]
+    assert eval_lib.chosen_steps(run) == [None]
+    assert eval_lib.chosen_steps(run, all_steps=True) == [2, 4]
+    assert eval_lib.chosen_steps(run, step=4) == [4]
+    with pytest.raises(ValueError) as error:
+        eval_lib.chosen_steps(run, step=3)
+    assert str(error.value) == (
+        f"--step=3: {run}/checkpoints keeps no checkpoint of step 3; kept "
+        "steps: 2, 4"
+    )
+    with pytest.raises(ValueError, match="--step and --all_steps"):
+        eval_lib.chosen_steps(run, step=2, all_steps=True)
