@@ -49,7 +49,7 @@ def main(argv: list[str]) -> None:
     cli.start_jax(config, _MULTIHOST)
     import jax
 
-    from detector.evaluation import eval_lib
+    from detector.evaluation import curves, eval_lib
 
     with cli.one_line_errors():
         if _NMS.value:
@@ -63,13 +63,18 @@ def main(argv: list[str]) -> None:
             max_images=_MAX_IMAGES.value,
             steps=steps,
         )
+        drawn = jax.process_index() == 0 and curves.draw(
+            workdir, eval_lib.result_stem(workdir, config.data.eval_split).name
+        )
     peers.finished()
     if jax.process_index() == 0:
-        for result in results:
-            line = eval_lib.result_line(
-                workdir, config, result, steps != [None]
-            )
-            print(line, flush=True)
+        lines = [
+            eval_lib.result_line(workdir, config, result, steps != [None])
+            for result in results
+        ]
+        if drawn:
+            lines[-1] += f"; {curves.note(workdir)}"
+        print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

@@ -63,6 +63,7 @@ def main(argv: list[str]) -> None:
     import jax
 
     from detector.engine import train_lib
+    from detector.evaluation import curves
     from detector.launch import config_history
     from ops import host_audit
 
@@ -94,10 +95,10 @@ def main(argv: list[str]) -> None:
         sys.exit(preemption.exit_code(e.signum))
     peers.finished()
     if jax.process_index() == 0:
-        print(
-            next_steps.final_line(workdir, results, config.train.num_steps),
-            flush=True,
-        )
+        line = next_steps.final_line(workdir, results, config.train.num_steps)
+        if (pathlib.Path(workdir) / curves.FILE_NAME).exists():
+            line += f"; {curves.note(workdir)}"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

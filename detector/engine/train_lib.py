@@ -19,7 +19,7 @@ from detector.data import canvases, pipeline
 from detector.distributed import determinism, multihost, preemption, sharding
 from detector.engine import train_metrics, train_programs
 from detector.engine import train_step as step_lib
-from detector.evaluation import eval_lib
+from detector.evaluation import curves, eval_lib
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from detector.utils import workdir_lock
@@ -224,9 +224,16 @@ def _train(
     try:
         state = _loop(run, step_fn, state, batch, batches, key, start_step)
         ckpt.wait()
-        return _evaluate(run, state, config.train.num_steps) if evaluate else {}
+        results = (
+            _evaluate(run, state, config.train.num_steps) if evaluate else {}
+        )
     finally:
         run.log.close()
+    if jax.process_index() == 0:  # after metrics.jsonl's last line
+        curves.draw(
+            workdir, eval_lib.result_stem(workdir, config.data.eval_split).name
+        )
+    return results
 
 
 # How long the first compile of the train step (and predict) takes, by

@@ -21,7 +21,7 @@ from detector import config as config_lib
 from detector.data import canvases, orientation_schedule, pipeline
 from detector.distributed import determinism, sharding
 from detector.engine import train_lib, train_metrics, train_programs, train_step
-from detector.evaluation import eval_lib
+from detector.evaluation import curves, eval_lib
 from detector.launch import cli, validate
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
@@ -157,6 +157,14 @@ def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
     assert saved.train.deterministic is False
     assert saved.model.fpn_channels == shapes_config.model.fpn_channels
     assert tuple(saved.data.image_size) == tuple(shapes_config.data.image_size)
+    # The end of training draws curves.png from those lines.
+    png = resumed / curves.FILE_NAME
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = curves.series(resumed, "eval_val")
+    assert drawn["total"] == ([2, 4], [line["total"] for line in lines])
+    assert drawn["learning_rate"][1] == [
+        line["learning_rate"] for line in lines
+    ]
 
 
 def test_checkpoint_from_another_config_is_one_clear_error(
