@@ -187,7 +187,7 @@ def _train(
         batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
     canvas_list = canvases.canvases(config.data)
-    logging.info(_compiling_line(evaluate, len(canvas_list)))
+    logging.info(_compiling_line(evaluate, len(canvas_list), start_step + 1))
     # Predict first: it compiles faster, so a strict run fails sooner.
     predict = (
         eval_lib.compile_predict(
@@ -245,8 +245,9 @@ COMPILE_TIMES = {
 }
 
 
-def _compiling_line(evaluate: bool, num_canvases: int) -> str:
-    """The line logged before the first compile: what and how long."""
+def _compiling_line(evaluate: bool, num_canvases: int, first_step: int) -> str:
+    """The line logged before the first compile: what, how long, and the
+    step that follows (past a resume's checkpoint)."""
     programs = "the train step"
     if num_canvases > 1:
         programs += f" ({num_canvases} programs, one per canvas)"
@@ -254,7 +255,7 @@ def _compiling_line(evaluate: bool, num_canvases: int) -> str:
         programs += " and predict"
     platform = jax.default_backend()
     took = COMPILE_TIMES.get(platform, f"minutes on {platform}")
-    return f"Compiling {programs} ({took}); step 1 follows"
+    return f"Compiling {programs} ({took}); step {first_step} follows"
 
 
 def _saved_eval(

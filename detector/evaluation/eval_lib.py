@@ -378,6 +378,14 @@ def evaluate(
     )
     if predict is None:
         predict = compile_predict(config, graphdef, params, rest, mesh)
+    # Said first: predicting draws a bar only on a terminal.
+    logging.info(
+        "Evaluating %s on %s: predicting %d images (%d batches), then COCOeval",
+        "unsaved weights" if step is None else f"step {step}",
+        split,
+        len(data.coco.getImgIds()),
+        data.num_batches,
+    )
     results, latencies, drawn = _run_predict(
         data, predict, params, rest, mesh, config
     )

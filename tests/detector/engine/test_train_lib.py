@@ -217,6 +217,11 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
     with caplog.at_level("INFO"):
         summary = eval_lib.evaluate_checkpoint(config, straight)
     assert summary["host_roundtrips_per_predict"] == 2
+    # What the silent part of an evaluation does is said before it.
+    assert (
+        "Evaluating step 4 on val: predicting 4 images (2 batches), then "
+        "COCOeval" in caplog.text
+    )
     assert "rpn/nms/pure_callback" in caplog.text
     assert "detection/nms/pure_callback" in caplog.text
     written = json.loads((straight / "eval_val.json").read_text())
@@ -870,10 +875,14 @@ def test_the_compiling_line_counts_the_programs():
     assert re.fullmatch(
         r"Compiling the train step \(2 programs, one per canvas\) and "
         r"predict \(.*\); step 1 follows",
-        train_lib._compiling_line(True, 2),
+        train_lib._compiling_line(True, 2, 1),
     )
-    assert train_lib._compiling_line(False, 1).startswith(
+    assert train_lib._compiling_line(False, 1, 1).startswith(
         "Compiling the train step ("
+    )
+    # A resume names the step it goes on with.
+    assert train_lib._compiling_line(True, 1, 848).endswith(
+        "; step 848 follows"
     )
 
 
