@@ -342,6 +342,18 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
     return results, latencies, drawn.rows()
 
 
+def _write_result(stem: pathlib.Path, summary: dict, detections: str) -> None:
+    """Writes the detections, then the summary, once both are known to fit
+    on the disk (a full disk names the file, before either is written)."""
+    texts = {
+        detections_path(stem): detections.encode(),
+        stem.with_suffix(".json"): json.dumps(summary, indent=2).encode(),
+    }
+    files.check_space({path: len(data) for path, data in texts.items()})
+    for path, data in texts.items():
+        files.write_bytes(path, data)
+
+
 def evaluate(
     config: ml_collections.ConfigDict,
     graphdef: nnx.GraphDef,
@@ -429,16 +441,16 @@ def evaluate(
         deterministic=determinism.enabled(),
     )
     if jax.process_index() == 0:
-        files.write_text(
-            stem.with_suffix(".json"), json.dumps(summary, indent=2)
-        )
-        files.write_text(detections_path(stem), detections)
-        visualize.draw_predictions(
-            drawn,
-            config,
-            stem.with_suffix(".png"),
-            class_names=[data.coco.cats[c]["name"] for c in data.category_ids],
-        )
+        _write_result(stem, summary, detections)
+        with files.naming(stem.with_suffix(".png")):
+            visualize.draw_predictions(
+                drawn,
+                config,
+                stem.with_suffix(".png"),
+                class_names=[
+                    data.coco.cats[c]["name"] for c in data.category_ids
+                ],
+            )
     logging.info(
         "Eval %s: bbox AP %.3f%s, %.1f ms/image",
         split,

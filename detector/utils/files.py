@@ -2,10 +2,12 @@
 the process umask), and free space."""
 
 import contextlib
+import errno
 import os
 import pathlib
 import shutil
 import tempfile
+from collections.abc import Iterator
 
 
 def umask() -> int:
@@ -15,23 +17,69 @@ def umask() -> int:
     return mask
 
 
-def write_bytes(path: str | pathlib.Path, data: bytes) -> None:
-    """Writes `data` to `path` atomically (the old file stays on failure)."""
-    path = pathlib.Path(path)
-    fd, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
+@contextlib.contextmanager
+def naming(path: str | pathlib.Path) -> Iterator[None]:
+    """Re-raises an OSError that names no file (a full disk's, from a
+    write) as the same error naming `path`, with the free space when the
+    disk is full."""
     try:
-        os.fchmod(fd, 0o666 & ~umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        raise
+        yield
+    except OSError as e:
+        if e.filename:
+            raise
+        reason = e.strerror or str(e)
+        if e.errno == errno.ENOSPC:
+            reason += f"; {free_space(pathlib.Path(path).parent)} free there"
+        raise OSError(e.errno, reason, str(path)) from None
+
+
+def check_space(paths_and_sizes: dict[pathlib.Path, int]) -> None:
+    """Raises OSError(ENOSPC) naming the first file when the files, of
+    known sizes, do not fit in their filesystem's free space (checked
+    before any is written)."""
+    needed: dict[int, tuple[pathlib.Path, int]] = {}
+    for path, size in paths_and_sizes.items():
+        try:
+            device = os.stat(path.parent).st_dev
+        except OSError:
+            continue  # the write names the problem
+        first, total = needed.get(device, (path, 0))
+        needed[device] = (first, total + size)
+    for path, total in needed.values():
+        try:
+            free = shutil.disk_usage(path.parent).free
+        except OSError:
+            continue
+        if total > free:
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on device: {total / 2**20:.1f} MiB to "
+                f"write, {free / 2**20:.1f} MiB free there",
+                str(path),
+            )
+
+
+def write_bytes(path: str | pathlib.Path, data: bytes) -> None:
+    """Writes `data` to `path` atomically (the old file stays on failure);
+    a failure names `path` (`naming`), and a file larger than the free
+    space fails before writing (`check_space`)."""
+    path = pathlib.Path(path)
+    check_space({path: len(data)})
+    with naming(path):
+        fd, temporary = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+        )
+        try:
+            os.fchmod(fd, 0o666 & ~umask())
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
 
 def write_text(path: str | pathlib.Path, text: str) -> None:
