@@ -15,7 +15,7 @@ from clu import periodic_actions
 from flax import nnx
 from jax.sharding import Mesh
 
-from detector.data import canvases, pipeline
+from detector.data import pipeline
 from detector.distributed import determinism, multihost, preemption, sharding
 from detector.engine import train_metrics, train_programs
 from detector.engine import train_step as step_lib
@@ -72,6 +72,7 @@ class _Run:
     predict: eval_lib.CompiledPredict | None  # None: no evaluations
     log: train_metrics.MetricsLog | None = None
     stop: preemption.Watch | None = None  # None: signals are not watched
+    eval_data: pipeline.EvalSplit | None = None  # read once
 
 
 def train_and_evaluate(
@@ -186,17 +187,33 @@ def _train(
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
     eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
-    canvas_list = canvases.canvases(config.data)
-    logging.info(_compiling_line(evaluate, len(canvas_list), start_step + 1))
+    # Read once for every evaluation; predict compiles for its canvases.
+    data = (
+        pipeline.eval_split(
+            config, config.data.eval_split, config.eval.max_images
+        )
+        if evaluate
+        else None
+    )
+    logging.info(
+        _compiling_line(evaluate, len(batches.canvases), start_step + 1)
+    )
     # Predict first: it compiles faster, so a strict run fails sooner.
     predict = (
         eval_lib.compile_predict(
-            config, eval_graphdef, state.params, state.rest, mesh, strict=strict
+            config,
+            eval_graphdef,
+            state.params,
+            state.rest,
+            mesh,
+            placed=data.canvases,
+            strict=strict,
         )
         if evaluate
         else None
     )
     run = _Run(config, workdir, mesh, ckpt, eval_graphdef, predict, stop=stop)
+    run.eval_data = data
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     batch = sharding.put_batch(next(batches), mesh)
     step_fn, findings = train_programs.compile_per_canvas(
@@ -204,7 +221,7 @@ def _train(
         state,
         batch,
         key,
-        canvas_list,
+        batches.canvases,
         strict=strict,
         advice=nms_lib.host_advice,
     )
@@ -349,6 +366,7 @@ def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
         mesh=run.mesh,
         workdir=run.workdir,
         predict=run.predict,
+        data=run.eval_data,
         step=step,
         checkpoint=str(run.ckpt.directory / str(step)) if saved else None,
     )

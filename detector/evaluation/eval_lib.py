@@ -95,10 +95,12 @@ def compile_predict(
     rest: nnx.State,
     mesh: Mesh,
     *,
+    placed: tuple[canvases.Canvas, ...],
     strict: bool = False,
 ) -> CompiledPredict:
     """Compiles predict for f32[eval.batch_size, H, W, 3] images on each
-    canvas and their i32[eval.batch_size, 2] sizes, audited.
+    canvas of `placed` (those the eval split uses, `EvalSplit.canvases`)
+    and their i32[eval.batch_size, 2] sizes, audited.
 
     `graphdef` is the eval-mode graphdef. Raises HostRoundTripError when
     `strict` and a program goes through the host.
@@ -108,14 +110,14 @@ def compile_predict(
         (config.eval.batch_size, 2), jnp.int32, sharding=rows
     )
     jitted = make_predict(graphdef, mesh)
-    placed = canvases.canvases(config.data)
     programs, findings = {}, []
-    for kind, canvas in enumerate(placed):
+    for canvas in map(tuple, placed):
         if canvas in programs:  # a square canvas in both orientations
             continue
         images = jax.ShapeDtypeStruct(
             (config.eval.batch_size, *canvas, 3), jnp.float32, sharding=rows
         )
+        kind = canvases.NAMES[canvases.orientation(*canvas)]
         programs[canvas], found = host_audit.compile_audited(
             jitted,
             params,
@@ -123,8 +125,8 @@ def compile_predict(
             images,
             sizes,
             program=(
-                f"predict ({canvases.NAMES[kind]} canvas)"
-                if len(placed) > 1
+                f"predict ({kind} canvas)"
+                if config.data.group_orientations
                 else "predict"
             ),
             strict=strict,
@@ -389,7 +391,9 @@ def evaluate(
         config, split, max_images or config.eval.max_images
     )
     if predict is None:
-        predict = compile_predict(config, graphdef, params, rest, mesh)
+        predict = compile_predict(
+            config, graphdef, params, rest, mesh, placed=data.canvases
+        )
     # Said first: predicting draws a bar only on a terminal.
     logging.info(
         "Evaluating %s on %s: predicting %d images (%d batches), then COCOeval",
@@ -601,7 +605,12 @@ def evaluate_checkpoints(
             else config.model.init_checkpoint  # no checkpoint: what it starts
         )
         predict = predict or compile_predict(
-            config, graphdef, state.params, state.rest, mesh
+            config,
+            graphdef,
+            state.params,
+            state.rest,
+            mesh,
+            placed=data.canvases,
         )
         results.append(
             evaluate(

@@ -871,6 +871,39 @@ def test_a_resume_on_the_other_canvas_continues_exactly(
         jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
+@pytest.mark.slow
+def test_a_portrait_only_set_compiles_no_landscape_program(
+    grouped_config, tmp_path, monkeypatch
+):
+    """Train and eval: only the canvases the data uses are compiled."""
+    root = tmp_path / "portrait"
+    for split in ("train", "val"):
+        mixed_orientations.write(root, split, 4, portrait_only=True)
+    config = grouped_config.copy_and_resolve_references()
+    config.data.root, config.data.eval_split = str(root), "val"
+    config.train.num_steps = config.train.checkpoint_every = 1
+    config.eval.batch_size = 2
+    compiled = []
+    compile_audited = host_audit.compile_audited
+
+    def compile_spy(jitted, *args, program, **kwargs):
+        images = args[1]["image"] if program == "train_step" else args[2]
+        compiled.append((program, tuple(images.shape[1:3])))
+        return compile_audited(jitted, *args, program=program, **kwargs)
+
+    monkeypatch.setattr(host_audit, "compile_audited", compile_spy)
+    workdir = tmp_path / "run"
+    train_lib.train_and_evaluate(config, workdir, hooks=launch_hooks.TRAIN_PY)
+    portrait = canvases.canvases(config.data)[canvases.PORTRAIT]
+    assert compiled == [
+        ("predict (portrait canvas)", portrait),
+        ("train_step", portrait),
+    ]
+    compiled.clear()
+    eval_lib.evaluate_checkpoint(config, workdir)
+    assert compiled == [("predict (portrait canvas)", portrait)]
+
+
 def test_the_compiling_line_counts_the_programs():
     assert re.fullmatch(
         r"Compiling the train step \(2 programs, one per canvas\) and "

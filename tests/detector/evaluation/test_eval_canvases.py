@@ -48,7 +48,9 @@ def _evaluate(config, workdir, model):
     """(summary, detections, predict) of `model` evaluated with `config`."""
     graphdef, params, rest = model
     mesh = sharding.make_mesh()
-    predict = eval_lib.compile_predict(config, graphdef, params, rest, mesh)
+    predict = eval_lib.compile_predict(
+        config, graphdef, params, rest, mesh, placed=((64, 128), (128, 64))
+    )
     summary = eval_lib.evaluate(
         config, graphdef, params, rest, mesh=mesh, workdir=workdir,
         predict=predict,
