@@ -15,6 +15,7 @@ from clu import periodic_actions
 from flax import nnx
 from jax.sharding import Mesh
 
+from detector.data import canvases as canvases_lib
 from detector.data import pipeline
 from detector.distributed import determinism, multihost, preemption, sharding
 from detector.engine import train_metrics, train_programs
@@ -61,18 +62,22 @@ class LaunchHooks:
 
 
 @dataclasses.dataclass
-class _Run:
-    """What the training loop and the evaluations of one run share."""
+class RunContext:
+    """What the training loop and the evaluations of one run share, made
+    once per run: where it runs and writes, its checkpoints, the canvases
+    its training batches use and the programs compiled for them, the
+    metrics log, and the evaluations' context (None: no evaluations)."""
 
     config: ml_collections.ConfigDict
     workdir: pathlib.Path
     mesh: Mesh
     ckpt: checkpoint.Checkpointer
-    eval_graphdef: nnx.GraphDef
-    predict: eval_lib.CompiledPredict | None  # None: no evaluations
-    log: train_metrics.MetricsLog | None = None
     stop: preemption.Watch | None = None  # None: signals are not watched
-    eval_data: pipeline.EvalSplit | None = None  # read once
+    canvases: tuple[canvases_lib.Canvas, ...] = ()  # the train programs'
+    programs: train_programs.TrainPrograms | None = None
+    log: train_metrics.MetricsLog | None = None
+    evaluation: eval_lib.EvalContext | None = None
+    eval_graphdef: nnx.GraphDef | None = None
 
 
 def train_and_evaluate(
@@ -116,18 +121,15 @@ def train_and_evaluate(
                 workdir / "checkpoints",
                 max_to_keep=config.train.keep_checkpoints,
             )
+            run = RunContext(config, workdir, mesh, ckpt, stop=stop)
             try:
                 return _train(
-                    config,
-                    workdir,
-                    mesh,
-                    ckpt,
+                    run,
                     tx,
                     schedule,
                     hooks,
                     strict=strict_device,
                     evaluate=evaluate,
-                    stop=stop,
                     evaluate_finished=evaluate_finished,
                 )
             finally:
@@ -160,20 +162,17 @@ def _remove_if_empty(folders: list[pathlib.Path]) -> None:
 
 
 def _train(
-    config: ml_collections.ConfigDict,
-    workdir: pathlib.Path,
-    mesh: Mesh,
-    ckpt: checkpoint.Checkpointer,
+    run: RunContext,
     tx: optax.GradientTransformation,
     schedule: optax.Schedule,
     hooks: LaunchHooks,
     *,
     strict: bool,
     evaluate: bool,
-    stop: preemption.Watch | None,
     evaluate_finished: bool = False,
 ) -> dict:
     """Restores, compiles and audits, then trains and evaluates."""
+    config, workdir, mesh, ckpt = run.config, run.workdir, run.mesh, run.ckpt
     if evaluate:  # a result file it may not overwrite fails before step 1
         eval_lib.result_stem(workdir, config.data.eval_split)
     # The data first: a missing dataset fails before the model is built.
@@ -186,42 +185,25 @@ def _train(
         return {hooks.complete_key: start_step, **_saved_eval(workdir, config)}
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
-    eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
-    # Read once for every evaluation; predict compiles for its canvases.
-    data = (
-        pipeline.eval_split(
-            config, config.data.eval_split, config.eval.max_images
+    run.canvases = batches.canvases
+    run.eval_graphdef = state_lib.eval_graphdef(
+        graphdef, state.params, state.rest
+    )
+    if evaluate:  # the split read once for every evaluation
+        run.evaluation = eval_lib.eval_context(
+            config, mesh, workdir, strict=strict
         )
-        if evaluate
-        else None
-    )
-    logging.info(
-        _compiling_line(evaluate, len(batches.canvases), start_step + 1)
-    )
-    # Predict first: it compiles faster, so a strict run fails sooner.
-    predict = (
-        eval_lib.compile_predict(
-            config,
-            eval_graphdef,
-            state.params,
-            state.rest,
-            mesh,
-            placed=data.canvases,
-            strict=strict,
-        )
-        if evaluate
-        else None
-    )
-    run = _Run(config, workdir, mesh, ckpt, eval_graphdef, predict, stop=stop)
-    run.eval_data = data
+    logging.info(_compiling_line(evaluate, len(run.canvases), start_step + 1))
+    if run.evaluation:  # predict first: it compiles faster, so a strict
+        run.evaluation.compiled(_weights(run, state))  # run fails sooner
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     batch = sharding.put_batch(next(batches), mesh)
-    step_fn, findings = train_programs.compile_per_canvas(
+    run.programs, findings = train_programs.compile_per_canvas(
         step_lib.make_train_step(graphdef, tx, schedule, mesh),
         state,
         batch,
         key,
-        batches.canvases,
+        run.canvases,
         strict=strict,
         advice=nms_lib.host_advice,
     )
@@ -239,7 +221,7 @@ def _train(
         num_steps=config.train.num_steps,
     )
     try:
-        state = _loop(run, step_fn, state, batch, batches, key, start_step)
+        state = _loop(run, state, batch, batches, key, start_step)
         ckpt.wait()
         results = (
             _evaluate(run, state, config.train.num_steps) if evaluate else {}
@@ -284,8 +266,7 @@ def _saved_eval(
 
 
 def _loop(
-    run: _Run,
-    step_fn: train_programs.TrainPrograms,
+    run: RunContext,
     state: state_lib.TrainState,
     batch: dict[str, jax.Array],
     batches: Iterator[dict],
@@ -309,7 +290,7 @@ def _loop(
                 batch = sharding.put_batch(next(batches), run.mesh)
             started = time.perf_counter()
             run.log.add_data_wait(started - waited)
-            state, metrics = step_fn(state, batch, key)
+            state, metrics = run.programs(state, batch, key)
             jax.block_until_ready(metrics)
             run.log.add_step_time(time.perf_counter() - started)
             finite = metrics.pop(step_lib.STATE_FINITE)
@@ -332,7 +313,7 @@ def _loop(
                 run.ckpt.save(step, state_lib.to_tree(state))
             _stop_if_requested(run, state, step, saved=saved)
             if (
-                run.predict is not None
+                run.evaluation is not None
                 and train.eval_every
                 and step % train.eval_every == 0
                 and step < train.num_steps
@@ -343,7 +324,7 @@ def _loop(
 
 
 def _stop_if_requested(
-    run: _Run, state: state_lib.TrainState, step: int, *, saved: bool
+    run: RunContext, state: state_lib.TrainState, step: int, *, saved: bool
 ) -> None:
     """On an agreed stop request: checkpoints `step` (unless `saved`),
     waits for the save and raises preemption.Preempted."""
@@ -355,20 +336,25 @@ def _stop_if_requested(
     raise preemption.Preempted(step, run.stop.signum)
 
 
-def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
+def _weights(
+    run: RunContext, state: state_lib.TrainState, step: int | None = None
+) -> eval_lib.Weights:
+    """The weights of `state` at `step`, naming its checkpoint where one is
+    saved at that step."""
     train = run.config.train
-    saved = step % train.checkpoint_every == 0 or step == train.num_steps
-    results = eval_lib.evaluate(
-        run.config,
+    saved = step is not None and (
+        step % train.checkpoint_every == 0 or step == train.num_steps
+    )
+    return eval_lib.Weights(
         run.eval_graphdef,
         state.params,
         state.rest,
-        mesh=run.mesh,
-        workdir=run.workdir,
-        predict=run.predict,
-        data=run.eval_data,
-        step=step,
-        checkpoint=str(run.ckpt.directory / str(step)) if saved else None,
+        step,
+        str(run.ckpt.directory / str(step)) if saved else None,
     )
+
+
+def _evaluate(run: RunContext, state: state_lib.TrainState, step: int) -> dict:
+    results = eval_lib.evaluate(run.evaluation, _weights(run, state, step))
     run.log.write_eval(step, results)
     return results

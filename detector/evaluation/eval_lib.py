@@ -303,13 +303,17 @@ def check_request(split: str | None, max_images: int) -> None:
         )
 
 
-def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
+def _run_predict(
+    context: "EvalContext", predict: CompiledPredict, weights: "Weights"
+):
     """Predicts every batch; returns COCO results, latencies, drawings.
 
     Batch k becomes COCO results on a host thread while the device predicts
     batch k + 1 (`overlap.InOrder`); the results keep the batches' order.
     The drawings are this process's images of the lowest ids.
     """
+    config, data, mesh = context.config, context.data, context.mesh
+    params, rest = weights.params, weights.rest
     latencies = []
     drawn = visualize.LowestIds(config.eval.num_visualized)
     with host_audit.device_only_transfers(), overlap.InOrder() as host:
@@ -356,44 +360,87 @@ def _write_result(stem: pathlib.Path, summary: dict, detections: str) -> None:
         files.write_bytes(path, data)
 
 
-def evaluate(
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """The model evaluated, and what it is (recorded in the result)."""
+
+    graphdef: nnx.GraphDef  # eval mode
+    params: nnx.State
+    rest: nnx.State
+    step: int | None = None
+    # The checkpoint folder or file it came from; None: unsaved weights.
+    checkpoint: str | None = None
+
+
+@dataclasses.dataclass
+class EvalContext:
+    """What the evaluations of one run share, made once (`eval_context`):
+    where they run and write, the split read, and predict compiled for the
+    canvases that split uses (on first use)."""
+
+    config: ml_collections.ConfigDict
+    mesh: Mesh
+    workdir: pathlib.Path
+    split: str
+    data: pipeline.EvalSplit
+    strict: bool = False  # a host round-trip in predict raises
+    predict: CompiledPredict | None = None
+
+    def compiled(self, weights: Weights) -> CompiledPredict:
+        """Predict for `weights`' model, compiled once per context."""
+        if self.predict is None:
+            self.predict = compile_predict(
+                self.config,
+                weights.graphdef,
+                weights.params,
+                weights.rest,
+                self.mesh,
+                placed=self.data.canvases,
+                strict=self.strict,
+            )
+        return self.predict
+
+
+def eval_context(
     config: ml_collections.ConfigDict,
-    graphdef: nnx.GraphDef,
-    params: nnx.State,
-    rest: nnx.State,
-    *,
     mesh: Mesh,
-    workdir: pathlib.Path,
+    workdir: str | pathlib.Path,
+    *,
     split: str | None = None,
     max_images: int = 0,
-    predict: CompiledPredict | None = None,
-    data: pipeline.EvalSplit | None = None,
-    step: int | None = None,
-    checkpoint: str | None = None,
-    step_named: bool = False,
-) -> dict:
-    """Evaluates on a COCO subset; writes eval_<slug>.json, .png and the
-    detections (`detections_path`).
+    strict: bool = False,
+) -> EvalContext:
+    """Checks the request and reads the split (default: the config's eval
+    split, its eval.max_images) for the evaluations of a run.
 
-    `predict` is a `compile_predict` result to reuse (default: compiled
-    here from `graphdef`); `data` the split already read (`eval_split`);
-    `step` and `checkpoint` (the weights evaluated: a checkpoint folder or
-    file, None for unsaved weights) are recorded in the result;
-    `step_named`: the files carry the step (`result_stem`).
+    Raises:
+      ValueError: an empty `split`, a negative `max_images` (before
+        anything is read), an eval batch the mesh does not divide, or a
+        split the data does not have.
     """
     check_request(split, max_images)
     split = config.data.eval_split if split is None else split
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
-    stem = result_stem(  # before the work
-        workdir, split, config.data, step if step_named else None
-    )
-    data = data or pipeline.eval_split(
+    data = pipeline.eval_split(
         config, split, max_images or config.eval.max_images
     )
-    if predict is None:
-        predict = compile_predict(
-            config, graphdef, params, rest, mesh, placed=data.canvases
-        )
+    return EvalContext(
+        config, mesh, pathlib.Path(workdir), split, data, strict=strict
+    )
+
+
+def evaluate(
+    context: EvalContext, weights: Weights, *, step_named: bool = False
+) -> dict:
+    """Evaluates `weights` on the context's split; writes eval_<slug>.json,
+    .png and the detections (`detections_path`); `step_named`: the files
+    carry the step (`result_stem`)."""
+    config, data, split = context.config, context.data, context.split
+    step = weights.step
+    stem = result_stem(  # before the work
+        context.workdir, split, config.data, step if step_named else None
+    )
+    predict = context.compiled(weights)
     # Said first: predicting draws a bar only on a terminal.
     logging.info(
         "Evaluating %s on %s: predicting %d images (%d batches), then COCOeval",
@@ -402,9 +449,7 @@ def evaluate(
         len(data.coco.getImgIds()),
         data.num_batches,
     )
-    results, latencies, drawn = _run_predict(
-        data, predict, params, rest, mesh, config
-    )
+    results, latencies, drawn = _run_predict(context, predict, weights)
     # Every process's results (a collective), in image-id order; each
     # image keeps its detections' order.
     results = [r for part in multihost.gather_json(results) for r in part]
@@ -416,7 +461,7 @@ def evaluate(
         "split": split,
         **data_origin(config.data),
         "step": step,
-        "checkpoint": checkpoint,
+        "checkpoint": weights.checkpoint,
         "images": len(image_ids),
     }
     box_results = [
@@ -584,19 +629,22 @@ def evaluate_checkpoints(
     split = config.data.eval_split if split is None else split
     for named in steps:  # a result it may not overwrite fails first
         result_stem(workdir, split, config.data, named)
-    data = pipeline.eval_split(
-        config, split, max_images or config.eval.max_images
+    context = eval_context(  # the split, before any checkpoint is read
+        config,
+        sharding.make_mesh(),
+        workdir,
+        split=split,
+        max_images=max_images,
     )
-    mesh = sharding.make_mesh()
     pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
-    predict, results = None, []
+    results = []
     for position, named in enumerate(steps, start=1):
         if len(steps) > 1:
             logging.info(
                 "Evaluating step %d (%d of %d)", named, position, len(steps)
             )
         graphdef, state = state_lib.restore_latest(
-            config, workdir, mesh, step=named
+            config, workdir, context.mesh, step=named
         )
         step = int(jax.device_get(state.step))
         checkpoint = (
@@ -604,29 +652,8 @@ def evaluate_checkpoints(
             if step
             else config.model.init_checkpoint  # no checkpoint: what it starts
         )
-        predict = predict or compile_predict(
-            config,
-            graphdef,
-            state.params,
-            state.rest,
-            mesh,
-            placed=data.canvases,
+        weights = Weights(
+            graphdef, state.params, state.rest, step, str(checkpoint)
         )
-        results.append(
-            evaluate(
-                config,
-                graphdef,
-                state.params,
-                state.rest,
-                mesh=mesh,
-                workdir=workdir,
-                split=split,
-                max_images=max_images,
-                predict=predict,
-                data=data,
-                step=step,
-                checkpoint=str(checkpoint),
-                step_named=named is not None,
-            )
-        )
+        results.append(evaluate(context, weights, step_named=named is not None))
     return results

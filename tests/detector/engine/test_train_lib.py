@@ -926,9 +926,9 @@ def test_eval_step_evaluates_that_checkpoints_weights(
     evaluated = []
     real = eval_lib.evaluate
 
-    def evaluate(config, graphdef, params, rest, **kwargs):
-        evaluated.append(jax.device_get(nnx.to_pure_dict(params)))
-        return real(config, graphdef, params, rest, **kwargs)
+    def evaluate(context, weights, **kwargs):
+        evaluated.append(jax.device_get(nnx.to_pure_dict(weights.params)))
+        return real(context, weights, **kwargs)
 
     monkeypatch.setattr(eval_lib, "evaluate", evaluate)
     steps = eval_lib.chosen_steps(run, step=2)
