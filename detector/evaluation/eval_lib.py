@@ -542,8 +542,9 @@ def result_line(
         )
         if path.exists()
     ]
-    names = ", ".join(
-        [str(written[0]), *(p.name[len(stem.name) :] for p in written[1:])]
+    names = ", ".join(  # the first in full, then the others' suffixes
+        str(p) if n == 0 else p.name[len(stem.name) :]
+        for n, p in enumerate(written)
     )
     return (
         f"evaluated step {result['step']} ({result['checkpoint']}) on "

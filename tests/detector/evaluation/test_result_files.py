@@ -96,3 +96,14 @@ def test_results_larger_than_the_free_space_name_a_file_and_write_none(
     assert error.value.filename == str(eval_lib.detections_path(stem))
     assert "No space left on device" in error.value.strerror
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_result_line_names_the_step_and_the_files_written(tmp_path):
+    config = config_lib.base_config()
+    result = {"split": "val", "step": 3, "checkpoint": "c", "bbox": {"AP": 0.5}}
+    line = eval_lib.result_line(tmp_path, config, result)
+    assert line == "evaluated step 3 (c) on val: bbox AP 0.500; wrote nothing"
+    for name in ("eval_val_step3.json", "eval_val_step3.png"):
+        (tmp_path / name).write_text("{}")
+    line = eval_lib.result_line(tmp_path, config, result, step_named=True)
+    assert line.endswith(f"wrote {tmp_path}/eval_val_step3.json, .png")
