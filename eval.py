@@ -1,13 +1,16 @@
-r"""Evaluates the latest checkpoint of a workdir on a COCO subset.
+r"""Evaluates the latest checkpoint of a workdir (or a kept one) on a COCO
+subset.
 
   python eval.py --workdir=workdirs/shapes
+  python eval.py --workdir=workdirs/shapes --step=500    # or --all_steps
   python eval.py --workdir=DIR --config=configs/coco_r50_fpn.py \
       --split='val2017[:500]' --nms=pallas --max_images=100
 
   python eval.py --workdir=DIR --print_config   # the config it would use
 
 Writes <workdir>/eval_<slug>.json, .png and .detections.json
-(docs/training.md). Multi-host flags: --helpfull (docs/multi-host.md).
+(eval_<slug>_step<N>.* for a step named; docs/training.md). Multi-host
+flags: --helpfull (docs/multi-host.md).
 """
 
 from absl import app, flags
@@ -33,6 +36,14 @@ _MAX_IMAGES = flags.DEFINE_integer(
     "max_images", 0, "Evaluate at most this many images."
 )
 _PRINT_CONFIG = cli.define_print_config()
+_STEP = flags.DEFINE_integer(
+    "step",
+    None,
+    "Evaluate the kept checkpoint of this step (default: the newest).",
+)
+_ALL_STEPS = flags.DEFINE_bool(
+    "all_steps", False, "Evaluate every kept checkpoint, oldest first."
+)
 _MULTIHOST = cli.MultihostFlags()
 
 
@@ -50,14 +61,32 @@ def main(argv: list[str]) -> None:
         print(config_help.printed(config), end="", flush=True)
         return
     cli.start_jax(config, _MULTIHOST)
-    from detector.evaluation import eval_lib
+    import jax
+
+    from detector.evaluation import curves, eval_lib
 
     with cli.one_line_errors():
         validate.validate(config)  # before anything is read or written
-        eval_lib.evaluate_checkpoint(
-            config, workdir, split=_SPLIT.value, max_images=_MAX_IMAGES.value
+        steps = eval_lib.chosen_steps(workdir, _STEP.value, _ALL_STEPS.value)
+        results = eval_lib.evaluate_checkpoints(
+            config,
+            workdir,
+            split=_SPLIT.value,
+            max_images=_MAX_IMAGES.value,
+            steps=steps,
+        )
+        drawn = jax.process_index() == 0 and curves.draw(
+            workdir, eval_lib.result_stem(workdir, config.data.eval_split).name
         )
     peers.finished()
+    if jax.process_index() == 0:
+        lines = [
+            eval_lib.result_line(workdir, config, result, steps != [None])
+            for result in results
+        ]
+        if drawn:
+            lines[-1] += f"; {curves.note(workdir)}"
+        print("\n".join(lines), flush=True)
 
 
 if __name__ == "__main__":

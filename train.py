@@ -88,10 +88,12 @@ def main(argv: list[str]) -> None:
         sys.exit(preemption.exit_code(e.signum))
     peers.finished()
     if jax.process_index() == 0:
-        print(
-            next_steps.final_line(workdir, results, config.train.num_steps),
-            flush=True,
-        )
+        from detector.evaluation import curves
+
+        line = next_steps.final_line(workdir, results, config.train.num_steps)
+        if (pathlib.Path(workdir) / curves.FILE_NAME).exists():
+            line += f"; {curves.note(workdir)}"
+        print(line, flush=True)
 
 
 def _train(

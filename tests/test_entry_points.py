@@ -216,6 +216,18 @@ def test_eval_without_checkpoint_or_config(tmp_path):
             "eval.py",
             f"--workdir={tmp_path}",
             "--config=configs/shapes.py:runlocal",
+            "--step=7",
+        )
+    )
+    assert line == (
+        f"error: --step=7: {tmp_path}/checkpoints keeps no checkpoint "
+        "(train first, or check --workdir)"
+    )
+    line = _error_line(
+        _run(
+            "eval.py",
+            f"--workdir={tmp_path}",
+            "--config=configs/shapes.py:runlocal",
             "--max_images=-5",
         )
     )

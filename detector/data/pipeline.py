@@ -178,13 +178,33 @@ def _batch_train(
     return dataset.batch(batch, drop_remainder=True).prefetch(data.prefetch)
 
 
+class TrainBatches:
+    """Training batches (an iterator), and the canvases they use."""
+
+    def __init__(
+        self,
+        batches: Iterator[dict[str, np.ndarray]],
+        used: tuple[canvases.Canvas, ...],
+    ):
+        self._batches = batches
+        # canvases.canvases' of an orientation the split has images of,
+        # in that order: the train programs to compile.
+        self.canvases = used
+
+    def __iter__(self) -> "TrainBatches":
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        return next(self._batches)
+
+
 def train_batches(
     config: ml_collections.ConfigDict,
     *,
     start_step: int = 0,
     process_index: int | None = None,
     process_count: int | None = None,
-) -> Iterator[dict[str, np.ndarray]]:
+) -> TrainBatches:
     """Infinite training batches of this process, from step `start_step`.
 
     Deterministic given config.seed; see the module docstring for resume.
@@ -199,10 +219,10 @@ def train_batches(
     _set_up_tensorflow()
     source = source_class(config, config.data.train_split)
     if config.data.group_orientations:
-        return _NumpyBatches(
-            _grouped_batches(source, config, start_step, batch, process),
-            source,
+        grouped, used = _grouped_batches(
+            source, config, start_step, batch, process
         )
+        return TrainBatches(_NumpyBatches(grouped, source), used)
     records = iter(
         source.train_records(config.seed, start_step, batch, process)
     )
@@ -220,7 +240,10 @@ def train_batches(
         while True:
             yield from numpy_batches()
 
-    return batches(numpy_batches())  # the first dataset is built right away
+    # The first dataset is built right away.
+    return TrainBatches(
+        batches(numpy_batches()), canvases.canvases(config.data)
+    )
 
 
 def _grouped_batches(
@@ -229,9 +252,10 @@ def _grouped_batches(
     start_step: int,
     batch: int,
     process: tuple[int, int],
-) -> tf.data.Dataset:
+) -> tuple[tf.data.Dataset, tuple[canvases.Canvas, ...]]:
     """Steps start_step, ... of one orientation each, the schedule's, on
-    that orientation's canvas (docs/architecture.md, "Data sources")."""
+    that orientation's canvas (docs/architecture.md, "Data sources"), and
+    the canvases of the orientations with images (the only ones drawn)."""
     counts = source.orientation_counts()
     placed = canvases.canvases(config.data)
     schedule = orientation_schedule.OrientationSchedule(
@@ -267,7 +291,8 @@ def _grouped_batches(
             [],
         )
     )
-    return tf.data.Dataset.choose_from_datasets(per_orientation, choices)
+    used = tuple(c for c, n in zip(placed, counts, strict=True) if n)
+    return tf.data.Dataset.choose_from_datasets(per_orientation, choices), used
 
 
 @dataclasses.dataclass
@@ -286,6 +311,9 @@ class EvalSplit:
     image_ids: list[int]
     has_masks: bool
     num_batches: int
+    # The canvases its batches are on (canvases.canvases' with images, in
+    # that order): the predict programs to compile.
+    canvases: tuple[canvases.Canvas, ...]
     _make_dataset: Callable[[], tf.data.Dataset] = dataclasses.field(repr=False)
     _source: source_lib.Source | None = dataclasses.field(
         default=None, repr=False
@@ -408,6 +436,7 @@ def eval_split(
         image_ids=[all_ids[k] for block in blocks for k in block.positions],
         has_masks=source.has_masks,
         num_batches=sum(block.num_batches for block in blocks),
+        canvases=tuple(block.canvas for block in blocks),
         _make_dataset=make_dataset,
         _source=source,
     )

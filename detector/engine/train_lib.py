@@ -25,8 +25,8 @@ from detector.distributed import (
 )
 from detector.engine import train_metrics, train_programs
 from detector.engine import train_step as step_lib
-from detector.evaluation import eval_lib
-from detector.imaging import canvases
+from detector.evaluation import curves, eval_lib
+from detector.imaging import canvases as canvases_lib
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from detector.utils import files
@@ -68,17 +68,22 @@ class LaunchHooks:
 
 
 @dataclasses.dataclass
-class _Run:
-    """What the training loop and the evaluations of one run share."""
+class RunContext:
+    """What the training loop and the evaluations of one run share, made
+    once per run: where it runs and writes, its checkpoints, the canvases
+    its training batches use and the programs compiled for them, the
+    metrics log, and the evaluations' context (None: no evaluations)."""
 
     config: ml_collections.ConfigDict
     workdir: pathlib.Path
     mesh: Mesh
     ckpt: checkpoint.Checkpointer
-    eval_graphdef: nnx.GraphDef
-    predict: eval_lib.CompiledPredict | None  # None: no evaluations
-    log: train_metrics.MetricsLog | None = None
     stop: preemption.Watch | None = None  # None: signals are not watched
+    canvases: tuple[canvases_lib.Canvas, ...] = ()  # the train programs'
+    programs: train_programs.TrainPrograms | None = None
+    log: train_metrics.MetricsLog | None = None
+    evaluation: eval_lib.EvalContext | None = None
+    eval_graphdef: nnx.GraphDef | None = None
 
 
 def train_and_evaluate(
@@ -122,18 +127,15 @@ def train_and_evaluate(
                 workdir / "checkpoints",
                 max_to_keep=config.train.keep_checkpoints,
             )
+            run = RunContext(config, workdir, mesh, ckpt, stop=stop)
             try:
                 return _train(
-                    config,
-                    workdir,
-                    mesh,
-                    ckpt,
+                    run,
                     tx,
                     schedule,
                     hooks,
                     strict=strict_device,
                     evaluate=evaluate,
-                    stop=stop,
                     evaluate_finished=evaluate_finished,
                 )
             finally:
@@ -145,20 +147,17 @@ def train_and_evaluate(
 
 
 def _train(
-    config: ml_collections.ConfigDict,
-    workdir: pathlib.Path,
-    mesh: Mesh,
-    ckpt: checkpoint.Checkpointer,
+    run: RunContext,
     tx: optax.GradientTransformation,
     schedule: optax.Schedule,
     hooks: LaunchHooks,
     *,
     strict: bool,
     evaluate: bool,
-    stop: preemption.Watch | None,
     evaluate_finished: bool = False,
 ) -> dict:
     """Restores, compiles and audits, then trains and evaluates."""
+    config, workdir, mesh, ckpt = run.config, run.workdir, run.mesh, run.ckpt
     if evaluate:  # a result file it may not overwrite fails before step 1
         eval_lib.result_stem(workdir, config.data.eval_split)
     # The data first: a missing dataset fails before the model is built.
@@ -171,26 +170,25 @@ def _train(
         return {hooks.complete_key: start_step, **_saved_eval(workdir, config)}
     if start_step != latest:  # damaged checkpoints were skipped
         batches = pipeline.train_batches(config, start_step=start_step)
-    eval_graphdef = state_lib.eval_graphdef(graphdef, state.params, state.rest)
-    canvas_list = canvases.canvases(config.data)
-    logging.info(_compiling_line(evaluate, len(canvas_list)))
-    # Predict first: it compiles faster, so a strict run fails sooner.
-    predict = (
-        eval_lib.compile_predict(
-            config, eval_graphdef, state.params, state.rest, mesh, strict=strict
-        )
-        if evaluate
-        else None
+    run.canvases = batches.canvases
+    run.eval_graphdef = state_lib.eval_graphdef(
+        graphdef, state.params, state.rest
     )
-    run = _Run(config, workdir, mesh, ckpt, eval_graphdef, predict, stop=stop)
+    if evaluate:  # the split read once for every evaluation
+        run.evaluation = eval_lib.eval_context(
+            config, mesh, workdir, strict=strict
+        )
+    logging.info(_compiling_line(evaluate, len(run.canvases), start_step + 1))
+    if run.evaluation:  # predict first: it compiles faster, so a strict
+        run.evaluation.compiled(_weights(run, state))  # run fails sooner
     key = sharding.replicate(jax.random.key(config.seed), mesh)
     batch = sharding.put_batch(next(batches), mesh)
-    step_fn, findings = train_programs.compile_per_canvas(
+    run.programs, findings = train_programs.compile_per_canvas(
         step_lib.make_train_step(graphdef, tx, schedule, mesh),
         state,
         batch,
         key,
-        canvas_list,
+        run.canvases,
         strict=strict,
         advice=nms_lib.host_advice,
     )
@@ -208,11 +206,18 @@ def _train(
         num_steps=config.train.num_steps,
     )
     try:
-        state = _loop(run, step_fn, state, batch, batches, key, start_step)
+        state = _loop(run, state, batch, batches, key, start_step)
         ckpt.wait()
-        return _evaluate(run, state, config.train.num_steps) if evaluate else {}
+        results = (
+            _evaluate(run, state, config.train.num_steps) if evaluate else {}
+        )
     finally:
         run.log.close()
+    if jax.process_index() == 0:  # after metrics.jsonl's last line
+        curves.draw(
+            workdir, eval_lib.result_stem(workdir, config.data.eval_split).name
+        )
+    return results
 
 
 # How long the first compile of the train step (and predict) takes, by
@@ -224,8 +229,9 @@ COMPILE_TIMES = {
 }
 
 
-def _compiling_line(evaluate: bool, num_canvases: int) -> str:
-    """The line logged before the first compile: what and how long."""
+def _compiling_line(evaluate: bool, num_canvases: int, first_step: int) -> str:
+    """The line logged before the first compile: what, how long, and the
+    step that follows (past a resume's checkpoint)."""
     programs = "the train step"
     if num_canvases > 1:
         programs += f" ({num_canvases} programs, one per canvas)"
@@ -233,7 +239,7 @@ def _compiling_line(evaluate: bool, num_canvases: int) -> str:
         programs += " and predict"
     platform = jax.default_backend()
     took = COMPILE_TIMES.get(platform, f"minutes on {platform}")
-    return f"Compiling {programs} ({took}); step 1 follows"
+    return f"Compiling {programs} ({took}); step {first_step} follows"
 
 
 def _saved_eval(
@@ -245,8 +251,7 @@ def _saved_eval(
 
 
 def _loop(
-    run: _Run,
-    step_fn: train_programs.TrainPrograms,
+    run: RunContext,
     state: state_lib.TrainState,
     batch: dict[str, jax.Array],
     batches: Iterator[dict],
@@ -270,7 +275,7 @@ def _loop(
                 batch = sharding.put_batch(next(batches), run.mesh)
             started = time.perf_counter()
             run.log.add_data_wait(started - waited)
-            state, metrics = step_fn(state, batch, key)
+            state, metrics = run.programs(state, batch, key)
             jax.block_until_ready(metrics)
             run.log.add_step_time(time.perf_counter() - started)
             finite = metrics.pop(step_lib.STATE_FINITE)
@@ -293,7 +298,7 @@ def _loop(
                 run.ckpt.save(step, state_lib.to_tree(state))
             _stop_if_requested(run, state, step, saved=saved)
             if (
-                run.predict is not None
+                run.evaluation is not None
                 and train.eval_every
                 and step % train.eval_every == 0
                 and step < train.num_steps
@@ -304,7 +309,7 @@ def _loop(
 
 
 def _stop_if_requested(
-    run: _Run, state: state_lib.TrainState, step: int, *, saved: bool
+    run: RunContext, state: state_lib.TrainState, step: int, *, saved: bool
 ) -> None:
     """On an agreed stop request: checkpoints `step` (unless `saved`),
     waits for the save and raises preemption.Preempted."""
@@ -316,19 +321,25 @@ def _stop_if_requested(
     raise preemption.Preempted(step, run.stop.signum)
 
 
-def _evaluate(run: _Run, state: state_lib.TrainState, step: int) -> dict:
+def _weights(
+    run: RunContext, state: state_lib.TrainState, step: int | None = None
+) -> eval_lib.Weights:
+    """The weights of `state` at `step`, naming its checkpoint where one is
+    saved at that step."""
     train = run.config.train
-    saved = step % train.checkpoint_every == 0 or step == train.num_steps
-    results = eval_lib.evaluate(
-        run.config,
+    saved = step is not None and (
+        step % train.checkpoint_every == 0 or step == train.num_steps
+    )
+    return eval_lib.Weights(
         run.eval_graphdef,
         state.params,
         state.rest,
-        mesh=run.mesh,
-        workdir=run.workdir,
-        predict=run.predict,
-        step=step,
-        checkpoint=str(run.ckpt.directory / str(step)) if saved else None,
+        step,
+        str(run.ckpt.directory / str(step)) if saved else None,
     )
+
+
+def _evaluate(run: RunContext, state: state_lib.TrainState, step: int) -> dict:
+    results = eval_lib.evaluate(run.evaluation, _weights(run, state, step))
     run.log.write_eval(step, results)
     return results

@@ -15,16 +15,50 @@ from ops import names
 
 
 @dataclasses.dataclass(frozen=True)
+class Scores:
+    """One COCOeval run's numbers."""
+
+    stats: np.ndarray  # f64[12]: AP, AP50, ..., ARl; -1 where undefined
+    # category id -> AP (IoU 0.50:0.95, all areas, 100 detections), -1 for
+    # a category with no ground truth on the images evaluated
+    per_category: dict[int, float]
+
+
+@dataclasses.dataclass(frozen=True)
 class Backend:
     """A COCOeval implementation.
 
-    `module` is what must import; `stats(coco_gt, detections, iou_type,
-    image_ids)` returns f64[12] (AP, AP50, ..., ARl; -1 where COCO has no
-    ground truth to define one) and prints the summary.
+    `module` is what must import; `run(coco_gt, detections, iou_type,
+    image_ids)` returns its `Scores` and prints the summary.
     """
 
     module: str
-    stats: Callable[[object, list[dict], str, list[int]], np.ndarray]
+    run: Callable[[object, list[dict], str, list[int]], Scores]
+
+
+def per_category_ap(
+    precision: np.ndarray, category_ids: list[int]
+) -> dict[int, float]:
+    """Each category's AP from COCOeval's accumulated precision
+    f64[T, R, K, A, M] (K: `category_ids`, COCOeval's params.catIds): the
+    mean over IoU thresholds and recalls of area 'all' at the most
+    detections, as COCOeval's summary AP is of every category."""
+    aps = {}
+    for k, category in enumerate(category_ids):
+        values = precision[:, :, k, 0, -1]
+        values = values[values > -1]
+        aps[int(category)] = float(np.mean(values)) if values.size else -1.0
+    return aps
+
+
+def _scores(evaluator) -> Scores:
+    return Scores(
+        np.asarray(evaluator.stats[:12], np.float64),
+        per_category_ap(
+            np.asarray(evaluator.eval["precision"]),
+            list(evaluator.params.catIds),
+        ),
+    )
 
 
 def _empty_detections(dataset: dict) -> dict:
@@ -36,9 +70,9 @@ def _empty_detections(dataset: dict) -> dict:
     }
 
 
-def _pycocotools_stats(
+def _pycocotools_run(
     coco_gt, detections: list[dict], iou_type: str, image_ids: list[int]
-) -> np.ndarray:
+) -> Scores:
     from pycocotools import coco as coco_lib
     from pycocotools.cocoeval import COCOeval
 
@@ -55,16 +89,16 @@ def _pycocotools_stats(
         evaluator.evaluate()
         evaluator.accumulate()
     evaluator.summarize()
-    return np.asarray(evaluator.stats, np.float64)
+    return _scores(evaluator)
 
 
 # faster-coco-eval's ground truth, indexed once per pycocotools COCO.
 _FASTER_GT = weakref.WeakKeyDictionary()
 
 
-def _faster_stats(
+def _faster_run(
     coco_gt, detections: list[dict], iou_type: str, image_ids: list[int]
-) -> np.ndarray:
+) -> Scores:
     import faster_coco_eval
 
     ground_truth = _FASTER_GT.get(coco_gt)
@@ -80,13 +114,13 @@ def _faster_stats(
         evaluator.evaluate()
         evaluator.accumulate()
     evaluator.summarize()
-    return np.asarray(evaluator.stats[:12], np.float64)
+    return _scores(evaluator)
 
 
 # config.eval.coco_backend: name -> Backend.
 BACKENDS = {
-    "faster_coco_eval": Backend("faster_coco_eval", _faster_stats),
-    "pycocotools": Backend("pycocotools", _pycocotools_stats),
+    "faster_coco_eval": Backend("faster_coco_eval", _faster_run),
+    "pycocotools": Backend("pycocotools", _pycocotools_run),
 }
 DEFAULT = "faster_coco_eval"
 FALLBACK = "pycocotools"
@@ -125,10 +159,10 @@ def evaluate(
     detections: list[dict],
     iou_type: str,
     image_ids: list[int],
-) -> np.ndarray:
-    """f64[12] COCO numbers of `detections` (COCO results format; the
-    dicts gain COCOeval's keys) against `coco_gt` (a pycocotools COCO) on
+) -> Scores:
+    """The COCO numbers of `detections` (COCO results format; the dicts
+    gain COCOeval's keys) against `coco_gt` (a pycocotools COCO) on
     `image_ids`, by the backend `name` (or FALLBACK where it is missing)."""
-    return BACKENDS[available(name)].stats(
+    return BACKENDS[available(name)].run(
         coco_gt, detections, iou_type, image_ids
     )

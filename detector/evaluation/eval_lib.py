@@ -24,6 +24,7 @@ from detector.distributed import determinism, multihost, sharding
 from detector.evaluation import (
     coco_backends,
     overlap,
+    per_category,
     postprocess,
     visualize,
 )
@@ -95,10 +96,12 @@ def compile_predict(
     rest: nnx.State,
     mesh: Mesh,
     *,
+    placed: tuple[canvases.Canvas, ...],
     strict: bool = False,
 ) -> CompiledPredict:
     """Compiles predict for f32[eval.batch_size, H, W, 3] images on each
-    canvas and their i32[eval.batch_size, 2] sizes, audited.
+    canvas of `placed` (those the eval split uses, `EvalSplit.canvases`)
+    and their i32[eval.batch_size, 2] sizes, audited.
 
     `graphdef` is the eval-mode graphdef. Raises HostRoundTripError when
     `strict` and a program goes through the host.
@@ -108,14 +111,14 @@ def compile_predict(
         (config.eval.batch_size, 2), jnp.int32, sharding=rows
     )
     jitted = make_predict(graphdef, mesh)
-    placed = canvases.canvases(config.data)
     programs, findings = {}, []
-    for kind, canvas in enumerate(placed):
+    for canvas in map(tuple, placed):
         if canvas in programs:  # a square canvas in both orientations
             continue
         images = jax.ShapeDtypeStruct(
             (config.eval.batch_size, *canvas, 3), jnp.float32, sharding=rows
         )
+        kind = canvases.NAMES[canvases.orientation(*canvas)]
         programs[canvas], found = host_audit.compile_audited(
             jitted,
             params,
@@ -123,8 +126,8 @@ def compile_predict(
             images,
             sizes,
             program=(
-                f"predict ({canvases.NAMES[kind]} canvas)"
-                if len(placed) > 1
+                f"predict ({kind} canvas)"
+                if config.data.group_orientations
                 else "predict"
             ),
             strict=strict,
@@ -140,20 +143,28 @@ def coco_metrics(
     iou_type: str,
     image_ids: list[int],
     backend: str = coco_backends.DEFAULT,
-) -> dict[str, float]:
-    """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary.
+) -> tuple[dict[str, float], list[dict]]:
+    """COCOeval for one iou_type ('bbox' or 'segm'); prints the summary
+    and the per-category table.
 
     `backend` names the COCOeval (config eval.coco_backend). Metrics COCO
     cannot define (no ground truth in an area range, or at all) are -1, as
     pycocotools reports them, with detections or without.
+
+    Returns:
+      ({metric name: value}, `per_category.rows`: each category's AP).
     """
     if not results:
         logging.warning("No %s detections.", iou_type)
     print(f"COCO {iou_type}:")
-    stats = coco_backends.evaluate(
+    scores = coco_backends.evaluate(
         backend, coco_gt, results, iou_type, image_ids
     )
-    return {name: float(v) for name, v in zip(METRIC_NAMES, stats, strict=True)}
+    names = {c: coco_gt.cats[c]["name"] for c in coco_gt.cats}
+    rows = per_category.rows(scores.per_category, names)
+    print(per_category.table(iou_type, rows), flush=True)
+    metrics = dict(zip(METRIC_NAMES, map(float, scores.stats), strict=True))
+    return metrics, rows
 
 
 def split_slug(split: str) -> str:
@@ -204,11 +215,13 @@ def result_stem(
     workdir: pathlib.Path,
     split: str,
     data: ml_collections.ConfigDict | None = None,
+    step: int | None = None,
 ) -> pathlib.Path:
     """The stem of a result's .json and .png: `<workdir>/eval_<slug>` for
     the run's own data, `<workdir>/eval_<source>_<root name>_<slug>` for
     `data` that is not the data of the run's config.json (None: the run's
-    own, as in training).
+    own, as in training); `_step<N>` follows for a checkpoint named by
+    step (eval.py --step, --all_steps).
 
     A .json there that is not a readable result (cut short, not JSON) is
     logged and will be overwritten.
@@ -221,7 +234,8 @@ def result_stem(
     origin = None if data is None else data_origin(data)
     own = origin is None or origin == (_run_origin(workdir) or origin)
     prefix = "eval_" if own else f"eval_{_origin_name(origin)}_"
-    stem = workdir / f"{prefix}{split_slug(split)}"
+    suffix = "" if step is None else f"_step{step}"
+    stem = workdir / f"{prefix}{split_slug(split)}{suffix}"
     path = stem.with_suffix(".json")
     if path.exists():
         try:
@@ -290,13 +304,17 @@ def check_request(split: str | None, max_images: int) -> None:
         )
 
 
-def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
+def _run_predict(
+    context: "EvalContext", predict: CompiledPredict, weights: "Weights"
+):
     """Predicts every batch; returns COCO results, latencies, drawings.
 
     Batch k becomes COCO results on a host thread while the device predicts
     batch k + 1 (`overlap.InOrder`); the results keep the batches' order.
     The drawings are this process's images of the lowest ids.
     """
+    config, data, mesh = context.config, context.data, context.mesh
+    params, rest = weights.params, weights.rest
     latencies = []
     drawn = visualize.LowestIds(config.eval.num_visualized)
     with host_audit.device_only_transfers(), overlap.InOrder() as host:
@@ -331,41 +349,108 @@ def _run_predict(data, predict: CompiledPredict, params, rest, mesh, config):
     return results, latencies, drawn.rows()
 
 
-def evaluate(
+def _write_result(stem: pathlib.Path, summary: dict, detections: str) -> None:
+    """Writes the detections, then the summary, once both are known to fit
+    on the disk (a full disk names the file, before either is written)."""
+    texts = {
+        detections_path(stem): detections.encode(),
+        stem.with_suffix(".json"): json.dumps(summary, indent=2).encode(),
+    }
+    files.check_space({path: len(data) for path, data in texts.items()})
+    for path, data in texts.items():
+        files.write_bytes(path, data)
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """The model evaluated, and what it is (recorded in the result)."""
+
+    graphdef: nnx.GraphDef  # eval mode
+    params: nnx.State
+    rest: nnx.State
+    step: int | None = None
+    # The checkpoint folder or file it came from; None: unsaved weights.
+    checkpoint: str | None = None
+
+
+@dataclasses.dataclass
+class EvalContext:
+    """What the evaluations of one run share, made once (`eval_context`):
+    where they run and write, the split read, and predict compiled for the
+    canvases that split uses (on first use)."""
+
+    config: ml_collections.ConfigDict
+    mesh: Mesh
+    workdir: pathlib.Path
+    split: str
+    data: pipeline.EvalSplit
+    strict: bool = False  # a host round-trip in predict raises
+    predict: CompiledPredict | None = None
+
+    def compiled(self, weights: Weights) -> CompiledPredict:
+        """Predict for `weights`' model, compiled once per context."""
+        if self.predict is None:
+            self.predict = compile_predict(
+                self.config,
+                weights.graphdef,
+                weights.params,
+                weights.rest,
+                self.mesh,
+                placed=self.data.canvases,
+                strict=self.strict,
+            )
+        return self.predict
+
+
+def eval_context(
     config: ml_collections.ConfigDict,
-    graphdef: nnx.GraphDef,
-    params: nnx.State,
-    rest: nnx.State,
-    *,
     mesh: Mesh,
-    workdir: pathlib.Path,
+    workdir: str | pathlib.Path,
+    *,
     split: str | None = None,
     max_images: int = 0,
-    predict: CompiledPredict | None = None,
-    data: pipeline.EvalSplit | None = None,
-    step: int | None = None,
-    checkpoint: str | None = None,
-) -> dict:
-    """Evaluates on a COCO subset; writes eval_<slug>.json, .png and the
-    detections (`detections_path`).
+    strict: bool = False,
+) -> EvalContext:
+    """Checks the request and reads the split (default: the config's eval
+    split, its eval.max_images) for the evaluations of a run.
 
-    `predict` is a `compile_predict` result to reuse (default: compiled
-    here from `graphdef`); `data` the split already read (`eval_split`);
-    `step` and `checkpoint` (the weights evaluated: a checkpoint folder or
-    file, None for unsaved weights) are recorded in the result.
+    Raises:
+      ValueError: an empty `split`, a negative `max_images` (before
+        anything is read), an eval batch the mesh does not divide, or a
+        split the data does not have.
     """
     check_request(split, max_images)
     split = config.data.eval_split if split is None else split
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
-    stem = result_stem(workdir, split, config.data)  # before the work
-    data = data or pipeline.eval_split(
+    data = pipeline.eval_split(
         config, split, max_images or config.eval.max_images
     )
-    if predict is None:
-        predict = compile_predict(config, graphdef, params, rest, mesh)
-    results, latencies, drawn = _run_predict(
-        data, predict, params, rest, mesh, config
+    return EvalContext(
+        config, mesh, pathlib.Path(workdir), split, data, strict=strict
     )
+
+
+def evaluate(
+    context: EvalContext, weights: Weights, *, step_named: bool = False
+) -> dict:
+    """Evaluates `weights` on the context's split; writes eval_<slug>.json,
+    .png and the detections (`detections_path`); `step_named`: the files
+    carry the step (`result_stem`)."""
+    config, data, split = context.config, context.data, context.split
+    step = weights.step
+    stem = result_stem(  # before the work
+        context.workdir, split, config.data, step if step_named else None
+    )
+    predict = context.compiled(weights)
+    # Said first: predicting draws a bar only on a terminal.
+    logging.info(
+        "Evaluating %s on %s: predicting %d images (%d batches), then COCOeval",
+        "unsaved weights" if step is None else f"step {step}",
+        split,
+        len(data.coco.getImgIds()),
+        data.num_batches,
+    )
+    results, latencies, drawn = _run_predict(context, predict, weights)
     # Every process's results (a collective), in image-id order; each
     # image keeps its detections' order.
     results = [r for part in multihost.gather_json(results) for r in part]
@@ -377,18 +462,19 @@ def evaluate(
         "split": split,
         **data_origin(config.data),
         "step": step,
-        "checkpoint": checkpoint,
+        "checkpoint": weights.checkpoint,
         "images": len(image_ids),
     }
     box_results = [
         {k: v for k, v in r.items() if k != "segmentation"} for r in results
     ]
     backend = config.eval.coco_backend
-    summary["bbox"] = coco_metrics(
+    categories = {}  # iou type -> per_category.rows
+    summary["bbox"], categories["bbox"] = coco_metrics(
         data.coco, box_results, "bbox", image_ids, backend
     )
     if data.has_masks:
-        summary["segm"] = coco_metrics(
+        summary["segm"], categories["segm"] = coco_metrics(
             data.coco, results, "segm", image_ids, backend
         )
     else:
@@ -396,6 +482,7 @@ def evaluate(
             "Split %s has no instance masks: segm not evaluated.", split
         )
     summary.update(
+        per_category=categories,
         predict_latency_ms_per_image=float(np.median(latencies)),
         nms_backend=nms_lib.backend_name(
             config.model.rpn.nms_backend, config.model.detection.nms_backend
@@ -404,16 +491,16 @@ def evaluate(
         deterministic=determinism.enabled(),
     )
     if jax.process_index() == 0:
-        files.write_text(
-            stem.with_suffix(".json"), json.dumps(summary, indent=2)
-        )
-        files.write_text(detections_path(stem), detections)
-        visualize.draw_predictions(
-            drawn,
-            config,
-            stem.with_suffix(".png"),
-            class_names=[data.coco.cats[c]["name"] for c in data.category_ids],
-        )
+        _write_result(stem, summary, detections)
+        with files.naming(stem.with_suffix(".png")):
+            visualize.draw_predictions(
+                drawn,
+                config,
+                stem.with_suffix(".png"),
+                class_names=[
+                    data.coco.cats[c]["name"] for c in data.category_ids
+                ],
+            )
     logging.info(
         "Eval %s: bbox AP %.3f%s, %.1f ms/image",
         split,
@@ -424,14 +511,107 @@ def evaluate(
     return summary
 
 
+def _scores(result: dict) -> str:
+    """'bbox AP 0.812, segm AP 0.790' (the tasks evaluated)."""
+    return ", ".join(
+        f"{task} AP {result[task]['AP']:.3f}"
+        for task in ("bbox", "segm")
+        if task in result
+    )
+
+
+def result_line(
+    workdir: pathlib.Path,
+    config: ml_collections.ConfigDict,
+    result: dict,
+    step_named: bool = False,
+) -> str:
+    """eval.py's line of one `evaluate_checkpoints` result: the step and
+    split evaluated, the AP and the files written."""
+    stem = result_stem(
+        workdir,
+        result["split"],
+        config.data,
+        result["step"] if step_named else None,
+    )
+    written = [
+        path
+        for path in (
+            stem.with_suffix(".json"),
+            stem.with_suffix(".png"),
+            detections_path(stem),
+        )
+        if path.exists()
+    ]
+    names = ", ".join(  # the first in full, then the others' suffixes
+        str(p) if n == 0 else p.name[len(stem.name) :]
+        for n, p in enumerate(written)
+    )
+    return (
+        f"evaluated step {result['step']} ({result['checkpoint']}) on "
+        f"{result['split']}: {_scores(result)}; wrote {names or 'nothing'}"
+    )
+
+
+def chosen_steps(
+    workdir: pathlib.Path, step: int | None = None, all_steps: bool = False
+) -> list[int | None]:
+    """The checkpoints eval.py evaluates: [None] (the newest intact one),
+    [`step`], or every kept step in order (`all_steps`).
+
+    Raises:
+      ValueError: both asked for, no checkpoint kept, or `step` not kept
+        (naming the kept steps); reads only the checkpoint list.
+    """
+    if step is not None and all_steps:
+        raise ValueError("--step and --all_steps: give one or the other")
+    if step is None and not all_steps:
+        return [None]
+    folder = pathlib.Path(workdir) / "checkpoints"
+    kept = state_lib.kept_steps(workdir)
+    flag = "--all_steps" if all_steps else f"--step={step}"
+    if not kept:
+        raise ValueError(
+            f"{flag}: {folder} keeps no checkpoint (train first, or check "
+            "--workdir)"
+        )
+    if all_steps:
+        return list(kept)
+    if step not in kept:
+        raise ValueError(
+            f"{flag}: {folder} keeps no checkpoint of step {step}; kept "
+            f"steps: {', '.join(map(str, kept))}"
+        )
+    return [step]
+
+
 def evaluate_checkpoint(
     config: ml_collections.ConfigDict,
     workdir: pathlib.Path,
     *,
     split: str | None = None,
     max_images: int = 0,
+    step: int | None = None,
 ) -> dict:
-    """Restores the latest checkpoint of `workdir` and evaluates it.
+    """`evaluate_checkpoints` of one checkpoint: `step`'s, or (None) the
+    newest intact one; its result."""
+    (result,) = evaluate_checkpoints(
+        config, workdir, split=split, max_images=max_images, steps=[step]
+    )
+    return result
+
+
+def evaluate_checkpoints(
+    config: ml_collections.ConfigDict,
+    workdir: pathlib.Path,
+    *,
+    split: str | None = None,
+    max_images: int = 0,
+    steps: list[int | None] | tuple[int | None, ...] = (None,),
+) -> list[dict]:
+    """Restores each checkpoint of `workdir` in `steps` (None: the newest
+    intact one) and evaluates it; predict compiles once. A checkpoint named
+    by step writes `eval_<slug>_step<N>.*` (`result_stem`).
 
     Reads the workdir only: a missing `checkpoints/` is an error, not
     created, unless config.model.init_checkpoint is set: then the model it
@@ -449,28 +629,33 @@ def evaluate_checkpoint(
     multihost.check_same_config(config)
     state_lib.check_restorable(config, workdir)
     split = config.data.eval_split if split is None else split
-    data = pipeline.eval_split(
-        config, split, max_images or config.eval.max_images
-    )
-    mesh = sharding.make_mesh()
-    graphdef, state = state_lib.restore_latest(config, workdir, mesh)
-    step = int(jax.device_get(state.step))
-    checkpoint = (
-        pathlib.Path(workdir).absolute() / "checkpoints" / str(step)
-        if step
-        else config.model.init_checkpoint  # no checkpoint: what it starts
-    )
-    pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
-    return evaluate(
+    for named in steps:  # a result it may not overwrite fails first
+        result_stem(workdir, split, config.data, named)
+    context = eval_context(  # the split, before any checkpoint is read
         config,
-        graphdef,
-        state.params,
-        state.rest,
-        mesh=mesh,
-        workdir=workdir,
+        sharding.make_mesh(),
+        workdir,
         split=split,
         max_images=max_images,
-        data=data,
-        step=step,
-        checkpoint=str(checkpoint),
     )
+    pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
+    results = []
+    for position, named in enumerate(steps, start=1):
+        if len(steps) > 1:
+            logging.info(
+                "Evaluating step %d (%d of %d)", named, position, len(steps)
+            )
+        graphdef, state = state_lib.restore_latest(
+            config, workdir, context.mesh, step=named
+        )
+        step = int(jax.device_get(state.step))
+        checkpoint = (
+            pathlib.Path(workdir).absolute() / "checkpoints" / str(step)
+            if step
+            else config.model.init_checkpoint  # no checkpoint: what it starts
+        )
+        weights = Weights(
+            graphdef, state.params, state.rest, step, str(checkpoint)
+        )
+        results.append(evaluate(context, weights, step_named=named is not None))
+    return results

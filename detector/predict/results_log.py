@@ -127,12 +127,10 @@ class ResultsLog:
                 )
                 + "\n"
             )
-        try:
+        with files.naming(self.path):
             self._file.write("".join(lines).encode())
             self._file.flush()
             os.fsync(self._file.fileno())
-        except OSError as e:
-            raise files.named(e, self.path) from None
 
     def close(self) -> None:
         self._file.close()

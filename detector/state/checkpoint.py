@@ -367,6 +367,11 @@ class Checkpointer:
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
+    def steps(self) -> list[int]:
+        """The steps kept (damaged ones moved aside excluded), oldest
+        first."""
+        return sorted(self._manager.all_steps())
+
     def save(self, step: int, tree: dict) -> None:
         """Writes `tree` (nested dicts of arrays) for `step` (async).
 

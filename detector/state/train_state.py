@@ -141,9 +141,11 @@ def restore_or_init(
     tx: optax.GradientTransformation,
     *,
     read_only: bool = False,
+    step: int | None = None,
 ) -> tuple[nnx.GraphDef, TrainState]:
-    """(graphdef, state): the newest intact checkpoint, else a fresh model
-    (warm-started from model.backbone_init or model.init_checkpoint).
+    """(graphdef, state): the newest intact checkpoint (or `step`'s, which
+    must be kept and intact), else a fresh model (warm-started from
+    model.backbone_init or model.init_checkpoint).
 
     The restore is logged as `Resumed from <checkpoints>/<step>` (training)
     or, `read_only` (eval.py, export.py, predict.py), `Restored
@@ -169,9 +171,14 @@ def restore_or_init(
             ),
             to_tree(template),
         )
-        # The newest intact checkpoint: damaged ones are logged and skipped.
+        # The newest intact checkpoint (damaged ones are logged and
+        # skipped), or the one named.
         try:
-            restored = ckpt.restore_latest(abstract)
+            restored = (
+                ckpt.restore_latest(abstract)
+                if step is None
+                else (step, _restore_step(ckpt, abstract, step))
+            )
         except checkpoint.ConfigMismatchError as e:
             saved = ckpt.directory.parent / "config.json"
             raise checkpoint.ConfigMismatchError(
@@ -190,6 +197,28 @@ def restore_or_init(
     if not resuming:  # a resumed run keeps its own weights
         params, rest = warm_start.apply(config, params, rest)
     return graphdef, sharding.replicate(init_state(params, rest, tx), mesh)
+
+
+def _restore_step(
+    ckpt: checkpoint.Checkpointer, abstract: dict, step: int
+) -> dict:
+    """The tree of checkpoint `step`; a damaged one is a ValueError."""
+    try:
+        return ckpt.restore(abstract, step)
+    except checkpoint.DamagedCheckpointError as e:
+        raise ValueError(f"{ckpt.directory}/{step} is damaged: {e}") from None
+
+
+def kept_steps(workdir: pathlib.Path) -> list[int]:
+    """The steps of the checkpoints kept in `workdir`, oldest first;
+    reads only."""
+    ckpt = checkpoint.Checkpointer(
+        pathlib.Path(workdir) / "checkpoints", max_to_keep=1, create=False
+    )
+    try:
+        return ckpt.steps()
+    finally:
+        ckpt.close()
 
 
 # Changed fields named in a config mismatch error; the rest are counted.
@@ -243,18 +272,22 @@ def check_restorable(
 
 
 def restore_latest(
-    config: ml_collections.ConfigDict, workdir: pathlib.Path, mesh: Mesh
+    config: ml_collections.ConfigDict,
+    workdir: pathlib.Path,
+    mesh: Mesh,
+    step: int | None = None,
 ) -> tuple[nnx.GraphDef, TrainState]:
     """(eval-mode graphdef, state) of the newest intact checkpoint of
-    `workdir`, replicated on `mesh`; reads only (creates nothing). A workdir
-    without checkpoints gives the model `model.init_checkpoint` starts
-    from, where one is set (a torchvision Mask R-CNN file, say).
+    `workdir` (or of `step`, one of `kept_steps`), replicated on `mesh`;
+    reads only (creates nothing). A workdir without checkpoints gives the
+    model `model.init_checkpoint` starts from, where one is set (a
+    torchvision Mask R-CNN file, say).
 
     Raises:
       FileNotFoundError: `workdir` has no checkpoint and the config no
         `model.init_checkpoint`.
-      ValueError: every checkpoint is damaged, or was written by another
-        config.
+      ValueError: every checkpoint (or `step`'s) is damaged, or was
+        written by another config.
     """
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
@@ -269,7 +302,7 @@ def restore_latest(
             )
         tx, _ = optimizer.make_optimizer(config)
         graphdef, state = restore_or_init(
-            config, mesh, ckpt, tx, read_only=True
+            config, mesh, ckpt, tx, read_only=True, step=step
         )
     finally:
         ckpt.close()

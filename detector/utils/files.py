@@ -8,6 +8,7 @@ import pathlib
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 
 # st_mode test -> what a file of that kind is, in error lines.
 _KINDS = (
@@ -66,55 +67,69 @@ def umask() -> int:
     return mask
 
 
-def named(error: OSError, path: str | pathlib.Path) -> OSError:
-    """`error` with `path` as its file name where it names none (a write
-    or fsync on a descriptor: a full disk said `None: No space left`)."""
-    if error.filename is not None:
-        return error
-    return OSError(error.errno, error.strerror or str(error), str(path))
-
-
-def check_free_space(path: str | pathlib.Path, size: int) -> None:
-    """Raises OSError (ENOSPC, naming `path`) when the filesystem of its
-    folder has fewer than `size` bytes free."""
-    path = pathlib.Path(path)
+@contextlib.contextmanager
+def naming(path: str | pathlib.Path) -> Iterator[None]:
+    """Re-raises an OSError that names no file (a full disk's, from a
+    write) as the same error naming `path`, with the free space when the
+    disk is full."""
     try:
-        free = shutil.disk_usage(path.parent).free
-    except OSError:
-        return  # the write itself then says what is wrong
-    if free < size:
-        raise OSError(
-            errno.ENOSPC,
-            f"No space left on device ({size} bytes to write, {free} free)",
-            str(path),
-        )
+        yield
+    except OSError as e:
+        if e.filename:
+            raise
+        reason = e.strerror or str(e)
+        if e.errno == errno.ENOSPC:
+            reason += f"; {free_space(pathlib.Path(path).parent)} free there"
+        raise OSError(e.errno, reason, str(path)) from None
+
+
+def check_space(paths_and_sizes: dict[pathlib.Path, int]) -> None:
+    """Raises OSError(ENOSPC) naming the first file when the files, of
+    known sizes, do not fit in their filesystem's free space (checked
+    before any is written)."""
+    needed: dict[int, tuple[pathlib.Path, int]] = {}
+    for path, size in paths_and_sizes.items():
+        try:
+            device = os.stat(path.parent).st_dev
+        except OSError:
+            continue  # the write names the problem
+        first, total = needed.get(device, (path, 0))
+        needed[device] = (first, total + size)
+    for path, total in needed.values():
+        try:
+            free = shutil.disk_usage(path.parent).free
+        except OSError:
+            continue
+        if total > free:
+            raise OSError(
+                errno.ENOSPC,
+                f"No space left on device: {total / 2**20:.1f} MiB to "
+                f"write, {free / 2**20:.1f} MiB free there",
+                str(path),
+            )
 
 
 def write_bytes(path: str | pathlib.Path, data: bytes) -> None:
-    """Writes `data` to `path` atomically (the old file stays on failure),
-    after checking the free space.
-
-    Raises:
-      OSError: naming `path` (a full disk included).
-    """
+    """Writes `data` to `path` atomically (the old file stays on failure);
+    a failure names `path` (`naming`), and a file larger than the free
+    space fails before writing (`check_space`)."""
     path = pathlib.Path(path)
-    check_free_space(path, len(data))
-    fd, temporary = tempfile.mkstemp(
-        dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
-    )
-    try:
-        os.fchmod(fd, 0o666 & ~umask())
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(e, OSError):
-            raise named(e, path) from None
-        raise
+    check_space({path: len(data)})
+    with naming(path):
+        fd, temporary = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"
+        )
+        try:
+            os.fchmod(fd, 0o666 & ~umask())
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+            raise
 
 
 def write_text(path: str | pathlib.Path, text: str) -> None:

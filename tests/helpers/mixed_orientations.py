@@ -21,10 +21,16 @@ def _cropped(rng: np.random.Generator, portrait: bool):
 
 
 def write(
-    root: str | pathlib.Path, split: str, count: int, seed: int = 0
+    root: str | pathlib.Path,
+    split: str,
+    count: int,
+    seed: int = 0,
+    *,
+    portrait_only: bool = False,
 ) -> list[bool]:
-    """Writes `count` images, every third one portrait; returns which are."""
-    portrait = [index % 3 == 1 for index in range(count)]
+    """Writes `count` images, every third one portrait (or all of them);
+    returns which are."""
+    portrait = [portrait_only or index % 3 == 1 for index in range(count)]
     images, annotations = [], []
     for index, tall in enumerate(portrait):
         pixels, instances = _cropped(np.random.default_rng([seed, index]), tall)

@@ -103,7 +103,8 @@ def _perfect_ap(ground_truth) -> float:
             }
         )
     image_ids = sorted(ground_truth.getImgIds())
-    return eval_lib.coco_metrics(ground_truth, results, "bbox", image_ids)["AP"]
+    metrics, _ = eval_lib.coco_metrics(ground_truth, results, "bbox", image_ids)
+    return metrics["AP"]
 
 
 def test_boxes_over_the_edge_are_clipped_alike_in_training_and_gt(root, caplog):

@@ -112,5 +112,13 @@ def test_a_split_of_one_orientation_trains_on_its_canvas_only(shapes_root):
     source = pipeline.SOURCES["shapes"](config, "train")
     assert source.orientation_counts() == (12, 0)
     landscape = canvases.canvases(config.data)[canvases.LANDSCAPE]
-    for batch in itertools.islice(pipeline.train_batches(config), 4):
+    batches = pipeline.train_batches(config)
+    assert batches.canvases == (landscape,)  # the programs to compile
+    for batch in itertools.islice(batches, 4):
         assert batch["image"].shape == (4, *landscape, 3)
+
+
+def test_a_split_of_both_orientations_uses_both_canvases(grouped):
+    config, _ = grouped
+    batches = pipeline.train_batches(config)
+    assert batches.canvases == canvases.canvases(config.data)

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 import pytest
+from flax import nnx
 
 from tests.helpers import requires
 
@@ -20,7 +21,7 @@ from detector import config as config_lib
 from detector.data import orientation_schedule, pipeline
 from detector.distributed import determinism, sharding
 from detector.engine import train_lib, train_metrics, train_programs, train_step
-from detector.evaluation import eval_lib
+from detector.evaluation import curves, eval_lib
 from detector.imaging import canvases
 from detector.launch import cli, validate
 from detector.state import checkpoint, optimizer
@@ -157,6 +158,14 @@ def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
     assert saved.train.deterministic is False
     assert saved.model.fpn_channels == shapes_config.model.fpn_channels
     assert tuple(saved.data.image_size) == tuple(shapes_config.data.image_size)
+    # The end of training draws curves.png from those lines.
+    png = resumed / curves.FILE_NAME
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    drawn = curves.series(resumed, "eval_val")
+    assert drawn["total"] == ([2, 4], [line["total"] for line in lines])
+    assert drawn["learning_rate"][1] == [
+        line["learning_rate"] for line in lines
+    ]
 
 
 def test_checkpoint_from_another_config_is_one_clear_error(
@@ -209,6 +218,11 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
     with caplog.at_level("INFO"):
         summary = eval_lib.evaluate_checkpoint(config, straight)
     assert summary["host_roundtrips_per_predict"] == 2
+    # What the silent part of an evaluation does is said before it.
+    assert (
+        "Evaluating step 4 on val: predicting 4 images (2 batches), then "
+        "COCOeval" in caplog.text
+    )
     assert "rpn/nms/pure_callback" in caplog.text
     assert "detection/nms/pure_callback" in caplog.text
     written = json.loads((straight / "eval_val.json").read_text())
@@ -235,8 +249,9 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
     )
     boxes = [{k: v for k, v in d.items() if k != "segmentation"} for d in segm]
     for task, results in (("bbox", boxes), ("segm", segm)):
-        again = eval_lib.coco_metrics(coco, results, task, image_ids)
+        again, rows = eval_lib.coco_metrics(coco, results, task, image_ids)
         assert again == written[task], task
+        assert rows == written["per_category"][task], task
 
 
 def test_strict_device_refuses_host_nms_before_step_one(
@@ -857,12 +872,108 @@ def test_a_resume_on_the_other_canvas_continues_exactly(
         jax.tree.map(np.testing.assert_array_equal, got, want)
 
 
+@pytest.mark.slow
+def test_a_portrait_only_set_compiles_no_landscape_program(
+    grouped_config, tmp_path, monkeypatch
+):
+    """Train and eval: only the canvases the data uses are compiled."""
+    root = tmp_path / "portrait"
+    for split in ("train", "val"):
+        mixed_orientations.write(root, split, 4, portrait_only=True)
+    config = grouped_config.copy_and_resolve_references()
+    config.data.root, config.data.eval_split = str(root), "val"
+    config.train.num_steps = config.train.checkpoint_every = 1
+    config.eval.batch_size = 2
+    compiled = []
+    compile_audited = host_audit.compile_audited
+
+    def compile_spy(jitted, *args, program, **kwargs):
+        images = args[1]["image"] if program == "train_step" else args[2]
+        compiled.append((program, tuple(images.shape[1:3])))
+        return compile_audited(jitted, *args, program=program, **kwargs)
+
+    monkeypatch.setattr(host_audit, "compile_audited", compile_spy)
+    workdir = tmp_path / "run"
+    train_lib.train_and_evaluate(config, workdir, hooks=launch_hooks.TRAIN_PY)
+    portrait = canvases.canvases(config.data)[canvases.PORTRAIT]
+    assert compiled == [
+        ("predict (portrait canvas)", portrait),
+        ("train_step", portrait),
+    ]
+    compiled.clear()
+    eval_lib.evaluate_checkpoint(config, workdir)
+    assert compiled == [("predict (portrait canvas)", portrait)]
+
+
 def test_the_compiling_line_counts_the_programs():
     assert re.fullmatch(
         r"Compiling the train step \(2 programs, one per canvas\) and "
         r"predict \(.*\); step 1 follows",
-        train_lib._compiling_line(True, 2),
+        train_lib._compiling_line(True, 2, 1),
     )
-    assert train_lib._compiling_line(False, 1).startswith(
+    assert train_lib._compiling_line(False, 1, 1).startswith(
         "Compiling the train step ("
     )
+    # A resume names the step it goes on with.
+    assert train_lib._compiling_line(True, 1, 848).endswith(
+        "; step 848 follows"
+    )
+
+
+def test_eval_step_evaluates_that_checkpoints_weights(
+    resumed_and_straight, shapes_config, tmp_path, monkeypatch
+):
+    run = _copy_run(resumed_and_straight[1], tmp_path)
+    evaluated = []
+    real = eval_lib.evaluate
+
+    def evaluate(context, weights, **kwargs):
+        evaluated.append(jax.device_get(nnx.to_pure_dict(weights.params)))
+        return real(context, weights, **kwargs)
+
+    monkeypatch.setattr(eval_lib, "evaluate", evaluate)
+    steps = eval_lib.chosen_steps(run, step=2)
+    (result,) = eval_lib.evaluate_checkpoints(
+        shapes_config, run, split="val[:2]", steps=steps
+    )
+    assert (result["step"], result["checkpoint"]) == (
+        2,
+        str(run / "checkpoints" / "2"),
+    )
+    stem = f"eval_{eval_lib.split_slug('val[:2]')}_step2"
+    assert json.loads((run / f"{stem}.json").read_text()) == result
+    line = eval_lib.result_line(run, shapes_config, result, step_named=True)
+    assert line.startswith(f"evaluated step 2 ({run}/checkpoints/2)")
+    assert f"wrote {run / stem}.json, .png, .detections.json" in line
+    # The weights evaluated are step 2's, which differ from step 4's.
+    want, later = (_flat(_params_at(run, step)[0]) for step in (2, 4))
+    got = _flat(evaluated[0])
+    assert got.keys() == want.keys() == later.keys()
+    assert any(not np.array_equal(want[k], later[k]) for k in want)
+    for name, value in got.items():
+        np.testing.assert_array_equal(value, want[name], err_msg=name)
+
+
+def _flat(tree) -> dict:
+    """{'a/b/0': leaf} of nested dicts (int or str keys alike)."""
+    return {
+        "/".join(str(getattr(k, "key", k)) for k in path): np.asarray(leaf)
+        for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]
+    }
+
+
+def test_eval_steps_named_or_all_and_a_bad_step_is_one_line(
+    resumed_and_straight,
+):
+    run = resumed_and_straight[1]
+    assert eval_lib.chosen_steps(run) == [None]
+    assert eval_lib.chosen_steps(run, all_steps=True) == [2, 4]
+    assert eval_lib.chosen_steps(run, step=4) == [4]
+    with pytest.raises(ValueError) as error:
+        eval_lib.chosen_steps(run, step=3)
+    assert str(error.value) == (
+        f"--step=3: {run}/checkpoints keeps no checkpoint of step 3; kept "
+        "steps: 2, 4"
+    )
+    with pytest.raises(ValueError, match="--step and --all_steps"):
+        eval_lib.chosen_steps(run, step=2, all_steps=True)

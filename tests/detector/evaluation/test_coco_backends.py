@@ -2,7 +2,9 @@
 on shapes images with noisy detections and on a COCO-format set with crowd
 regions and images without ground truth or detections."""
 
+import contextlib
 import copy
+import io
 import logging
 
 import numpy as np
@@ -157,7 +159,7 @@ def _stats(name, dataset, detections, iou_type):
             for d in detections
         ]
     image_ids = sorted(ground_truth.getImgIds())
-    return coco_backends.BACKENDS[name].stats(
+    return coco_backends.BACKENDS[name].run(
         ground_truth, copy.deepcopy(detections), iou_type, image_ids
     )
 
@@ -168,15 +170,56 @@ def test_faster_coco_eval_gives_pycocotools_numbers(make, iou_type):
     dataset, detections = make()
     want = _stats("pycocotools", dataset, detections, iou_type)
     got = _stats("faster_coco_eval", dataset, detections, iou_type)
-    assert want.shape == (12,) and (want > 0).any()
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-9)
+    assert want.stats.shape == (12,) and (want.stats > 0).any()
+    np.testing.assert_allclose(got.stats, want.stats, rtol=0, atol=1e-9)
+    assert got.per_category.keys() == want.per_category.keys()
+    np.testing.assert_allclose(
+        list(got.per_category.values()),
+        list(want.per_category.values()),
+        rtol=0,
+        atol=1e-9,
+    )
     for subset in (detections[:1], []):  # one detection, and none
         np.testing.assert_allclose(
-            _stats("faster_coco_eval", dataset, subset, iou_type),
-            _stats("pycocotools", dataset, subset, iou_type),
+            _stats("faster_coco_eval", dataset, subset, iou_type).stats,
+            _stats("pycocotools", dataset, subset, iou_type).stats,
             rtol=0,
             atol=1e-9,
         )
+
+
+@pytest.mark.parametrize("backend", sorted(coco_backends.BACKENDS))
+@pytest.mark.parametrize("iou_type", ["bbox", "segm"])
+@pytest.mark.parametrize("make", [_shapes_set, _crowd_set])
+def test_per_category_ap_is_cocoeval_restricted_to_the_category(
+    make, iou_type, backend
+):
+    """Each category's AP equals the AP of a pycocotools COCOeval whose
+    params.catIds is that category alone."""
+    from pycocotools.cocoeval import COCOeval
+
+    dataset, detections = make()
+    if iou_type == "bbox":
+        detections = [
+            {k: v for k, v in d.items() if k != "segmentation"}
+            for d in detections
+        ]
+    per_category = _stats(backend, dataset, detections, iou_type).per_category
+    assert sorted(per_category) == sorted(
+        c["id"] for c in dataset["categories"]
+    )
+    assert any(ap > 0 for ap in per_category.values())
+    for category, ap in per_category.items():
+        ground_truth = coco_folder.build_coco(copy.deepcopy(dataset))
+        with contextlib.redirect_stdout(io.StringIO()):
+            results = ground_truth.loadRes(copy.deepcopy(detections))
+            evaluator = COCOeval(ground_truth, results, iou_type)
+            evaluator.params.imgIds = sorted(ground_truth.getImgIds())
+            evaluator.params.catIds = [category]
+            evaluator.evaluate()
+            evaluator.accumulate()
+            evaluator.summarize()
+        assert ap == pytest.approx(evaluator.stats[0], abs=1e-12), category
 
 
 def test_a_backend_that_does_not_import_gives_way_with_one_line(
@@ -196,7 +239,7 @@ def test_a_backend_that_does_not_import_gives_way_with_one_line(
                 [1, 2, 3],
             )
     np.testing.assert_array_equal(
-        stats, _stats("pycocotools", dataset, detections, "segm")
+        stats.stats, _stats("pycocotools", dataset, detections, "segm").stats
     )
     lines = [r.getMessage() for r in caplog.records if "coco_backend" in r.msg]
     assert len(lines) == 1 and "evaluating with pycocotools" in lines[0]

@@ -49,7 +49,7 @@ def _ground_truth():
 @pytest.mark.parametrize("iou_type", ["bbox", "segm"])
 def test_no_detections_report_minus_one_where_coco_does(iou_type):
     """No large objects: APl and ARl are -1 (undefined), the rest 0."""
-    metrics = eval_lib.coco_metrics(_ground_truth(), [], iou_type, [1, 2])
+    metrics, _ = eval_lib.coco_metrics(_ground_truth(), [], iou_type, [1, 2])
     assert set(metrics) == set(eval_lib.METRIC_NAMES)
     undefined = {"APl", "ARl"}
     for name, value in metrics.items():
@@ -59,7 +59,17 @@ def test_no_detections_report_minus_one_where_coco_does(iou_type):
 def test_detections_and_no_detections_agree_on_what_is_undefined():
     ground_truth = _ground_truth()
     one = [{"image_id": 2, "category_id": 3, "bbox": [5, 5, 8, 8], "score": 1}]
-    with_one = eval_lib.coco_metrics(ground_truth, one, "bbox", [1, 2])
-    without = eval_lib.coco_metrics(ground_truth, [], "bbox", [1, 2])
+    with_one, _ = eval_lib.coco_metrics(ground_truth, one, "bbox", [1, 2])
+    without, _ = eval_lib.coco_metrics(ground_truth, [], "bbox", [1, 2])
     assert with_one["APl"] == without["APl"] == -1.0
     assert with_one["APs"] > 0 and without["APs"] == 0.0
+
+
+def test_the_per_category_table_is_printed_and_returned(capsys):
+    ground_truth = _ground_truth()
+    one = [{"image_id": 2, "category_id": 3, "bbox": [5, 5, 8, 8], "score": 1}]
+    metrics, rows = eval_lib.coco_metrics(ground_truth, one, "bbox", [1, 2])
+    assert rows == [{"id": 3, "name": "c", "AP": metrics["AP"]}]
+    out = capsys.readouterr().out
+    assert "COCO bbox AP per category" in out
+    assert f"c        {metrics['AP']:.3f}" in out

@@ -46,13 +46,9 @@ def _model(config):
 
 def _evaluate(config, workdir, model):
     """(summary, detections, predict) of `model` evaluated with `config`."""
-    graphdef, params, rest = model
-    mesh = sharding.make_mesh()
-    predict = eval_lib.compile_predict(config, graphdef, params, rest, mesh)
-    summary = eval_lib.evaluate(
-        config, graphdef, params, rest, mesh=mesh, workdir=workdir,
-        predict=predict,
-    )  # fmt: skip
+    context = eval_lib.eval_context(config, sharding.make_mesh(), workdir)
+    summary = eval_lib.evaluate(context, eval_lib.Weights(*model))
+    predict = context.predict
     stem = eval_lib.result_stem(workdir, "val")
     detections = json.loads(eval_lib.detections_path(stem).read_text())
     return summary, detections, predict

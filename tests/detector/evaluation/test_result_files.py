@@ -2,6 +2,7 @@
 result, and every result records its data, split, step and checkpoint."""
 
 import json
+import shutil
 
 import pytest
 
@@ -80,3 +81,29 @@ def test_the_runs_summary_reads_only_its_own_datas_result(tmp_path):
     origin = eval_lib.data_origin(config.data)
     path.write_text(json.dumps({"split": "val2017", **origin, "step": 4}))
     assert eval_lib.saved_result(tmp_path, config)["step"] == 4
+
+
+def test_results_larger_than_the_free_space_name_a_file_and_write_none(
+    tmp_path, monkeypatch
+):
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda _: usage._replace(free=100)
+    )
+    stem = tmp_path / "eval_val"
+    with pytest.raises(OSError) as error:
+        eval_lib._write_result(stem, {"split": "val"}, "[" + "1," * 99 + "1]")
+    assert error.value.filename == str(eval_lib.detections_path(stem))
+    assert "No space left on device" in error.value.strerror
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_result_line_names_the_step_and_the_files_written(tmp_path):
+    config = config_lib.base_config()
+    result = {"split": "val", "step": 3, "checkpoint": "c", "bbox": {"AP": 0.5}}
+    line = eval_lib.result_line(tmp_path, config, result)
+    assert line == "evaluated step 3 (c) on val: bbox AP 0.500; wrote nothing"
+    for name in ("eval_val_step3.json", "eval_val_step3.png"):
+        (tmp_path / name).write_text("{}")
+    line = eval_lib.result_line(tmp_path, config, result, step_named=True)
+    assert line.endswith(f"wrote {tmp_path}/eval_val_step3.json, .png")

@@ -1,6 +1,8 @@
 """Files written whole or not at all."""
 
+import errno
 import os
+import shutil
 import stat
 
 import pytest
@@ -39,34 +41,42 @@ def test_a_symlink_at_the_path_is_replaced_not_written_through(tmp_path):
     assert not link.is_symlink() and link.read_bytes() == b"new"
 
 
-def test_a_failed_write_names_the_file(tmp_path, monkeypatch):
-    """A full disk fails in write or fsync, whose OSError names no file."""
-    import errno
-
-    def full(fd):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(os, "fsync", full)
-    with pytest.raises(OSError) as error:
-        files.write_bytes(tmp_path / "predictions.json", b"{}")
-    assert error.value.filename == str(tmp_path / "predictions.json")
-    assert error.value.errno == errno.ENOSPC
+def _disk_full(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def test_a_write_larger_than_the_free_space_is_refused_first(
+def test_a_full_disk_mid_write_names_the_file_and_keeps_the_old(
     tmp_path, monkeypatch
 ):
-    import collections
-    import errno
-    import shutil
-
-    usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage(10, 9, 1))
+    path = tmp_path / "eval_val.detections.json"
+    files.write_text(path, "[]")
+    monkeypatch.setattr(os, "fsync", _disk_full)
     with pytest.raises(OSError) as error:
-        files.write_bytes(tmp_path / "a.png", b"0123456789")
-    assert (error.value.errno, error.value.filename) == (
-        errno.ENOSPC,
-        str(tmp_path / "a.png"),
+        files.write_text(path, "[1]")
+    assert error.value.errno == errno.ENOSPC
+    assert error.value.filename == str(path)
+    assert error.value.strerror.startswith("No space left on device; ")
+    assert error.value.strerror.endswith(" MiB free there")
+    assert path.read_text() == "[]"
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+def test_files_larger_than_the_free_space_fail_before_any_is_written(
+    tmp_path, monkeypatch
+):
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(
+        shutil, "disk_usage", lambda _: usage._replace(free=1000)
     )
-    assert "10 bytes to write, 1 free" in error.value.strerror
-    assert not list(tmp_path.iterdir())
+    first, second = tmp_path / "a.json", tmp_path / "b.json"
+    with pytest.raises(OSError) as error:
+        files.check_space({first: 600, second: 600})
+    assert error.value.filename == str(first)
+    assert error.value.strerror == (
+        "No space left on device: 0.0 MiB to write, 0.0 MiB free there"
+    )
+    files.check_space({first: 600})  # fits
+    with pytest.raises(OSError) as error:
+        files.write_bytes(second, b"x" * 2000)
+    assert error.value.filename == str(second)
+    assert list(tmp_path.iterdir()) == []

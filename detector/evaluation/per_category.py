@@ -1,0 +1,45 @@
+"""Per-category AP: the rows stored in the eval result and the table
+printed after each evaluation (docs/training.md)."""
+
+# Name/AP pairs on one printed row.
+PAIRS_PER_ROW = 3
+
+
+def rows(per_category: dict[int, float], names: dict[int, str]) -> list[dict]:
+    """[{"id", "name", "AP"}] in category-id order; AP -1 where the images
+    hold no ground truth of the category."""
+    return [
+        {"id": int(c), "name": names.get(c, str(c)), "AP": float(ap)}
+        for c, ap in sorted(per_category.items())
+    ]
+
+
+def _shown(name: str) -> str:
+    """A category name as the console shows it: control characters and
+    other unprintable ones escaped."""
+    return name if name.isprintable() else ascii(name)[1:-1]
+
+
+def table(iou_type: str, category_rows: list[dict]) -> str:
+    """`rows` as a table, PAIRS_PER_ROW categories a line; '-' for an
+    undefined AP."""
+    cells = [
+        (_shown(r["name"]), "-" if r["AP"] < 0 else f"{r['AP']:.3f}")
+        for r in category_rows
+    ]
+    width = max([len("category"), *(len(n) for n, _ in cells)])
+    pairs = min(PAIRS_PER_ROW, max(len(cells), 1))
+    head = " | ".join([f"{'category':<{width}} {'AP':>5}"] * pairs)
+    lines = [
+        f"COCO {iou_type} AP per category (IoU 0.50:0.95):",
+        head,
+        "-" * len(head),
+    ]
+    for start in range(0, len(cells), PAIRS_PER_ROW):
+        lines.append(
+            " | ".join(
+                f"{name:<{width}} {ap:>5}"
+                for name, ap in cells[start : start + PAIRS_PER_ROW]
+            )
+        )
+    return "\n".join(lines)
