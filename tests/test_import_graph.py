@@ -154,7 +154,7 @@ LAYER_RULES = {
     ),
     "detector.state": (*_TOP, "detector.evaluation", "detector.export"),
     # The config mapped onto the model's parts: no run, no checkpoint.
-    "detector.build": (
+    "detector.factory": (
         *_TOP,
         "detector.evaluation",
         "detector.export",
@@ -357,10 +357,12 @@ def package_pairs(graph: dict[str, set[str]]) -> set[frozenset[str]]:
     }
 
 
-# Pairs of detector/'s 14 packages joined by an import: 38 (42 while the
-# config imported every registry it checked and the loop imported launch/).
-# A new pair is a new dependency to justify.
-MAX_PACKAGE_PAIRS = 38
+# Pairs of detector/'s 13 packages and factory.py joined by an import: 39
+# (42 while the config imported every registry it checked and the loop
+# imported launch/; 38 before config_diff joined config/, which state/
+# reads to compare a checkpoint's config). A new pair is a new dependency
+# to justify.
+MAX_PACKAGE_PAIRS = 39
 
 
 def test_few_package_pairs_are_joined():

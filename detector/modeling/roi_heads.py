@@ -1,7 +1,9 @@
-"""The box branch: ROI sampling and targets, the box head, detections.
+"""The RoI heads: roi sampling and targets, the box head and its losses,
+detections, and the mask head on them (box_head.py, mask_head.py).
 
-Shapes: B batch, P proposals, G GT boxes, R sampled rois, C classes,
-F channels, Q pool size, N_pre pre-NMS candidates, K kept detections.
+Shapes: B batch, P proposals, G GT boxes, R sampled rois, Rm mask rois,
+C classes, F channels, Q pool size, N_pre pre-NMS candidates, K kept
+detections, M mask size.
 """
 
 from typing import NamedTuple, Sequence
@@ -10,71 +12,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import box_coder, losses, matcher, sampler
+from detector.modeling import box_coder, losses, mask_head, matcher, sampler
 from ops import box_ops, roi_align
 from ops.nms import nms
-
-
-def add_class_layers(
-    head: nnx.Module,
-    hidden: int,
-    num_classes: int,
-    *,
-    dtype: jnp.dtype,
-    rngs: nnx.Rngs,
-) -> None:
-    """The layers every box head ends in: `classes` (C + 1 logits, drawn
-    from N(0, 0.01)) and `deltas` (4 per class, N(0, 0.001))."""
-    head.classes = nnx.Linear(
-        hidden,
-        num_classes + 1,
-        dtype=dtype,
-        rngs=rngs,
-        kernel_init=nnx.initializers.normal(0.01),
-    )
-    head.deltas = nnx.Linear(
-        hidden,
-        4 * num_classes,
-        dtype=dtype,
-        rngs=rngs,
-        kernel_init=nnx.initializers.normal(0.001),
-    )
-
-
-class BoxHead(nnx.Module):
-    """Two fully connected layers, then class logits and class deltas."""
-
-    def __init__(
-        self,
-        in_features: int,
-        hidden: int,
-        num_classes: int,
-        *,
-        dtype: jnp.dtype,
-        rngs: nnx.Rngs,
-    ):
-        self.fc1 = nnx.Linear(in_features, hidden, dtype=dtype, rngs=rngs)
-        self.fc2 = nnx.Linear(hidden, hidden, dtype=dtype, rngs=rngs)
-        add_class_layers(self, hidden, num_classes, dtype=dtype, rngs=rngs)
-
-    @jax.named_scope("box_head")
-    def __call__(
-        self, features: jax.Array, valid: jax.Array | None = None
-    ) -> tuple[jax.Array, jax.Array]:
-        """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas [B, R, C, 4].
-
-        `valid` (bool[B, R]) is what a head with a norm counts; no norm here.
-        """
-        del valid
-        batch, rois = features.shape[:2]
-        x = features.reshape(batch, rois, -1)
-        x = jax.nn.relu(self.fc1(x))
-        x = jax.nn.relu(self.fc2(x))
-        deltas = self.deltas(x).astype(jnp.float32)
-        return (
-            self.classes(x).astype(jnp.float32),
-            deltas.reshape(batch, rois, -1, 4),
-        )
 
 
 class PoolOptions(NamedTuple):
@@ -276,34 +216,47 @@ def pool_rois(
         )
 
 
-class BoxBranch(nnx.Module):
-    """ROI sampling, the box head on the pooled rois, its losses, detections."""
+def num_mask_rois(sampling: RoiSampling, max_mask_rois: int) -> int:
+    """Rm: at most max_mask_rois, and no more than the foreground slots."""
+    return min(max_mask_rois, int(sampling.num_rois * sampling.fg_fraction))
+
+
+class RoIHeads(nnx.Module):
+    """The roi sampler, the box head and the mask head on pooled rois:
+    their targets and losses in training, detections and their masks."""
 
     def __init__(
         self,
-        head: nnx.Module,
+        box_head: nnx.Module,
+        mask_head: nnx.Module,
         *,
-        pool_size: int,
-        pooling: PoolOptions,
         sampling: RoiSampling,
+        pooling: PoolOptions,
         detection: DetectionOptions,
         box_beta: float,
+        num_mask_rois: int,
     ):
         """Args:
-        head: pooled [B, R, Q, Q, F] (and valid rois or None, what a norm
-          in it counts; box_heads.py) -> class logits, class deltas.
-        pool_size: Q, its ROIAlign output side.
-        pooling: multilevel ROIAlign settings.
-        sampling: ROI matching and sampling.
+        box_head: pooled [B, R, Q, Q, F] (and valid rois or None, what a
+          norm in it counts; box_head.py) -> class logits, class deltas;
+          its `pool_size` is Q.
+        mask_head: pooled [B, R, Q, Q, F] (and valid rois or None) ->
+          mask logits [B, R, M, M, C]; its `pool_size` is Q, `mask_size` M.
+        sampling: roi matching and sampling.
+        pooling: multilevel ROIAlign settings (sampling_ratio also
+          resamples the GT masks).
         detection: scoring and class-aware NMS of detections.
         box_beta: Huber delta of the box loss (0: L1).
+        num_mask_rois: Rm, the first sampled rois (foreground first) the
+          mask head trains on (`num_mask_rois`).
         """
-        self.head = head
-        self.pool_size = pool_size
-        self.pooling = pooling
+        self.box_head = box_head
+        self.mask_head = mask_head
         self.sampling = sampling
+        self.pooling = pooling
         self.detection = detection
         self.box_beta = box_beta
+        self.num_mask_rois = num_mask_rois
 
     def sample(
         self,
@@ -326,18 +279,35 @@ class BoxBranch(nnx.Module):
             )
 
     def pool(
-        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array
+        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array, head: nnx.Module
     ) -> jax.Array:
-        """Features [B, R, Q, Q, F] of boxes [B, R, 4]."""
+        """Features [B, R, Q, Q, F] of boxes [B, R, 4] at `head`'s Q."""
         return pool_rois(
-            pyramid, boxes, output_size=self.pool_size, pooling=self.pooling
+            pyramid, boxes, output_size=head.pool_size, pooling=self.pooling
         )
 
     def losses(
+        self,
+        pyramid: roi_align.FlatPyramid,
+        targets: RoiTargets,
+        batch: dict[str, jax.Array],
+    ) -> dict[str, jax.Array]:
+        """The box head's losses ('cls', 'box') on the sampled rois and the
+        mask head's ('mask') on their first Rm."""
+        terms = self.box_losses(
+            self.pool(pyramid, targets.rois, self.box_head), targets
+        )
+        mask_rois = targets.rois[:, : self.num_mask_rois]
+        terms["mask"] = self.mask_loss(
+            self.pool(pyramid, mask_rois, self.mask_head), targets, batch
+        )
+        return terms
+
+    def box_losses(
         self, pooled: jax.Array, targets: RoiTargets
     ) -> dict[str, jax.Array]:
         """Box head and its losses ('cls', 'box') of the pooled rois."""
-        class_logits, box_deltas = self.head(pooled, targets.is_valid)
+        class_logits, box_deltas = self.box_head(pooled, targets.is_valid)
         return losses.box_head_losses(
             class_logits,
             box_deltas,
@@ -345,6 +315,37 @@ class BoxBranch(nnx.Module):
             targets.box_targets,
             targets.is_valid,
             beta=self.box_beta,
+        )
+
+    def mask_loss(
+        self,
+        pooled: jax.Array,
+        targets: RoiTargets,
+        batch: dict[str, jax.Array],
+    ) -> jax.Array:
+        """Mask targets, head and loss of the first Rm sampled rois,
+        pooled [B, Rm, Q, Q, F]; GT of `batch` (boxes, masks, mask_valid)."""
+        count = self.num_mask_rois
+        rois = targets.rois[:, :count]
+        matched = targets.matched[:, :count]
+        classes = targets.classes[:, :count]
+        has_mask = jnp.take_along_axis(
+            batch["mask_valid"].astype(bool), matched, axis=1
+        )
+        is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
+        mask_logits = self.mask_head(pooled, is_valid)
+        targets_of_rois = mask_head.mask_targets(
+            rois,
+            matched,
+            batch["boxes"],
+            batch["masks"],
+            mask_size=self.mask_head.mask_size,
+            sampling_ratio=self.pooling.sampling_ratio,
+        )
+        return losses.mask_loss(
+            mask_head.class_mask_logits(mask_logits, classes),
+            targets_of_rois,
+            is_valid,
         )
 
     def detect(
@@ -356,7 +357,9 @@ class BoxBranch(nnx.Module):
         image_sizes: jax.Array | None = None,
     ) -> Detections:
         """Detections of proposals [B, P, 4] on the (H, W) canvas."""
-        class_logits, box_deltas = self.head(self.pool(pyramid, proposals))
+        class_logits, box_deltas = self.box_head(
+            self.pool(pyramid, proposals, self.box_head)
+        )
         with jax.named_scope("detection"):
             return detect(
                 class_logits,
@@ -367,3 +370,18 @@ class BoxBranch(nnx.Module):
                 image_sizes=image_sizes,
                 **self.detection._asdict(),
             )
+
+    def masks(
+        self, pyramid: roi_align.FlatPyramid, detections: Detections
+    ) -> jax.Array:
+        """Masks f32[B, K, M, M] of the detections: probabilities of the
+        detected class, 0 in empty slots."""
+        mask_logits = self.mask_head(
+            self.pool(pyramid, detections.boxes, self.mask_head)
+        )
+        masks = jax.nn.sigmoid(
+            mask_head.class_mask_logits(mask_logits, detections.classes).astype(
+                jnp.float32
+            )
+        )
+        return jnp.where((detections.classes > 0)[..., None, None], masks, 0.0)

@@ -22,7 +22,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from detector.modeling import backbone, box_heads, fpn
+from detector.modeling import backbone, box_head, fpn
 
 BATCH, IMAGE, ROIS, POOL, CLASSES = 4, 32, 3, 3, 3
 
@@ -48,8 +48,8 @@ class Net(nnx.Module):
             dtype=jnp.float32,
             rngs=rngs,
         )
-        self.box_head = box_heads.build(
-            box_heads.BoxHeadOptions("4conv1fc", 8, POOL, 16, 8, norm, 4),
+        self.box_head = box_head.build(
+            box_head.BoxHeadOptions("4conv1fc", 8, POOL, 16, 8, norm, 4),
             CLASSES,
             dtype=jnp.float32,
             rngs=rngs,

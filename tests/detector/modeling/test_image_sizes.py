@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from configs import shapes
-from detector.build import model as factory
+from detector import factory
 from detector.export import serving
 from detector.modeling import anchors as anchors_lib
 from detector.modeling import extents, roi_heads, rpn

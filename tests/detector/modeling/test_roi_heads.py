@@ -8,26 +8,25 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from detector.modeling import mask_head, roi_heads
+from detector.modeling import box_head, mask_head, roi_heads
 from tests.detector import helpers
 
 _WEIGHTS = (10.0, 10.0, 5.0, 5.0)
 
 
 def test_head_shapes():
-    box_head = nnx.eval_shape(
-        lambda: roi_heads.BoxHead(
-            7 * 7 * 8, 32, 3, dtype=jnp.float32, rngs=nnx.Rngs(0)
+    box = nnx.eval_shape(
+        lambda: box_head.TwoFCHead(
+            box_head.BoxHeadOptions("2fc", 8, 7, 32, 0, "none", 1),
+            3,
+            dtype=jnp.float32,
+            rngs=nnx.Rngs(0),
         )
     )
     mask = nnx.eval_shape(
         lambda: mask_head.MaskHead(
-            8,
-            16,
-            2,
+            mask_head.MaskHeadOptions(8, 14, 16, 2, "group", 4, 28),
             3,
-            norm="group",
-            groups=4,
             dtype=jnp.float32,
             rngs=nnx.Rngs(0),
         )
@@ -41,7 +40,7 @@ def test_head_shapes():
             jax.ShapeDtypeStruct(x, jnp.float32),
         )
 
-    logits, deltas = apply(box_head, (2, 5, 7, 7, 8))
+    logits, deltas = apply(box, (2, 5, 7, 7, 8))
     assert logits.shape == (2, 5, 4) and deltas.shape == (2, 5, 3, 4)
     assert apply(mask, (2, 5, 14, 14, 8)).shape == (2, 5, 28, 28, 3)
 

@@ -16,7 +16,7 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from detector import config as config_lib
-from detector.build import model as factory
+from detector import factory
 from detector.modeling import backbone
 from detector.state import warm_start
 

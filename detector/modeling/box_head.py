@@ -1,4 +1,5 @@
-"""The box head registry: '2fc' (the 2017 head) and '4conv1fc'.
+"""The box head registry: '2fc' (the 2017 head) and '4conv1fc'; every
+head ends in class logits and class-specific box deltas.
 
 Shapes: B batch, R rois per image, N = B * R, Q pool size, F channels of
 the pooled features, D conv channels, H fc width, C classes.
@@ -11,7 +12,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import norms, roi_heads
+from detector.modeling import norms
 from ops import names
 
 
@@ -27,7 +28,81 @@ class BoxHeadOptions(NamedTuple):
     groups: int  # GroupNorm groups
 
 
-class ConvFCBoxHead(nnx.Module):
+def add_class_layers(
+    head: nnx.Module,
+    hidden: int,
+    num_classes: int,
+    *,
+    dtype: jnp.dtype,
+    rngs: nnx.Rngs,
+) -> None:
+    """The layers every box head ends in: `classes` (C + 1 logits, drawn
+    from N(0, 0.01)) and `deltas` (4 per class, N(0, 0.001))."""
+    head.classes = nnx.Linear(
+        hidden,
+        num_classes + 1,
+        dtype=dtype,
+        rngs=rngs,
+        kernel_init=nnx.initializers.normal(0.01),
+    )
+    head.deltas = nnx.Linear(
+        hidden,
+        4 * num_classes,
+        dtype=dtype,
+        rngs=rngs,
+        kernel_init=nnx.initializers.normal(0.001),
+    )
+
+
+def _class_outputs(
+    head: nnx.Module, x: jax.Array
+) -> tuple[jax.Array, jax.Array]:
+    """x [B, R, H] -> logits f32[B, R, C + 1], deltas f32[B, R, C, 4]."""
+    deltas = head.deltas(x).astype(jnp.float32)
+    return (
+        head.classes(x).astype(jnp.float32),
+        deltas.reshape(x.shape[:2] + (-1, 4)),
+    )
+
+
+class TwoFCHead(nnx.Module):
+    """Two fully connected layers, then class logits and class deltas."""
+
+    def __init__(
+        self,
+        options: BoxHeadOptions,
+        num_classes: int,
+        *,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
+        in_features = options.pool_size**2 * options.in_channels
+        self.pool_size = options.pool_size
+        self.fc1 = nnx.Linear(
+            in_features, options.fc_dim, dtype=dtype, rngs=rngs
+        )
+        self.fc2 = nnx.Linear(
+            options.fc_dim, options.fc_dim, dtype=dtype, rngs=rngs
+        )
+        add_class_layers(
+            self, options.fc_dim, num_classes, dtype=dtype, rngs=rngs
+        )
+
+    @jax.named_scope("box_head")
+    def __call__(
+        self, features: jax.Array, valid: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas [B, R, C, 4].
+
+        `valid` (bool[B, R]) is what a head with a norm counts; no norm here.
+        """
+        del valid
+        x = features.reshape(features.shape[:2] + (-1,))
+        x = jax.nn.relu(self.fc1(x))
+        return _class_outputs(self, jax.nn.relu(self.fc2(x)))
+
+
+class ConvFCHead(nnx.Module):
     """`num_convs` 3x3 convs with a norm, one fc, class logits and deltas."""
 
     def __init__(
@@ -39,6 +114,7 @@ class ConvFCBoxHead(nnx.Module):
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
     ):
+        self.pool_size = options.pool_size
         self.convs = nnx.List(
             [
                 norms.conv_norm(
@@ -60,7 +136,7 @@ class ConvFCBoxHead(nnx.Module):
             dtype=dtype,
             rngs=rngs,
         )
-        roi_heads.add_class_layers(
+        add_class_layers(
             self, options.fc_dim, num_classes, dtype=dtype, rngs=rngs
         )
 
@@ -76,38 +152,18 @@ class ConvFCBoxHead(nnx.Module):
         for conv in self.convs:
             x = conv(x, mask)
         x = jax.nn.relu(self.fc(x.reshape(batch, rois, -1)))
-        deltas = self.deltas(x).astype(jnp.float32)
-        return (
-            self.classes(x).astype(jnp.float32),
-            deltas.reshape(batch, rois, -1, 4),
-        )
+        return _class_outputs(self, x)
 
 
-def _two_fc(
-    options: BoxHeadOptions,
-    num_classes: int,
-    *,
-    dtype: jnp.dtype,
-    rngs: nnx.Rngs,
-) -> roi_heads.BoxHead:
-    return roi_heads.BoxHead(
-        options.pool_size**2 * options.in_channels,
-        options.fc_dim,
-        num_classes,
-        dtype=dtype,
-        rngs=rngs,
-    )
-
-
-def _conv_fc(num_convs: int) -> Callable[..., ConvFCBoxHead]:
+def _conv_fc(num_convs: int) -> Callable[..., ConvFCHead]:
     def build(
         options: BoxHeadOptions,
         num_classes: int,
         *,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
-    ) -> ConvFCBoxHead:
-        return ConvFCBoxHead(
+    ) -> ConvFCHead:
+        return ConvFCHead(
             options, num_classes, num_convs=num_convs, dtype=dtype, rngs=rngs
         )
 
@@ -116,7 +172,7 @@ def _conv_fc(num_convs: int) -> Callable[..., ConvFCBoxHead]:
 
 # name -> (BoxHeadOptions, num_classes, *, dtype, rngs) -> head.
 BOX_HEADS: dict[str, Callable[..., nnx.Module]] = {
-    "2fc": _two_fc,
+    "2fc": TwoFCHead,
     "4conv1fc": _conv_fc(4),
 }
 

@@ -10,7 +10,7 @@ from detector.config.model import fpn_norms, mask_head_norm, resolve_dtype
 from detector.modeling import (
     anchors,
     backbone,
-    box_heads,
+    box_head,
     fpn,
     losses,
     mask_head,
@@ -137,7 +137,7 @@ def build_rpn(
 
 
 def _pooling(roi: ml_collections.ConfigDict) -> roi_heads.PoolOptions:
-    """The ROIAlign settings of config.model.roi (both branches')."""
+    """The ROIAlign settings of config.model.roi (both heads')."""
     return options(
         roi_heads.PoolOptions, roi, implementation=roi.align_implementation
     )
@@ -147,13 +147,15 @@ def _roi_sampling(roi: ml_collections.ConfigDict) -> roi_heads.RoiSampling:
     return options(roi_heads.RoiSampling, roi, weights=tuple(roi.box_weights))
 
 
-def build_box_branch(
+def build_roi_heads(
     model: ml_collections.ConfigDict, num_classes: int, *, rngs: nnx.Rngs
-) -> roi_heads.BoxBranch:
-    """The box branch of config.model.roi, .detection and loss.box_beta."""
+) -> roi_heads.RoIHeads:
+    """The RoI heads of config.model.roi, .detection and loss.box_beta:
+    the box head drawn first, then the mask head."""
     roi = model.roi
-    head = box_heads.build(
-        box_heads.BoxHeadOptions(
+    dtype = resolve_dtype(model.dtype)
+    box = box_head.build(
+        box_head.BoxHeadOptions(
             name=roi.box_head,
             in_channels=model.fpn_channels,
             pool_size=roi.pool_size,
@@ -163,14 +165,29 @@ def build_box_branch(
             groups=model.group_norm_groups,
         ),
         num_classes,
-        dtype=resolve_dtype(model.dtype),
+        dtype=dtype,
         rngs=rngs,
     )
-    return roi_heads.BoxBranch(
-        head,
-        pool_size=roi.pool_size,
+    mask = mask_head.MaskHead(
+        mask_head.MaskHeadOptions(
+            in_channels=model.fpn_channels,
+            pool_size=roi.mask_pool_size,
+            conv_dim=roi.mask_head_dim,
+            num_convs=roi.mask_head_convs,
+            norm=mask_head_norm(model),
+            groups=model.group_norm_groups,
+            mask_size=roi.mask_size,
+        ),
+        num_classes,
+        dtype=dtype,
+        rngs=rngs,
+    )
+    sampling = _roi_sampling(roi)
+    return roi_heads.RoIHeads(
+        box,
+        mask,
+        sampling=sampling,
         pooling=_pooling(roi),
-        sampling=_roi_sampling(roi),
         detection=options(
             roi_heads.DetectionOptions,
             model.detection,
@@ -179,28 +196,7 @@ def build_box_branch(
             min_size=model.detection.min_box_size,
         ),
         box_beta=model.loss.box_beta,
-    )
-
-
-def build_mask_branch(
-    model: ml_collections.ConfigDict, num_classes: int, *, rngs: nnx.Rngs
-) -> mask_head.MaskBranch:
-    """The mask branch of config.model.roi."""
-    roi = model.roi
-    head = mask_head.MaskHead(
-        model.fpn_channels,
-        roi.mask_head_dim,
-        roi.mask_head_convs,
-        num_classes,
-        norm=mask_head_norm(model),
-        **_layer_args(model, rngs),
-    )
-    return mask_head.MaskBranch(
-        head,
-        pool_size=roi.mask_pool_size,
-        pooling=_pooling(roi),
-        mask_size=roi.mask_size,
-        num_rois=mask_head.num_mask_rois(_roi_sampling(roi), roi.max_mask_rois),
+        num_mask_rois=roi_heads.num_mask_rois(sampling, roi.max_mask_rois),
     )
 
 
@@ -214,14 +210,12 @@ def build_model(
     backbone_module, channels = build_backbone(model, rngs=rngs)
     neck = build_fpn(model, channels, rngs=rngs)
     rpn_module = build_rpn(model, 2**neck.top_level, rngs=rngs)
-    box_branch = build_box_branch(model, num_classes, rngs=rngs)
-    mask_branch = build_mask_branch(model, num_classes, rngs=rngs)
+    heads = build_roi_heads(model, num_classes, rngs=rngs)
     return MaskRCNN(
         backbone_module,
         neck,
         rpn_module,
-        box_branch,
-        mask_branch,
+        heads,
         loss_weights=tuple(
             (name, model.loss[f"{name}_weight"]) for name in losses.TERM_NAMES
         ),
