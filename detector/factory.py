@@ -14,6 +14,7 @@ from detector.modeling import (
     fpn,
     losses,
     mask_head,
+    norms,
     roi_heads,
     rpn,
 )
@@ -32,12 +33,13 @@ def options(cls: type, section: ml_collections.ConfigDict, **given: Any):
 
 
 def _layer_args(model: ml_collections.ConfigDict, rngs: nnx.Rngs) -> dict:
-    """The norm groups, compute dtype and rngs of a part with norm layers."""
-    return dict(
-        groups=model.group_norm_groups,
-        dtype=resolve_dtype(model.dtype),
-        rngs=rngs,
-    )
+    """The compute dtype and rngs of a part."""
+    return dict(dtype=resolve_dtype(model.dtype), rngs=rngs)
+
+
+def _norm(model: ml_collections.ConfigDict, name: str) -> norms.NormOptions:
+    """The FPN or head norm `name` with config.model's GroupNorm groups."""
+    return norms.NormOptions(name, model.group_norm_groups)
 
 
 def backbone_options(
@@ -79,8 +81,8 @@ def build_fpn(
         channels=model.fpn_channels,
         min_level=model.min_level,
         max_level=model.max_level,
-        lateral_norm=lateral_norm,
-        output_norm=output_norm,
+        lateral_norm=_norm(model, lateral_norm),
+        output_norm=_norm(model, output_norm),
         **_layer_args(model, rngs),
     )
 
@@ -111,7 +113,7 @@ def build_rpn(
         model.fpn_channels,
         len(model.aspect_ratios),
         num_convs=rpn_config.head_convs,
-        norm=rpn_config.head_norm,
+        norm=_norm(model, rpn_config.head_norm),
         **_layer_args(model, rngs),
     )
     return rpn.RPN(

@@ -34,7 +34,7 @@ REGISTRY_CHECKS: dict[str, Callable[[object, str], None]] = {
     "data.resize": resize.check_rule,
     "data.shapes.image_size": shapes_writer.check_image_size,
     "model.backbone": backbone.check_name,
-    "model.norm": backbone.check_norm,
+    "model.norm": norms.check_backbone_norm,
     "model.freeze_at": backbone.check_freeze_at,
     "model.fpn_norm": _head_norm,
     "model.rpn.head_norm": norms.check_name,

@@ -121,8 +121,7 @@ class ConvFCHead(nnx.Module):
                     options.in_channels if i == 0 else options.conv_dim,
                     options.conv_dim,
                     3,
-                    norm=options.norm,
-                    groups=options.groups,
+                    norm=norms.NormOptions(options.norm, options.groups),
                     dtype=dtype,
                     rngs=rngs,
                 )

@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import backbone, norms
+from detector.modeling import norms
 from ops import box_ops, roi_align
 
 
@@ -34,7 +34,7 @@ class Deconv2x(nnx.Module):
         rngs: nnx.Rngs,
     ):
         self.kernel = nnx.Param(
-            backbone.conv_init(
+            norms.conv_init(
                 rngs.params(), (2, 2, in_channels, out_channels), jnp.float32
             )
         )
@@ -102,8 +102,7 @@ class MaskHead(nnx.Module):
                     in_channels if i == 0 else hidden,
                     hidden,
                     3,
-                    norm=options.norm,
-                    groups=options.groups,
+                    norm=norms.NormOptions(options.norm, options.groups),
                     dtype=dtype,
                     rngs=rngs,
                 )

@@ -64,8 +64,7 @@ class RPNHead(nnx.Module):
         num_anchors: int,
         *,
         num_convs: int = 1,
-        norm: str = "none",
-        groups: int = 32,
+        norm: norms.NormOptions = norms.NO_NORM,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
     ):
@@ -76,7 +75,6 @@ class RPNHead(nnx.Module):
                 channels,
                 3,
                 norm=norm,
-                groups=groups,
                 kernel_init=init,
                 dtype=dtype,
                 rngs=rngs,

@@ -8,7 +8,7 @@ import numpy as np
 from flax import nnx
 
 from detector.modeling import anchors as anchors_lib
-from detector.modeling import rpn
+from detector.modeling import norms, rpn
 
 _WEIGHTS = (1.0, 1.0, 1.0, 1.0)
 
@@ -178,8 +178,7 @@ def test_a_two_conv_head_with_a_norm_stacks_its_convs():
         8,
         3,
         num_convs=2,
-        norm="group",
-        groups=4,
+        norm=norms.NormOptions("group", 4),
         dtype=jnp.float32,
         rngs=nnx.Rngs(0),
     )

@@ -22,7 +22,7 @@ from safetensors.numpy import load_file
 from configs import coco_r50_fpn
 from detector import factory
 from detector.launch.validate import validate
-from detector.modeling import backbone
+from detector.modeling import norms
 from detector.weights import torchvision_maskrcnn as tv
 from tests.detector.weights import test_torchvision_maskrcnn as v1
 from tests.helpers import torch_process
@@ -58,7 +58,7 @@ def test_the_variant_has_torchvision_v2_parameters():
     ours = sum(x.size for x in _leaves(model, nnx.Param))
     frozen_affine = sum(
         x.size
-        for path, x in nnx.to_flat_state(nnx.state(model, backbone.FrozenStat))
+        for path, x in nnx.to_flat_state(nnx.state(model, norms.FrozenStat))
         if path[-1] in ("scale", "bias")
     )
     assert frozen_affine == 2 * 1472
