@@ -6,7 +6,7 @@ C classes, F channels, Q pool size, N_pre pre-NMS candidates, K kept
 detections, M mask size.
 """
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -69,12 +69,7 @@ def sample_rois(
     gt_valid: jax.Array,
     key: jax.Array,
     *,
-    num_rois: int,
-    fg_fraction: float,
-    fg_iou: float,
-    bg_iou_low: float,
-    bg_iou_high: float,
-    weights: Sequence[float],
+    sampling: RoiSampling,
 ) -> RoiTargets:
     """Appends GT to proposals [B, P, 4], matches and samples R per image."""
     keys = jax.random.split(key, proposals.shape[0])
@@ -86,20 +81,20 @@ def sample_rois(
         labels, matched = matcher.match(
             iou,
             is_gt,
-            fg_iou=fg_iou,
-            bg_iou_low=bg_iou_low,
-            bg_iou_high=bg_iou_high,
+            fg_iou=sampling.fg_iou,
+            bg_iou_low=sampling.bg_iou_low,
+            bg_iou_high=sampling.bg_iou_high,
         )
         labels = jnp.where(candidate_valid, labels, matcher.IGNORED)
         indices, is_fg, is_valid = sampler.sample_balanced(
             labels,
             image_key,
-            num_samples=num_rois,
-            positive_fraction=fg_fraction,
+            num_samples=sampling.num_rois,
+            positive_fraction=sampling.fg_fraction,
         )
         rois = candidates[indices]
         roi_matched = matched[indices]
-        targets = box_coder.encode(gt[roi_matched], rois, weights)
+        targets = box_coder.encode(gt[roi_matched], rois, sampling.weights)
         roi_classes = jnp.where(is_fg & is_valid, classes[roi_matched], 0)
         return RoiTargets(
             rois, is_valid, roi_classes.astype(jnp.int32), roi_matched, targets
@@ -131,13 +126,7 @@ def detect(
     proposal_valid: jax.Array,
     *,
     image_size: tuple[int, int],
-    weights: Sequence[float],
-    score_threshold: float,
-    pre_nms_top_k: int,
-    max_detections: int,
-    nms_iou: float,
-    backend: str,
-    min_size: float = 0.0,
+    options: DetectionOptions,
     image_sizes: jax.Array | None = None,
 ) -> Detections:
     """Class-aware detections from the box head outputs on the proposals.
@@ -149,24 +138,24 @@ def detect(
       class_logits: f32[B, P, C + 1]; deltas: f32[B, P, C, 4].
       proposals: f32[B, P, 4]; proposal_valid: bool[B, P].
       image_size: (height, width) of the input (the canvas).
-      weights: ROI box coder weights.
-      score_threshold, pre_nms_top_k, max_detections, nms_iou, backend: see
-        config.model.detection.
-      min_size: boxes not wider and taller than this (after clipping) are
-        dropped (detection.min_box_size).
+      options: ROI box coder weights, scoring and NMS (see
+        config.model.detection); boxes not wider and taller than min_size
+        (after clipping) are dropped.
       image_sizes: [B, 2] each image's (height, width) on the canvas, the
         boxes clip to (None: the whole canvas).
     """
     batch, num_proposals, num_classes = deltas.shape[:3]
     scores = jax.nn.softmax(class_logits, axis=-1)[..., 1:]  # [B, P, C]
-    boxes = box_coder.decode(deltas, proposals[:, :, None, :], weights)
+    boxes = box_coder.decode(deltas, proposals[:, :, None, :], options.weights)
     if image_sizes is None:
         image_sizes = jnp.broadcast_to(jnp.asarray(image_size), (batch, 2))
     limits = image_sizes.astype(jnp.float32)[:, None, None, :]  # [B,1,1,2]
     boxes = box_ops.clip_boxes(boxes, limits[..., 0], limits[..., 1])
-    usable = proposal_valid[..., None] & box_ops.is_larger_than(boxes, min_size)
+    usable = proposal_valid[..., None] & box_ops.is_larger_than(
+        boxes, options.min_size
+    )
     scores = jnp.where(usable, scores, -1.0).reshape(batch, -1)
-    top_k = min(pre_nms_top_k, num_proposals * num_classes)
+    top_k = min(options.pre_nms_top_k, num_proposals * num_classes)
     candidate_scores, candidates = jax.lax.top_k(scores, top_k)  # [B, N_pre]
     candidate_boxes = jnp.take_along_axis(
         boxes.reshape(batch, -1, 4), candidates[..., None], axis=1
@@ -176,10 +165,10 @@ def detect(
         candidate_boxes,
         candidate_scores,
         classes=candidate_classes,
-        score_threshold=score_threshold,
-        max_output_size=max_detections,
-        iou_threshold=nms_iou,
-        backend=backend,
+        score_threshold=options.score_threshold,
+        max_output_size=options.max_detections,
+        iou_threshold=options.nms_iou,
+        backend=options.backend,
     )  # [B, K]
     found = kept >= 0
     safe = jnp.maximum(kept, 0)
@@ -275,7 +264,7 @@ class RoIHeads(nnx.Module):
                 batch["classes"].astype(jnp.int32),
                 batch["valid"].astype(bool),
                 key,
-                **self.sampling._asdict(),
+                sampling=self.sampling,
             )
 
     def pool(
@@ -367,8 +356,8 @@ class RoIHeads(nnx.Module):
                 proposals,
                 proposal_valid,
                 image_size=canvas,
+                options=self.detection,
                 image_sizes=image_sizes,
-                **self.detection._asdict(),
             )
 
     def masks(

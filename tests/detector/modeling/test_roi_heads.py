@@ -73,12 +73,14 @@ def _sample(proposals, proposal_valid, gt, classes, gt_valid, num_rois=8):
     fn = jax.jit(
         functools.partial(
             roi_heads.sample_rois,
-            num_rois=num_rois,
-            fg_fraction=0.5,
-            fg_iou=0.5,
-            bg_iou_low=0.0,
-            bg_iou_high=0.5,
-            weights=_WEIGHTS,
+            sampling=roi_heads.RoiSampling(
+                num_rois=num_rois,
+                fg_fraction=0.5,
+                fg_iou=0.5,
+                bg_iou_low=0.0,
+                bg_iou_high=0.5,
+                weights=_WEIGHTS,
+            ),
         )
     )
     return jax.tree.map(
@@ -185,7 +187,6 @@ def test_mask_targets_are_zero_outside_the_gt_box():
 
 def _detect(class_logits, deltas, proposals, valid, **kwargs):
     params = dict(
-        image_size=(64, 64),
         weights=_WEIGHTS,
         score_threshold=0.3,
         pre_nms_top_k=6,
@@ -194,7 +195,13 @@ def _detect(class_logits, deltas, proposals, valid, **kwargs):
         backend="while_loop",
     )
     params.update(kwargs)
-    fn = jax.jit(functools.partial(roi_heads.detect, **params))
+    fn = jax.jit(
+        functools.partial(
+            roi_heads.detect,
+            image_size=(64, 64),
+            options=roi_heads.DetectionOptions(**params),
+        )
+    )
     return jax.tree.map(
         np.asarray,
         fn(
