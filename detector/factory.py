@@ -23,7 +23,8 @@ from detector.modeling.model import MaskRCNN
 
 def options(cls: type, section: ml_collections.ConfigDict, **given: Any):
     """NamedTuple `cls`, each field the `section` field of its name or,
-    where the section spells or shapes it differently, `given`'s."""
+    where the section spells or shapes it differently, `given`'s: a new
+    field named as its config key needs no line here."""
     return cls(
         **{
             name: given[name] if name in given else section[name]
@@ -46,12 +47,12 @@ def backbone_options(
     model: ml_collections.ConfigDict,
 ) -> backbone.BackboneOptions:
     """The backbone of config.model (model.backbone, width, norm, ...)."""
-    return backbone.BackboneOptions(
+    return options(
+        backbone.BackboneOptions,
+        model,
         name=model.backbone,
         width=model.backbone_width,
-        norm=model.norm,
         groups=model.group_norm_groups,
-        freeze_at=model.freeze_at,
         frozen_epsilon=model.frozen_bn_epsilon,
     )
 
@@ -157,10 +158,11 @@ def build_roi_heads(
     roi = model.roi
     dtype = resolve_dtype(model.dtype)
     box = box_head.build(
-        box_head.BoxHeadOptions(
+        options(
+            box_head.BoxHeadOptions,
+            roi,
             name=roi.box_head,
             in_channels=model.fpn_channels,
-            pool_size=roi.pool_size,
             fc_dim=roi.box_head_dim,
             conv_dim=roi.box_head_conv_dim,
             norm=roi.box_head_norm,
@@ -171,14 +173,15 @@ def build_roi_heads(
         rngs=rngs,
     )
     mask = mask_head.MaskHead(
-        mask_head.MaskHeadOptions(
+        options(
+            mask_head.MaskHeadOptions,
+            roi,
             in_channels=model.fpn_channels,
             pool_size=roi.mask_pool_size,
             conv_dim=roi.mask_head_dim,
             num_convs=roi.mask_head_convs,
             norm=mask_head_norm(model),
             groups=model.group_norm_groups,
-            mask_size=roi.mask_size,
         ),
         num_classes,
         dtype=dtype,
