@@ -24,33 +24,10 @@ RESNETS = {
 _BOTTLENECK_EXPANSION = 4
 
 
-def conv_norm(
-    in_channels: int,
-    out_channels: int,
-    kernel: int,
-    *,
-    norm: norms.NormOptions,
-    dtype: jnp.dtype,
-    rngs: nnx.Rngs,
-    stride: int = 1,
-    relu: bool = True,
-) -> norms.ConvNorm:
-    """A backbone conv (no bias, a 1x1 one too) -> norm -> ReLU?, its input
-    zeroed past each image's extent (`extents.masked`) by the caller."""
-    pad = kernel // 2
-    conv = nnx.Conv(
-        in_channels,
-        out_channels,
-        (kernel, kernel),
-        strides=stride,
-        padding=((pad, pad), (pad, pad)),
-        use_bias=False,
-        kernel_init=norms.conv_init,
-        dtype=dtype,
-        rngs=rngs,
-    )
-    layer_norm = norms.make_norm(norm, out_channels, dtype=dtype, rngs=rngs)
-    return norms.ConvNorm(conv, layer_norm, relu)
+def _conv(kernel: int, stride: int = 1, relu: bool = True):
+    """A backbone conv: nnx.Conv at every kernel size (its weights' shape);
+    the caller zeroes its input past each image's extent."""
+    return norms.ConvOptions(kernel, stride, relu, linear_1x1=False)
 
 
 class ResidualBlock(nnx.Module):
@@ -69,10 +46,17 @@ class ResidualBlock(nnx.Module):
             out_channels = width * _BOTTLENECK_EXPANSION
             self.layers = nnx.List(
                 [
-                    conv_norm(in_channels, width, 1, **layer_kwargs),
-                    conv_norm(width, width, 3, stride=stride, **layer_kwargs),
-                    conv_norm(
-                        width, out_channels, 1, relu=False, **layer_kwargs
+                    norms.conv_norm(
+                        in_channels, width, _conv(1), **layer_kwargs
+                    ),
+                    norms.conv_norm(
+                        width, width, _conv(3, stride), **layer_kwargs
+                    ),
+                    norms.conv_norm(
+                        width,
+                        out_channels,
+                        _conv(1, relu=False),
+                        **layer_kwargs,
                     ),
                 ]
             )
@@ -80,20 +64,20 @@ class ResidualBlock(nnx.Module):
             out_channels = width
             self.layers = nnx.List(
                 [
-                    conv_norm(
-                        in_channels, width, 3, stride=stride, **layer_kwargs
+                    norms.conv_norm(
+                        in_channels, width, _conv(3, stride), **layer_kwargs
                     ),
-                    conv_norm(width, width, 3, relu=False, **layer_kwargs),
+                    norms.conv_norm(
+                        width, width, _conv(3, relu=False), **layer_kwargs
+                    ),
                 ]
             )
         needs_projection = stride != 1 or in_channels != out_channels
         self.shortcut = (
-            conv_norm(
+            norms.conv_norm(
                 in_channels,
                 out_channels,
-                1,
-                stride=stride,
-                relu=False,
+                _conv(1, stride, relu=False),
                 **layer_kwargs,
             )
             if needs_projection
@@ -153,11 +137,10 @@ class ResNet(nnx.Module):
             else norm.name
         )
         layer_kwargs = {"dtype": dtype, "rngs": rngs}
-        self.stem = conv_norm(
+        self.stem = norms.conv_norm(
             3,
             width,
-            7,
-            stride=2,
+            _conv(7, 2),
             **layer_kwargs,
             norm=frozen_norm if freeze_at >= 1 else norm,
         )

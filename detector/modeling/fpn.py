@@ -47,9 +47,8 @@ class FPN(nnx.Module):
                     norms.conv_norm(
                         in_channels_of(level),
                         channels,
-                        kernel,
+                        norms.ConvOptions(kernel, relu=False),
                         norm=norm,
-                        relu=False,
                         dtype=dtype,
                         rngs=rngs,
                     )

@@ -273,38 +273,58 @@ class Linear(_ThenReLU, nnx.Linear):
         self.relu = relu
 
 
+class ConvOptions(NamedTuple):
+    """A conv layer's shape: kernel side, stride, ReLU after it, init."""
+
+    kernel: int
+    stride: int = 1
+    relu: bool = True
+    kernel_init: Callable = conv_init
+    # A 1x1 stride-1 conv as nnx.Linear over channels (a cheaper gradient
+    # on CPU): the FPN's and heads'; the backbone's stay nnx.Conv.
+    linear_1x1: bool = True
+
+
 def conv_norm(
     in_channels: int,
     out_channels: int,
-    kernel: int,
+    conv: int | ConvOptions,
     *,
     norm: NormOptions,
     dtype: jnp.dtype,
     rngs: nnx.Rngs,
-    relu: bool = True,
-    kernel_init: Callable = conv_init,
 ) -> nnx.Module:
-    """A conv layer of the FPN or a head with the norm `norm`: with a norm,
-    a biasless conv then the norm; with 'none', a conv with a bias (its
-    kernel and bias at the layer's top, as nnx.Conv's). Either is called
-    as layer(x, mask)."""
-    kwargs = dict(kernel_init=kernel_init, dtype=dtype, rngs=rngs)
+    """A conv layer (`conv`: its options, or its kernel side) with the norm
+    `norm`: with a norm, a biasless conv then the norm; with 'none', a conv
+    with a bias (its kernel and bias at the layer's top, as nnx.Conv's).
+    Either is called as layer(x, mask)."""
+    if isinstance(conv, int):
+        conv = ConvOptions(conv)
+    kwargs = dict(kernel_init=conv.kernel_init, dtype=dtype, rngs=rngs)
+    as_linear = conv.kernel == 1 and conv.stride == 1 and conv.linear_1x1
     if norm.name == "none":
-        if kernel == 1:
-            return Linear(in_channels, out_channels, relu=relu, **kwargs)
-        return Conv(in_channels, out_channels, kernel, relu=relu, **kwargs)
-    # A 1x1 conv is a Linear layer over channels (a cheaper gradient on CPU).
-    if kernel == 1:
-        conv = nnx.Linear(in_channels, out_channels, use_bias=False, **kwargs)
-    else:
-        pad = kernel // 2
-        conv = nnx.Conv(
+        if as_linear:
+            return Linear(in_channels, out_channels, relu=conv.relu, **kwargs)
+        return Conv(
             in_channels,
             out_channels,
-            (kernel, kernel),
+            conv.kernel,
+            relu=conv.relu,
+            strides=conv.stride,
+            **kwargs,
+        )
+    if as_linear:
+        layer = nnx.Linear(in_channels, out_channels, use_bias=False, **kwargs)
+    else:
+        pad = conv.kernel // 2
+        layer = nnx.Conv(
+            in_channels,
+            out_channels,
+            (conv.kernel, conv.kernel),
+            strides=conv.stride,
             padding=((pad, pad), (pad, pad)),
             use_bias=False,
             **kwargs,
         )
     layer_norm = make_norm(norm, out_channels, dtype=dtype, rngs=rngs)
-    return ConvNorm(conv, layer_norm, relu)
+    return ConvNorm(layer, layer_norm, conv.relu)

@@ -73,9 +73,8 @@ class RPNHead(nnx.Module):
             norms.conv_norm(
                 channels,
                 channels,
-                3,
+                norms.ConvOptions(3, kernel_init=init),
                 norm=norm,
-                kernel_init=init,
                 dtype=dtype,
                 rngs=rngs,
             )

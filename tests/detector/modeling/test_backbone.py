@@ -77,7 +77,7 @@ def test_tiny_parameter_count_by_hand():
 
 
 def test_batch_norm_follows_train_and_eval():
-    model = backbone.conv_norm(
+    model = norms.conv_norm(
         3,
         4,
         3,

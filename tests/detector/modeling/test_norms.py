@@ -101,13 +101,21 @@ def test_one_by_one_convs_are_linear_layers():
     layer = norms.conv_norm(
         4,
         8,
-        1,
+        norms.ConvOptions(1, relu=False),
         norm=norms.NormOptions("batch", 1),
-        relu=False,
         dtype=jnp.float32,
         rngs=nnx.Rngs(0),
     )
     assert layer.conv.kernel.shape == (4, 8)
+    backbone_conv = norms.conv_norm(
+        4,
+        8,
+        norms.ConvOptions(1, linear_1x1=False),
+        norm=norms.NormOptions("frozen_batch"),
+        dtype=jnp.float32,
+        rngs=nnx.Rngs(0),
+    )
+    assert backbone_conv.conv.kernel.shape == (1, 1, 4, 8)
     x = _x((2, 5, 5, 4))
     want = norms.BatchNorm(8, rngs=nnx.Rngs(1))
     np.testing.assert_allclose(
