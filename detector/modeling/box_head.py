@@ -54,18 +54,31 @@ def add_class_layers(
     )
 
 
-def _class_outputs(
-    head: nnx.Module, x: jax.Array
-) -> tuple[jax.Array, jax.Array]:
-    """x [B, R, H] -> logits f32[B, R, C + 1], deltas f32[B, R, C, 4]."""
-    deltas = head.deltas(x).astype(jnp.float32)
-    return (
-        head.classes(x).astype(jnp.float32),
-        deltas.reshape(x.shape[:2] + (-1, 4)),
-    )
+class BoxHead(nnx.Module):
+    """A box head: `hidden` features of the pooled rois, then the class
+    layers (`add_class_layers`)."""
+
+    pool_size: int  # Q
+
+    def hidden(self, features: jax.Array, valid: jax.Array | None) -> jax.Array:
+        """[B, R, Q, Q, F], valid bool[B, R] or None (all) -> [B, R, H]."""
+        raise NotImplementedError
+
+    @jax.named_scope("box_head")
+    def __call__(
+        self, features: jax.Array, valid: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """[B, R, Q, Q, F], valid bool[B, R] or None (all rois; what a norm
+        counts) -> logits f32[B, R, C + 1], deltas f32[B, R, C, 4]."""
+        x = self.hidden(features, valid)
+        deltas = self.deltas(x).astype(jnp.float32)
+        return (
+            self.classes(x).astype(jnp.float32),
+            deltas.reshape(x.shape[:2] + (-1, 4)),
+        )
 
 
-class TwoFCHead(nnx.Module):
+class TwoFCHead(BoxHead):
     """Two fully connected layers, then class logits and class deltas."""
 
     def __init__(
@@ -88,21 +101,15 @@ class TwoFCHead(nnx.Module):
             self, options.fc_dim, num_classes, dtype=dtype, rngs=rngs
         )
 
-    @jax.named_scope("box_head")
-    def __call__(
-        self, features: jax.Array, valid: jax.Array | None = None
-    ) -> tuple[jax.Array, jax.Array]:
-        """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas [B, R, C, 4].
-
-        `valid` (bool[B, R]) is what a head with a norm counts; no norm here.
-        """
+    def hidden(self, features: jax.Array, valid: jax.Array | None) -> jax.Array:
+        """No norm here: `valid` changes nothing."""
         del valid
         x = features.reshape(features.shape[:2] + (-1,))
         x = jax.nn.relu(self.fc1(x))
-        return _class_outputs(self, jax.nn.relu(self.fc2(x)))
+        return jax.nn.relu(self.fc2(x))
 
 
-class ConvFCHead(nnx.Module):
+class ConvFCHead(BoxHead):
     """`num_convs` 3x3 convs with a norm, one fc, class logits and deltas."""
 
     def __init__(
@@ -139,19 +146,14 @@ class ConvFCHead(nnx.Module):
             self, options.fc_dim, num_classes, dtype=dtype, rngs=rngs
         )
 
-    @jax.named_scope("box_head")
-    def __call__(
-        self, features: jax.Array, valid: jax.Array | None = None
-    ) -> tuple[jax.Array, jax.Array]:
-        """[B, R, Q, Q, F], valid bool[B, R] or None (all) -> logits
-        f32[B, R, C + 1], deltas f32[B, R, C, 4]."""
+    def hidden(self, features: jax.Array, valid: jax.Array | None) -> jax.Array:
+        """The convs' norms count the valid rois only."""
         batch, rois = features.shape[:2]
         x = features.reshape((batch * rois,) + features.shape[2:])
         mask = None if valid is None else valid.reshape(-1)
         for conv in self.convs:
             x = conv(x, mask)
-        x = jax.nn.relu(self.fc(x.reshape(batch, rois, -1)))
-        return _class_outputs(self, x)
+        return jax.nn.relu(self.fc(x.reshape(batch, rois, -1)))
 
 
 def _conv_fc(num_convs: int) -> Callable[..., ConvFCHead]:
