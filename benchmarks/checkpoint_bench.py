@@ -34,7 +34,7 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from detector.build import model as factory  # noqa: E402
+from detector import factory  # noqa: E402
 from detector.launch import cli, validate  # noqa: E402
 from detector.state import checkpoint, optimizer  # noqa: E402
 from detector.state import train_state as state_lib  # noqa: E402

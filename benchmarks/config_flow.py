@@ -19,7 +19,7 @@ LAYERS = {
     "detector.export": 7,
     "detector.state": 6,
     "detector.weights": 6,
-    "detector.build": 5,
+    "detector.factory": 5,
     "detector.modeling": 4,
     "ops": 3,
     "detector.config": 2,

@@ -95,9 +95,10 @@ class _Stages:
             batch.get("image_size"),
             training=True,
         )
-        targets = m.box_branch.sample(proposals, valid, batch, roi_key)
+        heads = m.roi_heads
+        targets = heads.sample(proposals, valid, batch, roi_key)
         pyramid = m.roi_pyramid(features)
-        mask_rois = targets.rois[:, : m.mask_branch.num_rois]
+        mask_rois = targets.rois[:, : heads.num_mask_rois]
         return {
             "features": features,
             "logits": logits,
@@ -108,8 +109,8 @@ class _Stages:
             "rpn_key": rpn_key,
             "roi_key": roi_key,
             "pyramid_features": pyramid.features,
-            "box_pooled": m.box_branch.pool(pyramid, targets.rois),
-            "mask_pooled": m.mask_branch.pool(pyramid, mask_rois),
+            "box_pooled": heads.pool(pyramid, targets.rois, heads.box_head),
+            "mask_pooled": heads.pool(pyramid, mask_rois, heads.mask_head),
         }
 
     def backbone_fpn(self, params, inputs, batch):
@@ -138,7 +139,7 @@ class _Stages:
         )
 
     def roi_sampling(self, params, inputs, batch):
-        return self.model(params).box_branch.sample(
+        return self.model(params).roi_heads.sample(
             inputs["proposals"],
             inputs["proposal_valid"],
             batch,
@@ -148,14 +149,15 @@ class _Stages:
     def roi_align(self, params, inputs, batch):
         del batch
         m = self.model(params)
+        heads = m.roi_heads
         targets = inputs["targets"]
         pyramid = m.roi_pyramid(inputs["features"])
-        mask_rois = targets.rois[:, : m.mask_branch.num_rois]
+        mask_rois = targets.rois[:, : heads.num_mask_rois]
 
         def loss(flat):
             p = pyramid._replace(features=flat)
-            return _sum(m.box_branch.pool(p, targets.rois)) + _sum(
-                m.mask_branch.pool(p, mask_rois)
+            return _sum(heads.pool(p, targets.rois, heads.box_head)) + _sum(
+                heads.pool(p, mask_rois, heads.mask_head)
             )
 
         return jax.grad(loss)(inputs["pyramid_features"])
@@ -165,13 +167,13 @@ class _Stages:
         targets = inputs["targets"]
 
         def loss(p, pooled):
-            return _sum(self.model(p).box_branch.losses(pooled, targets))
+            return _sum(self.model(p).roi_heads.box_losses(pooled, targets))
 
         return jax.grad(loss, argnums=(0, 1))(params, inputs["box_pooled"])
 
     def mask(self, params, inputs, batch):
         def loss(p, pooled):
-            return self.model(p).mask_branch.loss(
+            return self.model(p).roi_heads.mask_loss(
                 pooled, inputs["targets"], batch
             )
 

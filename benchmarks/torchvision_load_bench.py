@@ -34,7 +34,7 @@ from absl import app, flags  # noqa: E402
 from flax import nnx  # noqa: E402
 
 from configs import coco_r50_fpn  # noqa: E402
-from detector.build import model as factory  # noqa: E402
+from detector import factory  # noqa: E402
 from detector.state import warm_start  # noqa: E402
 from detector.weights import (  # noqa: E402
     torchvision_maskrcnn,

@@ -43,7 +43,7 @@ from benchmarks import batch_file
 from configs import coco_r50_fpn
 from configs import shapes as shapes_config
 from detector import config as config_lib
-from detector.build import model as factory
+from detector import factory
 from detector.engine import train_step as step_lib
 from detector.export import serving
 from detector.launch import cli, validate

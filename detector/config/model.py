@@ -195,7 +195,7 @@ def _roi_config() -> ml_collections.ConfigDict:
     # ROIAlign pooling: 'auto' (per platform), 'gather' or 'matmul'; see
     # ops/roi_align.py.
     roi.align_implementation = "auto"
-    # Box head (box_heads.BOX_HEADS): '2fc' (two fc layers of box_head_dim)
+    # Box head (box_head.BOX_HEADS): '2fc' (two fc layers of box_head_dim)
     # or '4conv1fc' (4 3x3 convs of box_head_conv_dim with box_head_norm,
     # then one fc of box_head_dim).
     roi.box_head = "2fc"

@@ -12,6 +12,7 @@ from jax.sharding import Mesh
 from jax.sharding import PartitionSpec as P
 
 from detector.modeling import losses
+from detector.state import optimizer
 from detector.state import train_state as state_lib
 
 # Train-step output checked every step and not logged: all weights finite.
@@ -59,7 +60,7 @@ def make_train_step(
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         metrics = {name: terms[name] for name in losses.LOSS_NAMES}
         metrics["learning_rate"] = schedule(state.step)
-        metrics["grad_norm"] = optax.tree.norm(grads)
+        metrics["grad_norm"] = optimizer.global_norm(grads)
         params = optax.apply_updates(state.params, updates)
         metrics[STATE_FINITE] = all_finite((params, rest))
         new_state = state.replace(

@@ -8,8 +8,8 @@ import jax
 import ml_collections
 from absl import logging
 
+from detector.config.config_diff import changes
 from detector.utils import files
-from detector.utils.config_diff import changes
 
 LATEST = "config.json"
 

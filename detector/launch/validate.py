@@ -11,7 +11,7 @@ from detector.config import checks
 from detector.data import shapes_writer, sources
 from detector.evaluation import coco_backends
 from detector.imaging import masks, resize
-from detector.modeling import backbone, box_heads, norms
+from detector.modeling import backbone, box_head, norms
 from ops import nms, roi_align
 
 
@@ -34,13 +34,13 @@ REGISTRY_CHECKS: dict[str, Callable[[object, str], None]] = {
     "data.resize": resize.check_rule,
     "data.shapes.image_size": shapes_writer.check_image_size,
     "model.backbone": backbone.check_name,
-    "model.norm": backbone.check_norm,
+    "model.norm": norms.check_backbone_norm,
     "model.freeze_at": backbone.check_freeze_at,
     "model.fpn_norm": _head_norm,
     "model.rpn.head_norm": norms.check_name,
     "model.rpn.nms_backend": _nms_backend,
     "model.roi.align_implementation": _align_implementation,
-    "model.roi.box_head": box_heads.check_name,
+    "model.roi.box_head": box_head.check_name,
     "model.roi.box_head_norm": norms.check_name,
     "model.roi.mask_head_norm": _head_norm,
     "model.detection.nms_backend": _nms_backend,

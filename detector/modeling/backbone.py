@@ -4,7 +4,6 @@ Shapes: B batch, H, W input size; F_l channels of the output at level l
 (stride 2**l); output {level: [B, H / 2**l, W / 2**l, F_l]}.
 """
 
-import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -15,8 +14,6 @@ from flax import nnx
 from detector.modeling import extents, norms
 from ops import names
 
-NORMS = ("group", "batch", "sync_batch", "frozen_batch")
-
 # name -> (blocks per stage, bottleneck?)
 RESNETS = {
     "resnet18": ((2, 2, 2, 2), False),
@@ -26,125 +23,11 @@ RESNETS = {
 }
 _BOTTLENECK_EXPANSION = 4
 
-# He (fan-out) init for convolutions followed by ReLU.
-conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
 
-
-class FrozenStat(nnx.Variable):
-    """A frozen normalisation statistic or affine term (not an nnx.Param)."""
-
-
-class FrozenBatchNorm(nnx.Module):
-    """BatchNorm with fixed statistics and affine terms: y = x * a + b."""
-
-    def __init__(
-        self,
-        num_features: int,
-        *,
-        epsilon: float = 1e-5,
-        dtype: jnp.dtype = jnp.float32,
-    ):
-        self.scale = FrozenStat(jnp.ones((num_features,), jnp.float32))
-        self.bias = FrozenStat(jnp.zeros((num_features,), jnp.float32))
-        self.mean = FrozenStat(jnp.zeros((num_features,), jnp.float32))
-        self.var = FrozenStat(jnp.ones((num_features,), jnp.float32))
-        self.epsilon = epsilon
-        self.dtype = dtype
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        multiplier = self.scale[...] * jax.lax.rsqrt(
-            self.var[...] + self.epsilon
-        )
-        offset = self.bias[...] - self.mean[...] * multiplier
-        return (
-            x * multiplier.astype(self.dtype) + offset.astype(self.dtype)
-        ).astype(self.dtype)
-
-
-# kind -> (channels, groups, dtype, rngs, frozen_epsilon) -> layer.
-_NORM_LAYERS = {
-    "group": lambda channels, groups, dtype, rngs, _: nnx.GroupNorm(
-        channels, num_groups=groups, epsilon=1e-5, dtype=dtype, rngs=rngs
-    ),
-    "batch": lambda channels, groups, dtype, rngs, _: nnx.BatchNorm(
-        channels, momentum=0.9, epsilon=1e-5, dtype=dtype, rngs=rngs
-    ),
-    "sync_batch": lambda channels, groups, dtype, rngs, _: norms.BatchNorm(
-        channels,
-        cross_replica_axis=norms.DATA_AXIS,
-        momentum=0.9,
-        epsilon=1e-5,
-        dtype=dtype,
-        rngs=rngs,
-    ),
-    "frozen_batch": lambda channels, groups, dtype, rngs, eps: FrozenBatchNorm(
-        channels, epsilon=eps, dtype=dtype
-    ),
-}
-assert tuple(_NORM_LAYERS) == NORMS
-
-
-def make_norm(
-    kind: str,
-    channels: int,
-    *,
-    groups: int,
-    dtype: jnp.dtype,
-    rngs: nnx.Rngs,
-    frozen_epsilon: float = 1e-5,
-) -> nnx.Module:
-    """A normalisation layer over the channel (last) axis.
-
-    `frozen_epsilon` is the FrozenBatchNorm epsilon (torchvision's 1e-5; its
-    legacy COCO Mask R-CNN weights were trained with 0).
-    """
-    if kind not in _NORM_LAYERS:
-        raise ValueError(f"unknown norm {kind!r}; known: {', '.join(NORMS)}")
-    return _NORM_LAYERS[kind](channels, groups, dtype, rngs, frozen_epsilon)
-
-
-class ConvNorm(nnx.Module):
-    """Conv (no bias) -> norm -> optional ReLU."""
-
-    def __init__(
-        self,
-        in_channels: int,
-        out_channels: int,
-        kernel: int,
-        *,
-        stride: int = 1,
-        relu: bool = True,
-        norm: str,
-        groups: int,
-        dtype: jnp.dtype,
-        rngs: nnx.Rngs,
-        frozen_epsilon: float = 1e-5,
-    ):
-        pad = kernel // 2
-        self.conv = nnx.Conv(
-            in_channels,
-            out_channels,
-            (kernel, kernel),
-            strides=stride,
-            padding=((pad, pad), (pad, pad)),
-            use_bias=False,
-            kernel_init=conv_init,
-            dtype=dtype,
-            rngs=rngs,
-        )
-        self.norm = make_norm(
-            norm,
-            out_channels,
-            groups=groups,
-            dtype=dtype,
-            rngs=rngs,
-            frozen_epsilon=frozen_epsilon,
-        )
-        self.relu = relu
-
-    def __call__(self, x: jax.Array) -> jax.Array:
-        x = self.norm(self.conv(extents.masked(x)))
-        return jax.nn.relu(x) if self.relu else x
+def _conv(kernel: int, stride: int = 1, relu: bool = True):
+    """A backbone conv: nnx.Conv at every kernel size (its weights' shape);
+    the caller zeroes its input past each image's extent."""
+    return norms.ConvOptions(kernel, stride, relu, linear_1x1=False)
 
 
 class ResidualBlock(nnx.Module):
@@ -163,10 +46,17 @@ class ResidualBlock(nnx.Module):
             out_channels = width * _BOTTLENECK_EXPANSION
             self.layers = nnx.List(
                 [
-                    ConvNorm(in_channels, width, 1, **layer_kwargs),
-                    ConvNorm(width, width, 3, stride=stride, **layer_kwargs),
-                    ConvNorm(
-                        width, out_channels, 1, relu=False, **layer_kwargs
+                    norms.conv_norm(
+                        in_channels, width, _conv(1), **layer_kwargs
+                    ),
+                    norms.conv_norm(
+                        width, width, _conv(3, stride), **layer_kwargs
+                    ),
+                    norms.conv_norm(
+                        width,
+                        out_channels,
+                        _conv(1, relu=False),
+                        **layer_kwargs,
                     ),
                 ]
             )
@@ -174,20 +64,20 @@ class ResidualBlock(nnx.Module):
             out_channels = width
             self.layers = nnx.List(
                 [
-                    ConvNorm(
-                        in_channels, width, 3, stride=stride, **layer_kwargs
+                    norms.conv_norm(
+                        in_channels, width, _conv(3, stride), **layer_kwargs
                     ),
-                    ConvNorm(width, width, 3, relu=False, **layer_kwargs),
+                    norms.conv_norm(
+                        width, width, _conv(3, relu=False), **layer_kwargs
+                    ),
                 ]
             )
         needs_projection = stride != 1 or in_channels != out_channels
         self.shortcut = (
-            ConvNorm(
+            norms.conv_norm(
                 in_channels,
                 out_channels,
-                1,
-                stride=stride,
-                relu=False,
+                _conv(1, stride, relu=False),
                 **layer_kwargs,
             )
             if needs_projection
@@ -196,10 +86,23 @@ class ResidualBlock(nnx.Module):
         self.out_channels = out_channels
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        residual = x if self.shortcut is None else self.shortcut(x)
+        residual = (
+            x if self.shortcut is None else self.shortcut(extents.masked(x))
+        )
         for layer in self.layers:
-            x = layer(x)
+            x = layer(extents.masked(x))
         return jax.nn.relu(x + residual)
+
+
+class BackboneOptions(NamedTuple):
+    """What a backbone is built from (config model.backbone, ...)."""
+
+    name: str  # a key of BACKBONES
+    width: int  # channels of the stem
+    norm: str  # one of norms.BACKBONE_NORMS
+    groups: int  # GroupNorm groups
+    freeze_at: int  # 0 none, 1 the stem, 2 the stem and C2, ...
+    frozen_epsilon: float  # epsilon of the frozen BatchNorm layers
 
 
 class ResNet(nnx.Module):
@@ -212,36 +115,32 @@ class ResNet(nnx.Module):
 
     def __init__(
         self,
-        name: str,
+        options: BackboneOptions,
         *,
-        width: int,
-        norm: str,
-        groups: int,
+        top_level: int = 5,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
-        top_level: int = 5,
-        freeze_at: int = 0,
-        frozen_epsilon: float = 1e-5,
     ):
-        if name not in RESNETS:
+        if options.name not in RESNETS:
             raise ValueError(
-                f"unknown backbone {name!r}; known: {', '.join(RESNETS)}"
+                f"unknown backbone {options.name!r}; known: "
+                f"{', '.join(RESNETS)}"
             )
-        depths, bottleneck = RESNETS[name]
-        frozen_norm = (
-            "frozen_batch" if norm in ("batch", "sync_batch") else norm
+        depths, bottleneck = RESNETS[options.name]
+        width, freeze_at = options.width, options.freeze_at
+        norm = norms.NormOptions(
+            options.norm, options.groups, options.frozen_epsilon
         )
-        layer_kwargs = {
-            "groups": groups,
-            "dtype": dtype,
-            "rngs": rngs,
-            "frozen_epsilon": frozen_epsilon,
-        }
-        self.stem = ConvNorm(
+        frozen_norm = norm._replace(
+            name="frozen_batch"
+            if norm.name in ("batch", "sync_batch")
+            else norm.name
+        )
+        layer_kwargs = {"dtype": dtype, "rngs": rngs}
+        self.stem = norms.conv_norm(
             3,
             width,
-            7,
-            stride=2,
+            _conv(7, 2),
             **layer_kwargs,
             norm=frozen_norm if freeze_at >= 1 else norm,
         )
@@ -276,7 +175,8 @@ class ResNet(nnx.Module):
         return jax.lax.stop_gradient(x) if level <= self.freeze_at else x
 
     def __call__(self, images: jax.Array) -> dict[int, jax.Array]:
-        x = self._frozen(self.stem(images.astype(self.dtype)), 1)
+        x = self.stem(extents.masked(images.astype(self.dtype)))
+        x = self._frozen(x, 1)
         x = nnx.max_pool(
             extents.masked(x), (3, 3), strides=(2, 2), padding=((1, 1), (1, 1))
         )
@@ -286,38 +186,6 @@ class ResNet(nnx.Module):
                 x = block(x)
             x = features[level] = self._frozen(x, level)
         return features
-
-
-class BackboneOptions(NamedTuple):
-    """What a backbone is built from (config model.backbone, ...)."""
-
-    name: str  # a key of BACKBONES
-    width: int  # channels of the stem
-    norm: str  # one of NORMS
-    groups: int  # GroupNorm groups
-    freeze_at: int  # 0 none, 1 the stem, 2 the stem and C2, ...
-    frozen_epsilon: float  # epsilon of the frozen BatchNorm layers
-
-
-def _build_resnet(
-    name: str,
-    options: BackboneOptions,
-    *,
-    top_level: int,
-    dtype: jnp.dtype,
-    rngs: nnx.Rngs,
-) -> ResNet:
-    return ResNet(
-        name,
-        width=options.width,
-        norm=options.norm,
-        groups=options.groups,
-        dtype=dtype,
-        rngs=rngs,
-        top_level=top_level,
-        freeze_at=options.freeze_at,
-        frozen_epsilon=options.frozen_epsilon,
-    )
 
 
 def _resnet_frozen_parts(freeze_at: int) -> tuple[str, ...]:
@@ -338,10 +206,7 @@ class BackboneEntry(NamedTuple):
 
 
 BACKBONES: dict[str, BackboneEntry] = {
-    name: BackboneEntry(
-        functools.partial(_build_resnet, name), 2, 5, _resnet_frozen_parts
-    )
-    for name in RESNETS
+    name: BackboneEntry(ResNet, 2, 5, _resnet_frozen_parts) for name in RESNETS
 }
 MAX_FREEZE_AT = 5  # stem + four stages
 
@@ -350,12 +215,6 @@ def check_name(name: str, key: str) -> None:
     """Raises one ValueError line naming config `key` for an unknown
     backbone."""
     names.check_known(name, key, BACKBONES, "backbone")
-
-
-def check_norm(name: str, key: str) -> None:
-    """Raises one ValueError line naming config `key` for an unknown
-    backbone norm."""
-    names.check_known(name, key, NORMS, "norm")
 
 
 def check_freeze_at(freeze_at: int, key: str) -> None:

@@ -30,9 +30,8 @@ class FPN(nnx.Module):
         channels: int,
         min_level: int,
         max_level: int,
-        lateral_norm: str,
-        output_norm: str,
-        groups: int,
+        lateral_norm: norms.NormOptions,
+        output_norm: norms.NormOptions,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
     ):
@@ -48,10 +47,8 @@ class FPN(nnx.Module):
                     norms.conv_norm(
                         in_channels_of(level),
                         channels,
-                        kernel,
+                        norms.ConvOptions(kernel, relu=False),
                         norm=norm,
-                        groups=groups,
-                        relu=False,
                         dtype=dtype,
                         rngs=rngs,
                     )

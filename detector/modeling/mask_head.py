@@ -1,15 +1,17 @@
-"""The mask branch: head layers, targets and loss on the sampled rois, and
-the masks of the detections.
+"""The mask head (convs, a 2x deconv, per-class mask logits) and its
+targets: GT masks resampled over the sampled rois.
 
 Shapes: B batch, G GT per image, Rm mask rois, N = B * Rm, C classes,
 F channels, Q pool size, S GT crop size, M mask size, K detections.
 """
 
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import backbone, losses, norms, roi_heads
+from detector.modeling import norms
 from ops import box_ops, roi_align
 
 
@@ -32,7 +34,7 @@ class Deconv2x(nnx.Module):
         rngs: nnx.Rngs,
     ):
         self.kernel = nnx.Param(
-            backbone.conv_init(
+            norms.conv_init(
                 rngs.params(), (2, 2, in_channels, out_channels), jnp.float32
             )
         )
@@ -61,6 +63,18 @@ def pixel_shuffle(x: jax.Array) -> jax.Array:
     return x.reshape(batch, 2 * height, 2 * width, channels)
 
 
+class MaskHeadOptions(NamedTuple):
+    """What the mask head is built from (config model.roi.mask_head_*)."""
+
+    in_channels: int  # F
+    pool_size: int  # Q
+    conv_dim: int  # channels of its convs and deconv
+    num_convs: int
+    norm: str  # a key of norms.HEAD_NORMS
+    groups: int  # GroupNorm groups
+    mask_size: int  # M = 2Q, the side of its logits and targets
+
+
 class MaskHead(nnx.Module):
     """conv3x3 stack, 2x deconv, then one mask logit map per class.
 
@@ -72,24 +86,23 @@ class MaskHead(nnx.Module):
 
     def __init__(
         self,
-        in_channels: int,
-        hidden: int,
-        num_convs: int,
+        options: MaskHeadOptions,
         num_classes: int,
         *,
-        norm: str,
-        groups: int,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
     ):
+        in_channels, hidden = options.in_channels, options.conv_dim
+        num_convs = options.num_convs
+        self.pool_size = options.pool_size
+        self.mask_size = options.mask_size
         self.convs = nnx.List(
             [
                 norms.conv_norm(
                     in_channels if i == 0 else hidden,
                     hidden,
                     3,
-                    norm=norm,
-                    groups=groups,
+                    norm=norms.NormOptions(options.norm, options.groups),
                     dtype=dtype,
                     rngs=rngs,
                 )
@@ -183,89 +196,3 @@ def class_mask_logits(mask_logits: jax.Array, classes: jax.Array) -> jax.Array:
     """The mask logits [B, R, M, M] of each roi's class 1..C (any for 0)."""
     index = jnp.maximum(classes - 1, 0)[..., None, None, None]
     return jnp.take_along_axis(mask_logits, index, axis=-1)[..., 0]
-
-
-class MaskBranch(nnx.Module):
-    """The mask head on pooled rois: its targets and loss, predicted masks."""
-
-    def __init__(
-        self,
-        head: MaskHead,
-        *,
-        pool_size: int,
-        pooling: roi_heads.PoolOptions,
-        mask_size: int,
-        num_rois: int,
-    ):
-        """Args:
-        head: pooled [B, R, Q, Q, F] (and valid rois or None, what a norm
-          in it counts) -> mask logits [B, R, M, M, C].
-        pool_size: Q, its ROIAlign output side.
-        pooling: multilevel ROIAlign settings (sampling_ratio also
-          resamples the GT masks).
-        mask_size: M, side of the mask targets.
-        num_rois: Rm, the first sampled rois (foreground first) it trains
-          on (`num_mask_rois`).
-        """
-        self.head = head
-        self.pool_size = pool_size
-        self.pooling = pooling
-        self.mask_size = mask_size
-        self.num_rois = num_rois
-
-    def pool(
-        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array
-    ) -> jax.Array:
-        """Features [B, R, Q, Q, F] of boxes [B, R, 4]."""
-        return roi_heads.pool_rois(
-            pyramid, boxes, output_size=self.pool_size, pooling=self.pooling
-        )
-
-    def loss(
-        self,
-        pooled: jax.Array,
-        targets: roi_heads.RoiTargets,
-        batch: dict[str, jax.Array],
-    ) -> jax.Array:
-        """Mask targets, head and loss of the first Rm sampled rois,
-        pooled [B, Rm, Q, Q, F]; GT of `batch` (boxes, masks, mask_valid)."""
-        count = self.num_rois
-        rois = targets.rois[:, :count]
-        matched = targets.matched[:, :count]
-        classes = targets.classes[:, :count]
-        has_mask = jnp.take_along_axis(
-            batch["mask_valid"].astype(bool), matched, axis=1
-        )
-        is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
-        mask_logits = self.head(pooled, is_valid)
-        targets_of_rois = mask_targets(
-            rois,
-            matched,
-            batch["boxes"],
-            batch["masks"],
-            mask_size=self.mask_size,
-            sampling_ratio=self.pooling.sampling_ratio,
-        )
-        return losses.mask_loss(
-            class_mask_logits(mask_logits, classes),
-            targets_of_rois,
-            is_valid,
-        )
-
-    def predict(
-        self, pyramid: roi_align.FlatPyramid, detections: roi_heads.Detections
-    ) -> jax.Array:
-        """Masks f32[B, K, M, M] of the detections: probabilities of the
-        detected class, 0 in empty slots."""
-        mask_logits = self.head(self.pool(pyramid, detections.boxes))
-        masks = jax.nn.sigmoid(
-            class_mask_logits(mask_logits, detections.classes).astype(
-                jnp.float32
-            )
-        )
-        return jnp.where((detections.classes > 0)[..., None, None], masks, 0.0)
-
-
-def num_mask_rois(sampling: roi_heads.RoiSampling, max_mask_rois: int) -> int:
-    """Rm: at most max_mask_rois, and no more than the foreground slots."""
-    return min(max_mask_rois, int(sampling.num_rois * sampling.fg_fraction))

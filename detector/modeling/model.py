@@ -1,4 +1,4 @@
-"""Mask R-CNN in Flax NNX: backbone -> FPN -> RPN -> box and mask branches.
+"""Mask R-CNN in Flax NNX: backbone -> FPN -> RPN -> RoI heads (box, mask).
 
 Shapes (docs/architecture.md): B batch, H, W image size, G GT instances,
 S GT crop size, P proposals, R rois, Rm mask rois, C classes, M mask size,
@@ -11,14 +11,14 @@ from flax import nnx
 
 from detector.modeling import extents as extents_lib
 from detector.modeling import fpn as fpn_lib
-from detector.modeling import losses, mask_head, roi_heads, rpn
+from detector.modeling import losses, roi_heads, rpn
 from ops import roi_align
 
 # Params whose shapes follow the number of classes (path prefixes).
 CLASS_DEPENDENT = (
-    "box_branch/head/classes",
-    "box_branch/head/deltas",
-    "mask_branch/head/logits",
+    "roi_heads/box_head/classes",
+    "roi_heads/box_head/deltas",
+    "roi_heads/mask_head/logits",
 )
 
 
@@ -30,8 +30,7 @@ class MaskRCNN(nnx.Module):
         backbone: nnx.Module,
         fpn: fpn_lib.FPN,
         rpn: rpn.RPN,
-        box_branch: roi_heads.BoxBranch,
-        mask_branch: mask_head.MaskBranch,
+        roi_heads: roi_heads.RoIHeads,
         *,
         loss_weights: tuple[tuple[str, float], ...],
     ):
@@ -39,19 +38,14 @@ class MaskRCNN(nnx.Module):
         backbone: images [B, H, W, 3] -> {level: features}.
         fpn: backbone levels -> P_min..P_max.
         rpn: the RPN (head, anchors, proposals, anchor sampling).
-        box_branch: roi sampling, box head, detections.
-        mask_branch: mask head, its targets, predicted masks.
+        roi_heads: roi sampling, the box and mask heads, detections.
         loss_weights: (term name, weight) for every name of
           losses.TERM_NAMES, in that order.
         """
-        # The parameters flatten in sorted path order (backbone, box_branch,
-        # fpn, mask_branch, rpn) and so does every sum over them (the
-        # gradient norm): renaming a part changes that sum's bits.
         self.backbone = backbone
         self.fpn = fpn
         self.rpn = rpn
-        self.box_branch = box_branch
-        self.mask_branch = mask_branch
+        self.roi_heads = roi_heads
         self.loss_weights = tuple(loss_weights)
 
     # ---------------------------------------------------------- features
@@ -124,19 +118,11 @@ class MaskRCNN(nnx.Module):
             image_sizes,
             training=True,
         )
-        targets = self.box_branch.sample(
+        targets = self.roi_heads.sample(
             proposals, proposal_valid, batch, roi_key
         )
         pyramid = self.roi_pyramid(features, image_sizes)
-        terms.update(
-            self.box_branch.losses(
-                self.box_branch.pool(pyramid, targets.rois), targets
-            )
-        )
-        mask_rois = targets.rois[:, : self.mask_branch.num_rois]
-        terms["mask"] = self.mask_branch.loss(
-            self.mask_branch.pool(pyramid, mask_rois), targets, batch
-        )
+        terms.update(self.roi_heads.losses(pyramid, targets, batch))
         return losses.total_loss(terms, dict(self.loss_weights))
 
     # --------------------------------------------------------- predict
@@ -178,14 +164,14 @@ class MaskRCNN(nnx.Module):
             *head, _canvas(images), image_sizes, training=False
         )
         pyramid = self.roi_pyramid(features, image_sizes)
-        detections = self.box_branch.detect(
+        detections = self.roi_heads.detect(
             pyramid, proposals, proposal_valid, _canvas(images), image_sizes
         )
         return {
             "boxes": detections.boxes,
             "scores": detections.scores,
             "classes": detections.classes,
-            "masks": self.mask_branch.predict(pyramid, detections),
+            "masks": self.roi_heads.masks(pyramid, detections),
             "num_detections": detections.num_detections,
         }
 

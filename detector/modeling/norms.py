@@ -1,10 +1,13 @@
-"""Norms of the FPN and heads, and cross-replica (masked) BatchNorm.
+"""The norm layers of the backbone, FPN and heads, in one registry
+(NORMS): frozen BatchNorm, BatchNorm with masked and cross-replica
+statistics, GroupNorm, or none; ConvNorm, a conv followed by one.
 
 Shapes: N rows (images, or rois flattened over the batch), H, W spatial,
 F channels.
 """
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +15,7 @@ from flax import nnx
 
 from ops import names
 
-# He (fan-out) init for convolutions followed by ReLU (backbone.conv_init).
+# He (fan-out) init for convolutions followed by ReLU.
 conv_init = nnx.initializers.variance_scaling(2.0, "fan_out", "normal")
 DATA_AXIS = "data"
 
@@ -122,30 +125,111 @@ class GroupNorm(nnx.GroupNorm):
         return super().__call__(x)
 
 
-# name -> (channels, groups, dtype, rngs) -> norm layer, or None for 'none'.
-HEAD_NORMS: dict[str, Callable[..., nnx.Module | None]] = {
-    "none": lambda channels, groups, dtype, rngs: None,
-    "batch": lambda channels, groups, dtype, rngs: BatchNorm(
+class FrozenStat(nnx.Variable):
+    """A frozen normalisation statistic or affine term (not an nnx.Param)."""
+
+
+class FrozenBatchNorm(nnx.Module):
+    """BatchNorm with fixed statistics and affine terms: y = x * a + b."""
+
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        epsilon: float = 1e-5,
+        dtype: jnp.dtype = jnp.float32,
+    ):
+        self.scale = FrozenStat(jnp.ones((num_features,), jnp.float32))
+        self.bias = FrozenStat(jnp.zeros((num_features,), jnp.float32))
+        self.mean = FrozenStat(jnp.zeros((num_features,), jnp.float32))
+        self.var = FrozenStat(jnp.ones((num_features,), jnp.float32))
+        self.epsilon = epsilon
+        self.dtype = dtype
+
+    def __call__(
+        self, x: jax.Array, *, mask: jax.Array | None = None
+    ) -> jax.Array:
+        """x [N, ..., F] -> [N, ..., F]; a mask changes nothing."""
+        del mask
+        multiplier = self.scale[...] * jax.lax.rsqrt(
+            self.var[...] + self.epsilon
+        )
+        offset = self.bias[...] - self.mean[...] * multiplier
+        return (
+            x * multiplier.astype(self.dtype) + offset.astype(self.dtype)
+        ).astype(self.dtype)
+
+
+class NormOptions(NamedTuple):
+    """Which norm a layer carries and how it is set up."""
+
+    name: str  # a key of NORMS
+    groups: int = 32  # GroupNorm groups
+    # FrozenBatchNorm epsilon (torchvision's 1e-5; its legacy COCO Mask
+    # R-CNN weights were trained with 0).
+    frozen_epsilon: float = 1e-5
+
+
+NO_NORM = NormOptions("none")
+
+# name -> (channels, NormOptions, dtype, rngs) -> a layer called as
+# layer(x, mask=None) (mask: the rows whose statistics count), or None for
+# 'none' (the conv before it keeps its bias).
+NORMS: dict[str, Callable[..., nnx.Module | None]] = {
+    "none": lambda channels, options, dtype, rngs: None,
+    "batch": lambda channels, options, dtype, rngs: BatchNorm(
         channels, dtype=dtype, rngs=rngs
     ),
-    "sync_batch": lambda channels, groups, dtype, rngs: BatchNorm(
+    "sync_batch": lambda channels, options, dtype, rngs: BatchNorm(
         channels, cross_replica_axis=DATA_AXIS, dtype=dtype, rngs=rngs
     ),
-    "group": lambda channels, groups, dtype, rngs: GroupNorm(
-        channels, num_groups=groups, epsilon=1e-5, dtype=dtype, rngs=rngs
+    "group": lambda channels, options, dtype, rngs: GroupNorm(
+        channels,
+        num_groups=options.groups,
+        epsilon=1e-5,
+        dtype=dtype,
+        rngs=rngs,
+    ),
+    "frozen_batch": lambda channels, options, dtype, rngs: FrozenBatchNorm(
+        channels, epsilon=options.frozen_epsilon, dtype=dtype
     ),
 }
+# The backbone's norms (every conv of it has one) and the FPN's and
+# heads' (frozen statistics only where weights are loaded: the backbone).
+BACKBONE_NORMS = ("group", "batch", "sync_batch", "frozen_batch")
+HEAD_NORMS = ("none", "batch", "sync_batch", "group")
+assert set(BACKBONE_NORMS + HEAD_NORMS) == set(NORMS)
+
+
+def make_norm(
+    options: NormOptions, channels: int, *, dtype: jnp.dtype, rngs: nnx.Rngs
+) -> nnx.Module | None:
+    """The norm layer `options.name` over the channel (last) axis."""
+    if options.name not in NORMS:
+        raise ValueError(
+            f"unknown norm {options.name!r}; known: {', '.join(NORMS)}"
+        )
+    return NORMS[options.name](channels, options, dtype, rngs)
 
 
 def check_name(name: str, key: str, *, auto: bool = False) -> None:
     """Raises one ValueError line naming config `key` for an unknown head
     norm; `auto` also admits 'auto' (the config's 2017 layouts)."""
-    known = (("auto",) if auto else ()) + tuple(HEAD_NORMS)
+    known = (("auto",) if auto else ()) + HEAD_NORMS
     names.check_known(name, key, known, "norm")
 
 
+def check_backbone_norm(name: str, key: str) -> None:
+    """Raises one ValueError line naming config `key` for an unknown
+    backbone norm."""
+    names.check_known(name, key, BACKBONE_NORMS, "norm")
+
+
 class ConvNorm(nnx.Module):
-    """Conv (no bias) -> norm (statistics over the masked rows) -> ReLU?"""
+    """Conv (no bias) -> norm (statistics over the masked rows) -> ReLU?
+
+    The backbone's convs and those of the FPN and heads with a norm.
+    """
 
     def __init__(self, conv: nnx.Module, norm: nnx.Module, relu: bool):
         self.conv = conv
@@ -189,39 +273,58 @@ class Linear(_ThenReLU, nnx.Linear):
         self.relu = relu
 
 
+class ConvOptions(NamedTuple):
+    """A conv layer's shape: kernel side, stride, ReLU after it, init."""
+
+    kernel: int
+    stride: int = 1
+    relu: bool = True
+    kernel_init: Callable = conv_init
+    # A 1x1 stride-1 conv as nnx.Linear over channels (a cheaper gradient
+    # on CPU): the FPN's and heads'; the backbone's stay nnx.Conv.
+    linear_1x1: bool = True
+
+
 def conv_norm(
     in_channels: int,
     out_channels: int,
-    kernel: int,
+    conv: int | ConvOptions,
     *,
-    norm: str,
-    groups: int,
+    norm: NormOptions,
     dtype: jnp.dtype,
     rngs: nnx.Rngs,
-    relu: bool = True,
-    kernel_init: Callable = conv_init,
 ) -> nnx.Module:
-    """A conv layer with head norm `norm` (a key of HEAD_NORMS): with a
-    norm, a biasless conv then the norm; with 'none', a conv with a bias
-    (its kernel and bias at the layer's top, as nnx.Conv's). Either is
-    called as layer(x, mask)."""
-    kwargs = dict(kernel_init=kernel_init, dtype=dtype, rngs=rngs)
-    if norm == "none":
-        if kernel == 1:
-            return Linear(in_channels, out_channels, relu=relu, **kwargs)
-        return Conv(in_channels, out_channels, kernel, relu=relu, **kwargs)
-    # A 1x1 conv is a Linear layer over channels (a cheaper gradient on CPU).
-    if kernel == 1:
-        conv = nnx.Linear(in_channels, out_channels, use_bias=False, **kwargs)
-    else:
-        pad = kernel // 2
-        conv = nnx.Conv(
+    """A conv layer (`conv`: its options, or its kernel side) with the norm
+    `norm`: with a norm, a biasless conv then the norm; with 'none', a conv
+    with a bias (its kernel and bias at the layer's top, as nnx.Conv's).
+    Either is called as layer(x, mask)."""
+    if isinstance(conv, int):
+        conv = ConvOptions(conv)
+    kwargs = dict(kernel_init=conv.kernel_init, dtype=dtype, rngs=rngs)
+    as_linear = conv.kernel == 1 and conv.stride == 1 and conv.linear_1x1
+    if norm.name == "none":
+        if as_linear:
+            return Linear(in_channels, out_channels, relu=conv.relu, **kwargs)
+        return Conv(
             in_channels,
             out_channels,
-            (kernel, kernel),
+            conv.kernel,
+            relu=conv.relu,
+            strides=conv.stride,
+            **kwargs,
+        )
+    if as_linear:
+        layer = nnx.Linear(in_channels, out_channels, use_bias=False, **kwargs)
+    else:
+        pad = conv.kernel // 2
+        layer = nnx.Conv(
+            in_channels,
+            out_channels,
+            (conv.kernel, conv.kernel),
+            strides=conv.stride,
             padding=((pad, pad), (pad, pad)),
             use_bias=False,
             **kwargs,
         )
-    layer_norm = HEAD_NORMS[norm](out_channels, groups, dtype, rngs)
-    return ConvNorm(conv, layer_norm, relu)
+    layer_norm = make_norm(norm, out_channels, dtype=dtype, rngs=rngs)
+    return ConvNorm(layer, layer_norm, conv.relu)

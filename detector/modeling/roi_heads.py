@@ -1,80 +1,20 @@
-"""The box branch: ROI sampling and targets, the box head, detections.
+"""The RoI heads: roi sampling and targets, the box head and its losses,
+detections, and the mask head on them (box_head.py, mask_head.py).
 
-Shapes: B batch, P proposals, G GT boxes, R sampled rois, C classes,
-F channels, Q pool size, N_pre pre-NMS candidates, K kept detections.
+Shapes: B batch, P proposals, G GT boxes, R sampled rois, Rm mask rois,
+C classes, F channels, Q pool size, N_pre pre-NMS candidates, K kept
+detections, M mask size.
 """
 
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import box_coder, losses, matcher, sampler
+from detector.modeling import box_coder, losses, mask_head, matcher, sampler
 from ops import box_ops, roi_align
 from ops.nms import nms
-
-
-def add_class_layers(
-    head: nnx.Module,
-    hidden: int,
-    num_classes: int,
-    *,
-    dtype: jnp.dtype,
-    rngs: nnx.Rngs,
-) -> None:
-    """The layers every box head ends in: `classes` (C + 1 logits, drawn
-    from N(0, 0.01)) and `deltas` (4 per class, N(0, 0.001))."""
-    head.classes = nnx.Linear(
-        hidden,
-        num_classes + 1,
-        dtype=dtype,
-        rngs=rngs,
-        kernel_init=nnx.initializers.normal(0.01),
-    )
-    head.deltas = nnx.Linear(
-        hidden,
-        4 * num_classes,
-        dtype=dtype,
-        rngs=rngs,
-        kernel_init=nnx.initializers.normal(0.001),
-    )
-
-
-class BoxHead(nnx.Module):
-    """Two fully connected layers, then class logits and class deltas."""
-
-    def __init__(
-        self,
-        in_features: int,
-        hidden: int,
-        num_classes: int,
-        *,
-        dtype: jnp.dtype,
-        rngs: nnx.Rngs,
-    ):
-        self.fc1 = nnx.Linear(in_features, hidden, dtype=dtype, rngs=rngs)
-        self.fc2 = nnx.Linear(hidden, hidden, dtype=dtype, rngs=rngs)
-        add_class_layers(self, hidden, num_classes, dtype=dtype, rngs=rngs)
-
-    @jax.named_scope("box_head")
-    def __call__(
-        self, features: jax.Array, valid: jax.Array | None = None
-    ) -> tuple[jax.Array, jax.Array]:
-        """[B, R, Q, Q, F] -> logits f32[B, R, C + 1], deltas [B, R, C, 4].
-
-        `valid` (bool[B, R]) is what a head with a norm counts; no norm here.
-        """
-        del valid
-        batch, rois = features.shape[:2]
-        x = features.reshape(batch, rois, -1)
-        x = jax.nn.relu(self.fc1(x))
-        x = jax.nn.relu(self.fc2(x))
-        deltas = self.deltas(x).astype(jnp.float32)
-        return (
-            self.classes(x).astype(jnp.float32),
-            deltas.reshape(batch, rois, -1, 4),
-        )
 
 
 class PoolOptions(NamedTuple):
@@ -129,12 +69,7 @@ def sample_rois(
     gt_valid: jax.Array,
     key: jax.Array,
     *,
-    num_rois: int,
-    fg_fraction: float,
-    fg_iou: float,
-    bg_iou_low: float,
-    bg_iou_high: float,
-    weights: Sequence[float],
+    sampling: RoiSampling,
 ) -> RoiTargets:
     """Appends GT to proposals [B, P, 4], matches and samples R per image."""
     keys = jax.random.split(key, proposals.shape[0])
@@ -146,20 +81,20 @@ def sample_rois(
         labels, matched = matcher.match(
             iou,
             is_gt,
-            fg_iou=fg_iou,
-            bg_iou_low=bg_iou_low,
-            bg_iou_high=bg_iou_high,
+            fg_iou=sampling.fg_iou,
+            bg_iou_low=sampling.bg_iou_low,
+            bg_iou_high=sampling.bg_iou_high,
         )
         labels = jnp.where(candidate_valid, labels, matcher.IGNORED)
         indices, is_fg, is_valid = sampler.sample_balanced(
             labels,
             image_key,
-            num_samples=num_rois,
-            positive_fraction=fg_fraction,
+            num_samples=sampling.num_rois,
+            positive_fraction=sampling.fg_fraction,
         )
         rois = candidates[indices]
         roi_matched = matched[indices]
-        targets = box_coder.encode(gt[roi_matched], rois, weights)
+        targets = box_coder.encode(gt[roi_matched], rois, sampling.weights)
         roi_classes = jnp.where(is_fg & is_valid, classes[roi_matched], 0)
         return RoiTargets(
             rois, is_valid, roi_classes.astype(jnp.int32), roi_matched, targets
@@ -191,13 +126,7 @@ def detect(
     proposal_valid: jax.Array,
     *,
     image_size: tuple[int, int],
-    weights: Sequence[float],
-    score_threshold: float,
-    pre_nms_top_k: int,
-    max_detections: int,
-    nms_iou: float,
-    backend: str,
-    min_size: float = 0.0,
+    options: DetectionOptions,
     image_sizes: jax.Array | None = None,
 ) -> Detections:
     """Class-aware detections from the box head outputs on the proposals.
@@ -209,24 +138,24 @@ def detect(
       class_logits: f32[B, P, C + 1]; deltas: f32[B, P, C, 4].
       proposals: f32[B, P, 4]; proposal_valid: bool[B, P].
       image_size: (height, width) of the input (the canvas).
-      weights: ROI box coder weights.
-      score_threshold, pre_nms_top_k, max_detections, nms_iou, backend: see
-        config.model.detection.
-      min_size: boxes not wider and taller than this (after clipping) are
-        dropped (detection.min_box_size).
+      options: ROI box coder weights, scoring and NMS (see
+        config.model.detection); boxes not wider and taller than min_size
+        (after clipping) are dropped.
       image_sizes: [B, 2] each image's (height, width) on the canvas, the
         boxes clip to (None: the whole canvas).
     """
     batch, num_proposals, num_classes = deltas.shape[:3]
     scores = jax.nn.softmax(class_logits, axis=-1)[..., 1:]  # [B, P, C]
-    boxes = box_coder.decode(deltas, proposals[:, :, None, :], weights)
+    boxes = box_coder.decode(deltas, proposals[:, :, None, :], options.weights)
     if image_sizes is None:
         image_sizes = jnp.broadcast_to(jnp.asarray(image_size), (batch, 2))
     limits = image_sizes.astype(jnp.float32)[:, None, None, :]  # [B,1,1,2]
     boxes = box_ops.clip_boxes(boxes, limits[..., 0], limits[..., 1])
-    usable = proposal_valid[..., None] & box_ops.is_larger_than(boxes, min_size)
+    usable = proposal_valid[..., None] & box_ops.is_larger_than(
+        boxes, options.min_size
+    )
     scores = jnp.where(usable, scores, -1.0).reshape(batch, -1)
-    top_k = min(pre_nms_top_k, num_proposals * num_classes)
+    top_k = min(options.pre_nms_top_k, num_proposals * num_classes)
     candidate_scores, candidates = jax.lax.top_k(scores, top_k)  # [B, N_pre]
     candidate_boxes = jnp.take_along_axis(
         boxes.reshape(batch, -1, 4), candidates[..., None], axis=1
@@ -236,10 +165,10 @@ def detect(
         candidate_boxes,
         candidate_scores,
         classes=candidate_classes,
-        score_threshold=score_threshold,
-        max_output_size=max_detections,
-        iou_threshold=nms_iou,
-        backend=backend,
+        score_threshold=options.score_threshold,
+        max_output_size=options.max_detections,
+        iou_threshold=options.nms_iou,
+        backend=options.backend,
     )  # [B, K]
     found = kept >= 0
     safe = jnp.maximum(kept, 0)
@@ -276,34 +205,47 @@ def pool_rois(
         )
 
 
-class BoxBranch(nnx.Module):
-    """ROI sampling, the box head on the pooled rois, its losses, detections."""
+def num_mask_rois(sampling: RoiSampling, max_mask_rois: int) -> int:
+    """Rm: at most max_mask_rois, and no more than the foreground slots."""
+    return min(max_mask_rois, int(sampling.num_rois * sampling.fg_fraction))
+
+
+class RoIHeads(nnx.Module):
+    """The roi sampler, the box head and the mask head on pooled rois:
+    their targets and losses in training, detections and their masks."""
 
     def __init__(
         self,
-        head: nnx.Module,
+        box_head: nnx.Module,
+        mask_head: nnx.Module,
         *,
-        pool_size: int,
-        pooling: PoolOptions,
         sampling: RoiSampling,
+        pooling: PoolOptions,
         detection: DetectionOptions,
         box_beta: float,
+        num_mask_rois: int,
     ):
         """Args:
-        head: pooled [B, R, Q, Q, F] (and valid rois or None, what a norm
-          in it counts; box_heads.py) -> class logits, class deltas.
-        pool_size: Q, its ROIAlign output side.
-        pooling: multilevel ROIAlign settings.
-        sampling: ROI matching and sampling.
+        box_head: pooled [B, R, Q, Q, F] (and valid rois or None, what a
+          norm in it counts; box_head.py) -> class logits, class deltas;
+          its `pool_size` is Q.
+        mask_head: pooled [B, R, Q, Q, F] (and valid rois or None) ->
+          mask logits [B, R, M, M, C]; its `pool_size` is Q, `mask_size` M.
+        sampling: roi matching and sampling.
+        pooling: multilevel ROIAlign settings (sampling_ratio also
+          resamples the GT masks).
         detection: scoring and class-aware NMS of detections.
         box_beta: Huber delta of the box loss (0: L1).
+        num_mask_rois: Rm, the first sampled rois (foreground first) the
+          mask head trains on (`num_mask_rois`).
         """
-        self.head = head
-        self.pool_size = pool_size
-        self.pooling = pooling
+        self.box_head = box_head
+        self.mask_head = mask_head
         self.sampling = sampling
+        self.pooling = pooling
         self.detection = detection
         self.box_beta = box_beta
+        self.num_mask_rois = num_mask_rois
 
     def sample(
         self,
@@ -322,22 +264,39 @@ class BoxBranch(nnx.Module):
                 batch["classes"].astype(jnp.int32),
                 batch["valid"].astype(bool),
                 key,
-                **self.sampling._asdict(),
+                sampling=self.sampling,
             )
 
     def pool(
-        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array
+        self, pyramid: roi_align.FlatPyramid, boxes: jax.Array, head: nnx.Module
     ) -> jax.Array:
-        """Features [B, R, Q, Q, F] of boxes [B, R, 4]."""
+        """Features [B, R, Q, Q, F] of boxes [B, R, 4] at `head`'s Q."""
         return pool_rois(
-            pyramid, boxes, output_size=self.pool_size, pooling=self.pooling
+            pyramid, boxes, output_size=head.pool_size, pooling=self.pooling
         )
 
     def losses(
+        self,
+        pyramid: roi_align.FlatPyramid,
+        targets: RoiTargets,
+        batch: dict[str, jax.Array],
+    ) -> dict[str, jax.Array]:
+        """The box head's losses ('cls', 'box') on the sampled rois and the
+        mask head's ('mask') on their first Rm."""
+        terms = self.box_losses(
+            self.pool(pyramid, targets.rois, self.box_head), targets
+        )
+        mask_rois = targets.rois[:, : self.num_mask_rois]
+        terms["mask"] = self.mask_loss(
+            self.pool(pyramid, mask_rois, self.mask_head), targets, batch
+        )
+        return terms
+
+    def box_losses(
         self, pooled: jax.Array, targets: RoiTargets
     ) -> dict[str, jax.Array]:
         """Box head and its losses ('cls', 'box') of the pooled rois."""
-        class_logits, box_deltas = self.head(pooled, targets.is_valid)
+        class_logits, box_deltas = self.box_head(pooled, targets.is_valid)
         return losses.box_head_losses(
             class_logits,
             box_deltas,
@@ -345,6 +304,37 @@ class BoxBranch(nnx.Module):
             targets.box_targets,
             targets.is_valid,
             beta=self.box_beta,
+        )
+
+    def mask_loss(
+        self,
+        pooled: jax.Array,
+        targets: RoiTargets,
+        batch: dict[str, jax.Array],
+    ) -> jax.Array:
+        """Mask targets, head and loss of the first Rm sampled rois,
+        pooled [B, Rm, Q, Q, F]; GT of `batch` (boxes, masks, mask_valid)."""
+        count = self.num_mask_rois
+        rois = targets.rois[:, :count]
+        matched = targets.matched[:, :count]
+        classes = targets.classes[:, :count]
+        has_mask = jnp.take_along_axis(
+            batch["mask_valid"].astype(bool), matched, axis=1
+        )
+        is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
+        mask_logits = self.mask_head(pooled, is_valid)
+        targets_of_rois = mask_head.mask_targets(
+            rois,
+            matched,
+            batch["boxes"],
+            batch["masks"],
+            mask_size=self.mask_head.mask_size,
+            sampling_ratio=self.pooling.sampling_ratio,
+        )
+        return losses.mask_loss(
+            mask_head.class_mask_logits(mask_logits, classes),
+            targets_of_rois,
+            is_valid,
         )
 
     def detect(
@@ -356,7 +346,9 @@ class BoxBranch(nnx.Module):
         image_sizes: jax.Array | None = None,
     ) -> Detections:
         """Detections of proposals [B, P, 4] on the (H, W) canvas."""
-        class_logits, box_deltas = self.head(self.pool(pyramid, proposals))
+        class_logits, box_deltas = self.box_head(
+            self.pool(pyramid, proposals, self.box_head)
+        )
         with jax.named_scope("detection"):
             return detect(
                 class_logits,
@@ -364,6 +356,21 @@ class BoxBranch(nnx.Module):
                 proposals,
                 proposal_valid,
                 image_size=canvas,
+                options=self.detection,
                 image_sizes=image_sizes,
-                **self.detection._asdict(),
             )
+
+    def masks(
+        self, pyramid: roi_align.FlatPyramid, detections: Detections
+    ) -> jax.Array:
+        """Masks f32[B, K, M, M] of the detections: probabilities of the
+        detected class, 0 in empty slots."""
+        mask_logits = self.mask_head(
+            self.pool(pyramid, detections.boxes, self.mask_head)
+        )
+        masks = jax.nn.sigmoid(
+            mask_head.class_mask_logits(mask_logits, detections.classes).astype(
+                jnp.float32
+            )
+        )
+        return jnp.where((detections.classes > 0)[..., None, None], masks, 0.0)

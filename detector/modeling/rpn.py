@@ -64,8 +64,7 @@ class RPNHead(nnx.Module):
         num_anchors: int,
         *,
         num_convs: int = 1,
-        norm: str = "none",
-        groups: int = 32,
+        norm: norms.NormOptions = norms.NO_NORM,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
     ):
@@ -74,10 +73,8 @@ class RPNHead(nnx.Module):
             norms.conv_norm(
                 channels,
                 channels,
-                3,
+                norms.ConvOptions(3, kernel_init=init),
                 norm=norm,
-                groups=groups,
-                kernel_init=init,
                 dtype=dtype,
                 rngs=rngs,
             )
@@ -129,11 +126,7 @@ def rpn_targets(
     gt_valid: jax.Array,
     key: jax.Array,
     *,
-    fg_iou: float,
-    bg_iou: float,
-    num_samples: int,
-    positive_fraction: float,
-    weights: Sequence[float],
+    sampling: AnchorSampling,
 ) -> RPNSamples:
     """Matches anchors f32[N, 4] to GT [B, G, 4] and samples S per image."""
     anchors = jnp.asarray(anchors)
@@ -144,19 +137,19 @@ def rpn_targets(
         labels, matched = matcher.match(
             iou,
             valid,
-            fg_iou=fg_iou,
+            fg_iou=sampling.fg_iou,
             bg_iou_low=0.0,
-            bg_iou_high=bg_iou,
+            bg_iou_high=sampling.bg_iou,
             low_quality=True,
         )
         indices, is_positive, is_valid = sampler.sample_balanced(
             labels,
             image_key,
-            num_samples=num_samples,
-            positive_fraction=positive_fraction,
+            num_samples=sampling.num_samples,
+            positive_fraction=sampling.positive_fraction,
         )
         targets = box_coder.encode(
-            boxes[matched[indices]], anchors[indices], weights
+            boxes[matched[indices]], anchors[indices], sampling.weights
         )
         return RPNSamples(indices, is_positive, is_valid, targets)
 
@@ -197,9 +190,7 @@ def _level_candidates(
     top_k,
     image_sizes,
     extents,
-    min_size,
-    weights,
-    recall,
+    options: ProposalOptions,
 ):
     """Top boxes of one level: [B, N_pre, 4], scores [B, N_pre] (NaN: none).
 
@@ -212,13 +203,19 @@ def _level_candidates(
         origins[None, :, 1] < extents[:, None, 1]
     )
     logits = jnp.where(inside, logits, -jnp.inf)
-    scores, indices = _top_k(logits, min(top_k, logits.shape[1]), recall)
+    scores, indices = _top_k(
+        logits, min(top_k, logits.shape[1]), options.approx_recall
+    )
     deltas = jnp.take_along_axis(deltas, indices[..., None], axis=1)
-    boxes = box_coder.decode(deltas, jnp.asarray(anchors)[indices], weights)
+    boxes = box_coder.decode(
+        deltas, jnp.asarray(anchors)[indices], options.weights
+    )
     boxes = box_ops.clip_boxes(
         boxes, image_sizes[:, 0, None], image_sizes[:, 1, None]
     )
-    valid = box_ops.is_larger_than(boxes, min_size) & jnp.isfinite(scores)
+    valid = box_ops.is_larger_than(boxes, options.min_size) & jnp.isfinite(
+        scores
+    )
     scores = jnp.where(valid, scores, jnp.nan)
     pad = top_k - scores.shape[1]
     if pad > 0:
@@ -232,14 +229,8 @@ def generate_proposals(
     deltas: Sequence[jax.Array],
     anchors: Sequence[np.ndarray],
     *,
-    pre_nms_top_k: int,
-    post_nms_top_k: int,
-    nms_iou: float,
-    min_size: float,
+    options: ProposalOptions,
     image_size: tuple[int, int],
-    weights: Sequence[float],
-    backend: str,
-    approx_recall: float | None = None,
     image_sizes: jax.Array | None = None,
     cell_origins: Sequence[np.ndarray] | None = None,
     size_divisor: int = 32,
@@ -249,17 +240,12 @@ def generate_proposals(
     Args:
       logits, deltas: per level [B, N_l] and [B, N_l, 4].
       anchors: per level f32[N_l, 4].
-      pre_nms_top_k: N_pre, boxes per level entering NMS.
-      post_nms_top_k: P, proposals kept per level by NMS and per image after
-        merging the levels.
-      nms_iou: NMS IoU threshold.
-      min_size: boxes not wider and taller than this are dropped.
+      options: N_pre (pre_nms_top_k) boxes per level enter NMS, which keeps
+        P (post_nms_top_k) per level, and P per image after merging the
+        levels; approx_recall None is the exact per-level top-k, else the
+        recall target of `lax.approx_max_k` (faster on TPU, may miss a few
+        of the true top N_pre).
       image_size: (height, width) of the input (the canvas).
-      weights: RPN box coder weights.
-      backend: the ops.nms backend.
-      approx_recall: None for the exact per-level top-k; else the recall
-        target of `lax.approx_max_k` (faster on TPU, may miss a few of the
-        true top N_pre).
       image_sizes: [B, 2] each image's (height, width) on the canvas, the
         boxes clip to (None: the whole canvas).
       cell_origins: per level i32[N_l, 2] anchor cell origins
@@ -270,7 +256,7 @@ def generate_proposals(
     Returns:
       boxes f32[B, P, 4] by descending score, valid bool[B, P].
     """
-    top_k = min(pre_nms_top_k, max(x.shape[1] for x in logits))
+    top_k = min(options.pre_nms_top_k, max(x.shape[1] for x in logits))
     batch = logits[0].shape[0]
     if image_sizes is None:
         image_sizes = jnp.broadcast_to(
@@ -289,9 +275,7 @@ def generate_proposals(
             top_k=top_k,
             image_sizes=image_sizes,
             extents=extents,
-            min_size=min_size,
-            weights=weights,
-            recall=approx_recall,
+            options=options,
         )
         for level_logits, level_deltas, level_anchors, level_origins in zip(
             logits, deltas, anchors, cell_origins, strict=True
@@ -302,16 +286,16 @@ def generate_proposals(
     kept, _ = nms(
         boxes,
         scores,
-        max_output_size=post_nms_top_k,
-        iou_threshold=nms_iou,
-        backend=backend,
+        max_output_size=options.post_nms_top_k,
+        iou_threshold=options.nms_iou,
+        backend=options.backend,
     )  # [B, L, P]
     safe = jnp.maximum(kept, 0)
     kept_scores = jnp.take_along_axis(scores, safe, axis=-1)
     kept_scores = jnp.where(kept >= 0, kept_scores, -jnp.inf)
     kept_boxes = jnp.take_along_axis(boxes, safe[..., None], axis=-2)
     merged_scores, order = jax.lax.top_k(
-        kept_scores.reshape(batch, -1), post_nms_top_k
+        kept_scores.reshape(batch, -1), options.post_nms_top_k
     )
     merged_boxes = jnp.take_along_axis(
         kept_boxes.reshape(batch, -1, 4), order[..., None], axis=1
@@ -376,11 +360,11 @@ class RPN(nnx.Module):
                 logits,
                 deltas,
                 self.anchors.pyramid(canvas),
+                options=options,
                 image_size=canvas,
                 image_sizes=image_sizes,
                 cell_origins=self.anchors.cell_origins(canvas),
                 size_divisor=self.size_divisor,
-                **options._asdict(),
             )
 
     def losses(
@@ -399,7 +383,7 @@ class RPN(nnx.Module):
                 batch["boxes"],
                 batch["valid"].astype(bool),
                 key,
-                **self.sampling._asdict(),
+                sampling=self.sampling,
             )
         sampled_logits, sampled_deltas = gather_samples(
             logits, deltas, samples.indices

@@ -461,9 +461,9 @@ class Checkpointer:
         missing = _missing_part(self.directory / str(step))
         if missing:
             raise DamagedCheckpointError(missing)
-        legacy = self._is_legacy(step)
-        if legacy:  # restored in its own layout, then converted
-            abstract_tree = legacy_paths.to_legacy(abstract_tree)
+        layout = self._layout(step)
+        if layout:  # restored in its own layout, then converted
+            abstract_tree = legacy_paths.to_legacy(abstract_tree, layout)
         self._check_shapes(abstract_tree, step)
         try:
             with _quiet_orbax(collect=True), jax.transfer_guard("allow"):
@@ -475,23 +475,25 @@ class Checkpointer:
                 f"its data is unreadable ({_damage_reason(e)})"
             ) from None
         self.verify(tree, step)
-        if legacy:
+        if layout:
             logging.info(
-                "%s holds the heads at their old paths (box_head/...); "
-                "restored under today's (box_branch/head/...)",
+                "%s holds the heads at their old paths, %s; restored under "
+                "today's (%s)",
                 self._where(step),
+                layout,
+                legacy_paths.CURRENT,
             )
-            tree = legacy_paths.to_current(tree)
+            tree = legacy_paths.to_current(tree, layout)
         return tree
 
-    def _is_legacy(self, step: int) -> bool:
-        """Whether `step` was written with the old head paths."""
+    def _layout(self, step: int) -> str | None:
+        """The older head layout `step` was written in, or None."""
         try:
             with _quiet_orbax():
                 tree = self._manager.item_metadata(step).tree
         except Exception:  # noqa: BLE001 (_check_shapes reports it)
-            return False
-        return legacy_paths.is_legacy(_flat_shapes(tree))
+            return None
+        return legacy_paths.layout_of(_flat_shapes(tree))
 
     def restore_latest(self, abstract_tree: dict) -> tuple[int, dict] | None:
         """(step, tree) of the newest intact checkpoint; None if none exists.

@@ -89,6 +89,43 @@ def _decay_mask(params):
     return jax.tree.map(lambda p: jnp.ndim(p) > 1, params)
 
 
+def global_norm(tree) -> jax.Array:
+    """The L2 norm f32[] of all leaves of `tree`, whatever their names.
+
+    Each leaf's sum of squares is taken on its own, then the sums are sorted
+    by value and added: renaming or reordering modules (which reorders the
+    leaves, flattened in path order) leaves every bit of it as it was. The
+    logged gradient norm and clipping both use it.
+    """
+    squares = [
+        jnp.sum(jnp.square(x.astype(jnp.float32)))
+        for x in jax.tree.leaves(tree)
+    ]
+    if not squares:
+        return jnp.zeros((), jnp.float32)
+    return jnp.sqrt(jnp.sum(jnp.sort(jnp.stack(squares))))
+
+
+def clip_by_global_norm(max_norm: float) -> optax.GradientTransformation:
+    """optax.clip_by_global_norm by `global_norm`: updates scaled by
+    max_norm / norm when their norm is not below max_norm."""
+
+    def update(updates, state, params=None):
+        del params
+        norm = global_norm(updates)
+        clipped = jax.tree.map(
+            lambda t: jnp.where(
+                norm < max_norm, t, (t / norm.astype(t.dtype)) * max_norm
+            ),
+            updates,
+        )
+        return clipped, state
+
+    return optax.GradientTransformation(
+        lambda params: optax.EmptyState(), update
+    )
+
+
 def _update_rule(
     train: ml_collections.ConfigDict, schedule: optax.Schedule
 ) -> optax.GradientTransformation:
@@ -108,9 +145,7 @@ def _update_rule(
             optax.sgd(schedule, momentum=train.momentum),
         )
     if train.grad_clip_norm > 0:
-        core = optax.chain(
-            optax.clip_by_global_norm(train.grad_clip_norm), core
-        )
+        core = optax.chain(clip_by_global_norm(train.grad_clip_norm), core)
     return core
 
 

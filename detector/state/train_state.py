@@ -16,11 +16,11 @@ from flax import nnx, serialization
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from detector.build import model as factory
+from detector import factory
+from detector.config import config_diff
 from detector.distributed import sharding
 from detector.modeling import model as model_lib
 from detector.state import checkpoint, optimizer, warm_start
-from detector.utils import config_diff
 
 
 @flax.struct.dataclass

@@ -17,7 +17,9 @@ from detector.state.optimizer import path_name
 from detector.weights import backbone_weights, torchvision_maskrcnn
 
 _ITEM = "default"  # the item name orbax's CheckpointManager writes
-_NUM_CLASSES_FROM = "box_branch/head/classes/bias"  # shape (num_classes + 1,)
+_NUM_CLASSES_FROM = (
+    "roi_heads/box_head/classes/bias"  # shape (num_classes + 1,)
+)
 
 
 def flat(tree) -> dict[str, object]:

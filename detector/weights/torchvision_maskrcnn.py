@@ -201,13 +201,13 @@ def tensor_table(
     for i in range(model.roi.mask_head_convs):
         add(
             f"roi_heads.mask_head.{i}.0",
-            f"mask_branch/head/convs/{i}",
+            f"roi_heads/mask_head/convs/{i}",
             "conv",
             model_config.mask_head_norm(model),
         )
     add(
         "roi_heads.mask_predictor.conv5_mask",
-        "mask_branch/head/upsample",
+        "roi_heads/mask_head/upsample",
         "deconv",
     )
     return table
@@ -217,10 +217,10 @@ def _two_mlp_head(add, model: ml_collections.ConfigDict) -> None:
     """TwoMLPHead (v1): fc6, fc7."""
     add(
         "roi_heads.box_head.fc6",
-        "box_branch/head/fc1",
+        "roi_heads/box_head/fc1",
         _fc6_layout(model.fpn_channels, model.roi.pool_size),
     )
-    add("roi_heads.box_head.fc7", "box_branch/head/fc2", "linear")
+    add("roi_heads.box_head.fc7", "roi_heads/box_head/fc2", "linear")
 
 
 def _conv_fc_head(add, model: ml_collections.ConfigDict) -> None:
@@ -230,18 +230,18 @@ def _conv_fc_head(add, model: ml_collections.ConfigDict) -> None:
     for i in range(convs):
         add(
             f"roi_heads.box_head.{i}.0",
-            f"box_branch/head/convs/{i}",
+            f"roi_heads/box_head/convs/{i}",
             "conv",
             model.roi.box_head_norm,
         )
     add(
         f"roi_heads.box_head.{convs + 1}",
-        "box_branch/head/fc",
+        "roi_heads/box_head/fc",
         _fc6_layout(model.roi.box_head_conv_dim, model.roi.pool_size),
     )
 
 
-# model.roi.box_head -> adds its tensors (every entry of box_heads.BOX_HEADS
+# model.roi.box_head -> adds its tensors (every entry of box_head.BOX_HEADS
 # that torchvision has).
 _BOX_HEAD_TABLES = {"2fc": _two_mlp_head, "4conv1fc": _conv_fc_head}
 
@@ -250,37 +250,37 @@ _BOX_HEAD_TABLES = {"2fc": _two_mlp_head, "4conv1fc": _conv_fc_head}
 # class, whether row 0 (background) is kept).
 _CLASS_TENSORS = {
     "roi_heads.box_predictor.cls_score.weight": (
-        "box_branch/head/classes/kernel",
+        "roi_heads/box_head/classes/kernel",
         "linear",
         1,
         True,
     ),
     "roi_heads.box_predictor.cls_score.bias": (
-        "box_branch/head/classes/bias",
+        "roi_heads/box_head/classes/bias",
         "vector",
         1,
         True,
     ),
     "roi_heads.box_predictor.bbox_pred.weight": (
-        "box_branch/head/deltas/kernel",
+        "roi_heads/box_head/deltas/kernel",
         "linear",
         4,
         False,
     ),
     "roi_heads.box_predictor.bbox_pred.bias": (
-        "box_branch/head/deltas/bias",
+        "roi_heads/box_head/deltas/bias",
         "vector",
         4,
         False,
     ),
     "roi_heads.mask_predictor.mask_fcn_logits.weight": (
-        "mask_branch/head/logits/kernel",
+        "roi_heads/mask_head/logits/kernel",
         "conv1x1",
         1,
         False,
     ),
     "roi_heads.mask_predictor.mask_fcn_logits.bias": (
-        "mask_branch/head/logits/bias",
+        "roi_heads/mask_head/logits/bias",
         "vector",
         1,
         False,
@@ -448,8 +448,8 @@ def _log(path, arrays: dict, rows, config: ml_collections.ConfigDict) -> None:
         logging.info(
             "init_checkpoint: data.num_classes=%d has no mapping from "
             "torchvision's %d COCO classes: the class-dependent heads "
-            "(box_branch/head/classes, box_branch/head/deltas, "
-            "mask_branch/head/logits) are "
+            "(roi_heads/box_head/classes, roi_heads/box_head/deltas, "
+            "roi_heads/mask_head/logits) are "
             "reinitialised",
             config.data.num_classes,
             TORCHVISION_CLASSES,

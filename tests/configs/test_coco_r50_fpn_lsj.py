@@ -4,7 +4,7 @@ import pytest
 from flax import nnx
 
 from configs import coco_r50_fpn_lsj
-from detector.build import model as factory
+from detector import factory
 from detector.launch.validate import validate
 from detector.state import optimizer
 
@@ -62,7 +62,7 @@ def test_variants_validate_and_build(variant):
     model = nnx.eval_shape(
         lambda: factory.build_model(config, rngs=nnx.Rngs(0))
     )
-    assert len(model.box_branch.head.convs) == 4
+    assert len(model.roi_heads.box_head.convs) == 4
 
 
 def test_shapes_then_runlocal_is_a_smoke_run_on_the_shapes_set():

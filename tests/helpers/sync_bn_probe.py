@@ -22,7 +22,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from detector.modeling import backbone, box_heads, fpn
+from detector.modeling import backbone, box_head, fpn, norms
 
 BATCH, IMAGE, ROIS, POOL, CLASSES = 4, 32, 3, 3, 3
 
@@ -42,14 +42,13 @@ class Net(nnx.Module):
             channels=8,
             min_level=2,
             max_level=4,
-            lateral_norm=norm,
-            output_norm=norm,
-            groups=4,
+            lateral_norm=norms.NormOptions(norm, 4),
+            output_norm=norms.NormOptions(norm, 4),
             dtype=jnp.float32,
             rngs=rngs,
         )
-        self.box_head = box_heads.build(
-            box_heads.BoxHeadOptions("4conv1fc", 8, POOL, 16, 8, norm, 4),
+        self.box_head = box_head.build(
+            box_head.BoxHeadOptions("4conv1fc", 8, POOL, 16, 8, norm, 4),
             CLASSES,
             dtype=jnp.float32,
             rngs=rngs,

@@ -30,7 +30,7 @@ import numpy as np
 from flax import nnx
 
 from configs import coco_r50_fpn
-from detector.build import model as factory
+from detector import factory
 from detector.imaging import masks as mask_paste
 from detector.state import warm_start
 

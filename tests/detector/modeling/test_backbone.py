@@ -9,20 +9,17 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from detector.modeling import backbone
+from detector.modeling import backbone, norms
 from tests.detector import helpers
 
 
 def _abstract(name, norm="group", width=64, groups=32, top_level=5):
     return nnx.eval_shape(
         lambda: backbone.ResNet(
-            name,
-            width=width,
-            norm=norm,
-            groups=groups,
+            backbone.BackboneOptions(name, width, norm, groups, 0, 1e-5),
+            top_level=top_level,
             dtype=jnp.float32,
             rngs=nnx.Rngs(0),
-            top_level=top_level,
         )
     )
 
@@ -62,7 +59,7 @@ def test_resnet50_parameter_count_matches_torchvision():
     frozen = _abstract("resnet50", norm="frozen_batch")
     assert _count(frozen) == 25_557_032 - 2_049_000 - 53_120
     # Frozen BN holds scale, bias, mean and var per channel, none a Param.
-    assert _count(frozen, backbone.FrozenStat) == 4 * 26_560
+    assert _count(frozen, norms.FrozenStat) == 4 * 26_560
     grouped = _abstract("resnet50", norm="group")
     assert _count(grouped) == 23_454_912 + 2 * 26_560
 
@@ -80,12 +77,11 @@ def test_tiny_parameter_count_by_hand():
 
 
 def test_batch_norm_follows_train_and_eval():
-    model = backbone.ConvNorm(
+    model = norms.conv_norm(
         3,
         4,
         3,
-        norm="batch",
-        groups=1,
+        norm=norms.NormOptions("batch"),
         dtype=jnp.float32,
         rngs=helpers.fast_init_rngs(),
     )
@@ -103,7 +99,7 @@ def test_batch_norm_follows_train_and_eval():
 
 
 def test_frozen_batch_norm_applies_its_statistics():
-    norm = backbone.FrozenBatchNorm(2)
+    norm = norms.FrozenBatchNorm(2)
     norm.scale[...] = jnp.array([2.0, 1.0])
     norm.bias[...] = jnp.array([0.0, 1.0])
     norm.mean[...] = jnp.array([1.0, 0.0])

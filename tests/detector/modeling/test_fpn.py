@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from detector.modeling import fpn
+from detector.modeling import fpn, norms
 from tests.detector import helpers
 
 
@@ -16,9 +16,8 @@ def test_levels_and_p6_from_p5():
         channels=16,
         min_level=2,
         max_level=6,
-        lateral_norm="none",
-        output_norm="group",
-        groups=4,
+        lateral_norm=norms.NO_NORM,
+        output_norm=norms.NormOptions("group", 4),
         dtype=jnp.float32,
         rngs=helpers.fast_init_rngs(),
     )
@@ -48,9 +47,8 @@ def test_top_down_path_reaches_the_finest_level():
         channels=8,
         min_level=2,
         max_level=3,
-        lateral_norm="none",
-        output_norm="none",  # 'auto' of a frozen_batch backbone
-        groups=1,
+        lateral_norm=norms.NO_NORM,
+        output_norm=norms.NO_NORM,  # 'auto' of a frozen_batch backbone
         dtype=jnp.float32,
         rngs=helpers.fast_init_rngs(),
     )

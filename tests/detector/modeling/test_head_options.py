@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from detector.build.model import build_model
+from detector.factory import build_model
 from detector.launch.validate import validate
 from tests.detector import helpers
 
@@ -46,11 +46,14 @@ def test_defaults_keep_the_2017_layout(norm):
     assert not any(p.startswith("fpn/lateral/0/norm") for p in paths)
     normed = norm in ("group", "batch")
     assert ("fpn/output/0/norm/scale" in paths) == normed
-    assert ("mask_branch/head/convs/0/norm/scale" in paths) == normed
-    assert ("mask_branch/head/convs/0/bias" in paths) != normed
+    assert ("roi_heads/mask_head/convs/0/norm/scale" in paths) == normed
+    assert ("roi_heads/mask_head/convs/0/bias" in paths) != normed
     assert "rpn/head/conv/bias" in paths
     assert not any("more_convs" in p for p in paths)
-    assert {"box_branch/head/fc1/kernel", "box_branch/head/fc2/kernel"} <= paths
+    assert {
+        "roi_heads/box_head/fc1/kernel",
+        "roi_heads/box_head/fc2/kernel",
+    } <= paths
 
 
 def test_modern_layout_builds_every_norm_where_torchvision_v2_has_it():
@@ -61,14 +64,14 @@ def test_modern_layout_builds_every_norm_where_torchvision_v2_has_it():
         "backbone/stem/norm",
         "fpn/lateral/0/norm",
         "fpn/output/0/norm",
-        "box_branch/head/convs/3/norm",
-        "mask_branch/head/convs/0/norm",
+        "roi_heads/box_head/convs/3/norm",
+        "roi_heads/mask_head/convs/0/norm",
     ):
         assert f"{prefix}/mean" in paths, prefix
     params = _paths(model)
     assert "rpn/head/more_convs/0/bias" in params
     assert "fpn/lateral/0/bias" not in params
-    assert "box_branch/head/fc/kernel" in params
+    assert "roi_heads/box_head/fc/kernel" in params
 
 
 @pytest.mark.slow  # two CPU compiles of the whole model: ~80 s

@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from configs import shapes
-from detector.build import model as factory
+from detector import factory
 from detector.export import serving
 from detector.modeling import anchors as anchors_lib
 from detector.modeling import extents, roi_heads, rpn
@@ -46,13 +46,10 @@ def _proposals(logits, image_sizes, spec):
     return jax.jit(
         functools.partial(
             rpn.generate_proposals,
-            pre_nms_top_k=50,
-            post_nms_top_k=20,
-            nms_iou=0.7,
-            min_size=0.0,
+            options=rpn.ProposalOptions(
+                50, 20, 0.7, 0.0, _WEIGHTS, "while_loop"
+            ),
             image_size=CANVAS,
-            weights=_WEIGHTS,
-            backend="while_loop",
             cell_origins=spec.cell_origins(CANVAS),
             size_divisor=32,
         )
@@ -100,12 +97,9 @@ def test_detections_clip_to_each_image_and_drop_empty_boxes():
         functools.partial(
             roi_heads.detect,
             image_size=(64, 64),
-            weights=_WEIGHTS,
-            score_threshold=0.3,
-            pre_nms_top_k=6,
-            max_detections=4,
-            nms_iou=0.5,
-            backend="while_loop",
+            options=roi_heads.DetectionOptions(
+                _WEIGHTS, 0.3, 6, 4, 0.5, "while_loop"
+            ),
         )
     )(
         logits,

@@ -15,9 +15,9 @@ import optax
 import pytest
 from flax import nnx
 
-from detector.build.model import build_model
 from detector.config import resolve_dtype
 from detector.distributed import determinism
+from detector.factory import build_model
 from detector.launch.validate import validate
 from detector.modeling import losses as losses_lib
 from detector.modeling.model import MaskRCNN
@@ -225,7 +225,7 @@ def test_output_shapes_of_proposals_and_sampled_rois(config, initial):
     def proposals_and_rois(params, rest, batch, key):
         model = nnx.merge(graphdef, params, rest)
         train = model.proposals(batch["image"], training=True)
-        rois = model.box_branch.sample(*train, batch, key)
+        rois = model.roi_heads.sample(*train, batch, key)
         return model.proposals(batch["image"]), train, rois
 
     test, train, rois = jax.eval_shape(
@@ -424,7 +424,9 @@ def _activation_dtypes(model: MaskRCNN) -> dict:
     def activations(state, images, boxes):
         model = nnx.merge(graphdef, state)
         features = model.features(images)
-        pooled = model.box_branch.pool(model.roi_pyramid(features), boxes)
+        pooled = model.roi_heads.pool(
+            model.roi_pyramid(features), boxes, model.roi_heads.box_head
+        )
         logits, _ = model.rpn(features)
         return features, pooled, logits
 

@@ -64,7 +64,9 @@ def test_cross_replica_statistics_outside_a_mesh_are_local():
 
 def test_group_norm_matches_its_formula_and_ignores_the_mask():
     x = _x((2, 3, 3, 8))
-    norm = norms.HEAD_NORMS["group"](8, 4, jnp.float32, nnx.Rngs(0))
+    norm = norms.make_norm(
+        norms.NormOptions("group", 4), 8, dtype=jnp.float32, rngs=nnx.Rngs(0)
+    )
     y = norm(x, mask=jnp.array([True, False]))
     g = np.asarray(x, np.float64).reshape(2, 3, 3, 4, 2)
     mean = g.mean((1, 2, 4), keepdims=True)
@@ -76,7 +78,12 @@ def test_group_norm_matches_its_formula_and_ignores_the_mask():
 @pytest.mark.parametrize("name", list(norms.HEAD_NORMS))
 def test_conv_norm_has_a_bias_only_without_a_norm(name):
     layer = norms.conv_norm(
-        4, 8, 3, norm=name, groups=4, dtype=jnp.float32, rngs=nnx.Rngs(0)
+        4,
+        8,
+        3,
+        norm=norms.NormOptions(name, 4),
+        dtype=jnp.float32,
+        rngs=nnx.Rngs(0),
     )
     paths = {
         "/".join(map(str, path))
@@ -94,14 +101,21 @@ def test_one_by_one_convs_are_linear_layers():
     layer = norms.conv_norm(
         4,
         8,
-        1,
-        norm="batch",
-        groups=1,
-        relu=False,
+        norms.ConvOptions(1, relu=False),
+        norm=norms.NormOptions("batch", 1),
         dtype=jnp.float32,
         rngs=nnx.Rngs(0),
     )
     assert layer.conv.kernel.shape == (4, 8)
+    backbone_conv = norms.conv_norm(
+        4,
+        8,
+        norms.ConvOptions(1, linear_1x1=False),
+        norm=norms.NormOptions("frozen_batch"),
+        dtype=jnp.float32,
+        rngs=nnx.Rngs(0),
+    )
+    assert backbone_conv.conv.kernel.shape == (1, 1, 4, 8)
     x = _x((2, 5, 5, 4))
     want = norms.BatchNorm(8, rngs=nnx.Rngs(1))
     np.testing.assert_allclose(

@@ -8,26 +8,25 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from detector.modeling import mask_head, roi_heads
+from detector.modeling import box_head, mask_head, roi_heads
 from tests.detector import helpers
 
 _WEIGHTS = (10.0, 10.0, 5.0, 5.0)
 
 
 def test_head_shapes():
-    box_head = nnx.eval_shape(
-        lambda: roi_heads.BoxHead(
-            7 * 7 * 8, 32, 3, dtype=jnp.float32, rngs=nnx.Rngs(0)
+    box = nnx.eval_shape(
+        lambda: box_head.TwoFCHead(
+            box_head.BoxHeadOptions("2fc", 8, 7, 32, 0, "none", 1),
+            3,
+            dtype=jnp.float32,
+            rngs=nnx.Rngs(0),
         )
     )
     mask = nnx.eval_shape(
         lambda: mask_head.MaskHead(
-            8,
-            16,
-            2,
+            mask_head.MaskHeadOptions(8, 14, 16, 2, "group", 4, 28),
             3,
-            norm="group",
-            groups=4,
             dtype=jnp.float32,
             rngs=nnx.Rngs(0),
         )
@@ -41,7 +40,7 @@ def test_head_shapes():
             jax.ShapeDtypeStruct(x, jnp.float32),
         )
 
-    logits, deltas = apply(box_head, (2, 5, 7, 7, 8))
+    logits, deltas = apply(box, (2, 5, 7, 7, 8))
     assert logits.shape == (2, 5, 4) and deltas.shape == (2, 5, 3, 4)
     assert apply(mask, (2, 5, 14, 14, 8)).shape == (2, 5, 28, 28, 3)
 
@@ -74,12 +73,14 @@ def _sample(proposals, proposal_valid, gt, classes, gt_valid, num_rois=8):
     fn = jax.jit(
         functools.partial(
             roi_heads.sample_rois,
-            num_rois=num_rois,
-            fg_fraction=0.5,
-            fg_iou=0.5,
-            bg_iou_low=0.0,
-            bg_iou_high=0.5,
-            weights=_WEIGHTS,
+            sampling=roi_heads.RoiSampling(
+                num_rois=num_rois,
+                fg_fraction=0.5,
+                fg_iou=0.5,
+                bg_iou_low=0.0,
+                bg_iou_high=0.5,
+                weights=_WEIGHTS,
+            ),
         )
     )
     return jax.tree.map(
@@ -186,7 +187,6 @@ def test_mask_targets_are_zero_outside_the_gt_box():
 
 def _detect(class_logits, deltas, proposals, valid, **kwargs):
     params = dict(
-        image_size=(64, 64),
         weights=_WEIGHTS,
         score_threshold=0.3,
         pre_nms_top_k=6,
@@ -195,7 +195,13 @@ def _detect(class_logits, deltas, proposals, valid, **kwargs):
         backend="while_loop",
     )
     params.update(kwargs)
-    fn = jax.jit(functools.partial(roi_heads.detect, **params))
+    fn = jax.jit(
+        functools.partial(
+            roi_heads.detect,
+            image_size=(64, 64),
+            options=roi_heads.DetectionOptions(**params),
+        )
+    )
     return jax.tree.map(
         np.asarray,
         fn(

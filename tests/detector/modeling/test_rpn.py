@@ -8,7 +8,7 @@ import numpy as np
 from flax import nnx
 
 from detector.modeling import anchors as anchors_lib
-from detector.modeling import rpn
+from detector.modeling import norms, rpn
 
 _WEIGHTS = (1.0, 1.0, 1.0, 1.0)
 
@@ -34,11 +34,7 @@ def _targets(anchors, gt_boxes, gt_valid, seed, num_samples=16):
         functools.partial(
             rpn.rpn_targets,
             anchors,
-            fg_iou=0.7,
-            bg_iou=0.3,
-            num_samples=num_samples,
-            positive_fraction=0.5,
-            weights=_WEIGHTS,
+            sampling=rpn.AnchorSampling(0.7, 0.3, num_samples, 0.5, _WEIGHTS),
         )
     )
     return jax.tree.map(
@@ -73,19 +69,21 @@ def test_each_image_gets_its_own_key():
     assert set(samples.indices[0]) != set(samples.indices[1])
 
 
-def _proposals(logits, deltas, anchors, **kwargs):
+def _proposals(logits, deltas, anchors, image_size=(32, 32), **kwargs):
     params = dict(
         pre_nms_top_k=4,
         post_nms_top_k=3,
         nms_iou=0.5,
         min_size=0.0,
-        image_size=(32, 32),
         weights=_WEIGHTS,
         backend="while_loop",
     )
     params.update(kwargs)
+    options = rpn.ProposalOptions(**params)
     fn = jax.jit(
-        lambda lg, dl: rpn.generate_proposals(lg, dl, anchors, **params)
+        lambda lg, dl: rpn.generate_proposals(
+            lg, dl, anchors, options=options, image_size=image_size
+        )
     )
     return fn(logits, deltas)
 
@@ -131,13 +129,8 @@ def test_no_gradient_flows_through_proposals():
             [jnp.linspace(0.0, 1.0, 16)[None]],
             [deltas],
             anchors,
-            pre_nms_top_k=8,
-            post_nms_top_k=4,
-            nms_iou=0.7,
-            min_size=0.0,
+            options=rpn.ProposalOptions(8, 4, 0.7, 0.0, _WEIGHTS, "while_loop"),
             image_size=(32, 32),
-            weights=_WEIGHTS,
-            backend="while_loop",
         )
         return jnp.sum(boxes)
 
@@ -178,8 +171,7 @@ def test_a_two_conv_head_with_a_norm_stacks_its_convs():
         8,
         3,
         num_convs=2,
-        norm="group",
-        groups=4,
+        norm=norms.NormOptions("group", 4),
         dtype=jnp.float32,
         rngs=nnx.Rngs(0),
     )

@@ -158,3 +158,56 @@ def test_frozen_params_get_no_state_and_no_updates(name):
         (params["backbone"]["stages"][1], params["box_head"])
     ):
         assert np.all(np.asarray(leaf) < 1.0)
+
+
+def _named_leaves(names):
+    """Leaves whose float32 sums of squares span 12 orders of magnitude, so
+    that the order they are added in shows in the last bits."""
+    rng = np.random.default_rng(0)
+    return {
+        name: jnp.asarray(
+            rng.normal(size=(int(rng.integers(1, 40)),)) * 10.0 ** (i % 7 - 3),
+            jnp.float32,
+        )
+        for i, name in enumerate(names)
+    }
+
+
+def test_global_norm_does_not_depend_on_the_names():
+    """Renamed and reordered parts: the same norm, bit for bit, where a sum
+    in path order (optax.tree.norm) changes."""
+    names = [f"part{i:02d}" for i in range(60)]
+    tree = _named_leaves(names)
+    renamed = {
+        f"{name[::-1]}/{len(names) - i}": tree[name]
+        for i, name in enumerate(names)
+    }
+    renamed = dict(reversed(list(renamed.items())))
+    in_path_order = jax.jit(optax.tree.norm)
+    assert in_path_order(tree) != in_path_order(renamed)
+    global_norm = jax.jit(optimizer.global_norm)  # as in the train step
+    norm = global_norm(tree)
+    assert norm.dtype == jnp.float32
+    assert norm.tobytes() == global_norm(renamed).tobytes()
+    np.testing.assert_allclose(
+        norm,
+        np.sqrt(
+            sum(np.sum(np.square(x, dtype=np.float64)) for x in tree.values())
+        ),
+        rtol=1e-6,
+    )
+
+
+def test_clipping_scales_by_the_same_norm():
+    tree = _named_leaves([f"p{i}" for i in range(8)])
+    norm = optimizer.global_norm(tree)
+    clip = optimizer.clip_by_global_norm(float(norm) / 2)
+    clipped, _ = clip.update(tree, clip.init(tree))
+    for name, leaf in tree.items():
+        np.testing.assert_array_equal(
+            clipped[name], leaf / norm * (float(norm) / 2)
+        )
+    unclipped, _ = optimizer.clip_by_global_norm(float(norm) * 2).update(
+        tree, clip.init(tree)
+    )
+    jax.tree.map(np.testing.assert_array_equal, unclipped, tree)

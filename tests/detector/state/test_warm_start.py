@@ -180,10 +180,10 @@ def test_frozen_params_get_no_state_and_no_updates(runs):
 def test_fine_tuned_model_has_two_classes_and_finite_losses(runs):
     _, tuned, _, _ = runs
     params = warm_start.flat(_checkpoint(tuned, 2)["params"])
-    assert params["box_branch/head/classes/bias"].shape == (
+    assert params["roi_heads/box_head/classes/bias"].shape == (
         3,
     )  # 2 + background
-    assert params["mask_branch/head/logits/bias"].shape == (2,)
+    assert params["roi_heads/mask_head/logits/bias"].shape == (2,)
     lines = [
         json.loads(line)
         for line in (tuned / "metrics.jsonl").read_text().splitlines()

@@ -16,8 +16,8 @@ from flax import nnx
 from safetensors.numpy import save_file
 
 from detector import config as config_lib
-from detector.build import model as factory
-from detector.modeling import backbone
+from detector import factory
+from detector.modeling import backbone, norms
 from detector.state import warm_start
 
 # torchvision.models.resnet: blocks per stage, bottleneck (expansion 4).
@@ -407,10 +407,8 @@ def test_freeze_at_stops_gradients_at_the_frozen_stages():
 
     module = nnx.eval_shape(build)
     # A frozen stage's BatchNorm becomes FrozenBatchNorm (no batch stats).
-    assert isinstance(module.stem.norm, backbone.FrozenBatchNorm)
-    assert isinstance(
-        module.stages[0][0].layers[0].norm, backbone.FrozenBatchNorm
-    )
+    assert isinstance(module.stem.norm, norms.FrozenBatchNorm)
+    assert isinstance(module.stages[0][0].layers[0].norm, norms.FrozenBatchNorm)
     assert isinstance(module.stages[1][0].layers[0].norm, nnx.BatchNorm)
     graphdef, params, rest = nnx.split(module, nnx.Param, ...)
     rng = np.random.default_rng(0)  # positive values: valid variances too

@@ -148,7 +148,7 @@ def _config(num_classes: int, norm: str = "frozen_batch"):
 def _shapes(num_classes: int = 90) -> dict[str, tuple[int, ...]]:
     from flax import nnx
 
-    from detector.build import model as factory
+    from detector import factory
 
     abstract = nnx.eval_shape(
         lambda: factory.build_model(_config(num_classes), rngs=nnx.Rngs(0))
@@ -191,16 +191,16 @@ def test_coco_80_classes_take_their_category_rows(tmp_path, caplog):
     assert len(ids) == 80 and ids[-1] == 90 and 12 not in ids
     cls_w = state["roi_heads.box_predictor.cls_score.weight"].astype(np.float32)
     np.testing.assert_array_equal(
-        arrays["box_branch/head/classes/kernel"], cls_w[np.r_[0, ids]].T
+        arrays["roi_heads/box_head/classes/kernel"], cls_w[np.r_[0, ids]].T
     )
     box_w = state["roi_heads.box_predictor.bbox_pred.weight"].astype(np.float32)
     rows = (4 * ids[:, None] + np.arange(4)).ravel()
     np.testing.assert_array_equal(
-        arrays["box_branch/head/deltas/kernel"], box_w[rows].T
+        arrays["roi_heads/box_head/deltas/kernel"], box_w[rows].T
     )
     mask_b = state["roi_heads.mask_predictor.mask_fcn_logits.bias"]
     np.testing.assert_array_equal(
-        arrays["mask_branch/head/logits/bias"], mask_b[ids]
+        arrays["roi_heads/mask_head/logits/bias"], mask_b[ids]
     )
 
 
@@ -208,12 +208,12 @@ def test_other_class_counts_keep_fresh_class_heads(tmp_path, caplog):
     caplog.set_level(logging.INFO)
     arrays = _load(_state(), tmp_path, num_classes=3)
     for prefix in (
-        "box_branch/head/classes",
-        "box_branch/head/deltas",
-        "mask_branch/head/logits",
+        "roi_heads/box_head/classes",
+        "roi_heads/box_head/deltas",
+        "roi_heads/mask_head/logits",
     ):
         assert not any(name.startswith(prefix) for name in arrays)
-    assert "box_branch/head/fc1/kernel" in arrays
+    assert "roi_heads/box_head/fc1/kernel" in arrays
     assert "data.num_classes=3 has no mapping" in caplog.text
 
 
@@ -225,7 +225,7 @@ def test_fc6_rows_are_permuted_to_channels_last(tmp_path):
     # Our input row (y, x, c) is torchvision's column c * 49 + y * 7 + x.
     y, x, c = 3, 5, 17
     np.testing.assert_array_equal(
-        arrays["box_branch/head/fc1/kernel"][(y * pool + x) * channels + c],
+        arrays["roi_heads/box_head/fc1/kernel"][(y * pool + x) * channels + c],
         fc6[:, c * pool * pool + y * pool + x],
     )
 
@@ -243,7 +243,7 @@ def test_old_torchvision_names_are_read(tmp_path):
         renamed[name] = value
     arrays = _load(renamed, tmp_path)
     np.testing.assert_array_equal(
-        arrays["mask_branch/head/convs/2/bias"],
+        arrays["roi_heads/mask_head/convs/2/bias"],
         state["roi_heads.mask_head.2.0.bias"].astype(np.float32),
     )
 

@@ -20,9 +20,9 @@ from flax import nnx
 from safetensors.numpy import load_file
 
 from configs import coco_r50_fpn
-from detector.build import model as factory
+from detector import factory
 from detector.launch.validate import validate
-from detector.modeling import backbone
+from detector.modeling import norms
 from detector.weights import torchvision_maskrcnn as tv
 from tests.detector.weights import test_torchvision_maskrcnn as v1
 from tests.helpers import torch_process
@@ -58,7 +58,7 @@ def test_the_variant_has_torchvision_v2_parameters():
     ours = sum(x.size for x in _leaves(model, nnx.Param))
     frozen_affine = sum(
         x.size
-        for path, x in nnx.to_flat_state(nnx.state(model, backbone.FrozenStat))
+        for path, x in nnx.to_flat_state(nnx.state(model, norms.FrozenStat))
         if path[-1] in ("scale", "bias")
     )
     assert frozen_affine == 2 * 1472
@@ -91,10 +91,10 @@ def test_every_v2_tensor_maps_and_batch_norm_statistics_arrive(tmp_path):
     channels, pool = parity.REDUCED["roi.box_head_conv_dim"], 7
     y, x, c = 2, 6, 9  # our row (y, x, c) is torchvision's c * 49 + y * 7 + x
     np.testing.assert_array_equal(
-        arrays["box_branch/head/fc/kernel"][(y * pool + x) * channels + c],
+        arrays["roi_heads/box_head/fc/kernel"][(y * pool + x) * channels + c],
         fc[:, c * pool * pool + y * pool + x],
     )
-    assert "mask_branch/head/convs/3/norm/mean" in arrays
+    assert "roi_heads/mask_head/convs/3/norm/mean" in arrays
 
 
 def _shapes() -> dict[str, tuple[int, ...]]:

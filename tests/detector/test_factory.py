@@ -1,4 +1,4 @@
-"""build/model.py: each part of the model carries its config section."""
+"""factory.py: each part of the model carries its config section."""
 
 from typing import NamedTuple
 
@@ -6,7 +6,7 @@ import ml_collections
 import pytest
 from flax import nnx
 
-from detector.build import model as factory
+from detector import factory
 from detector.modeling import losses
 from tests.detector import helpers
 
@@ -51,19 +51,21 @@ def test_the_rpn_carries_model_rpn(built):
     assert rpn.size_divisor == 2**model.fpn.top_level
 
 
-def test_the_branches_carry_model_roi_and_detection(built):
+def test_the_roi_heads_carry_model_roi_and_detection(built):
     config, model = built
-    box, mask = model.box_branch, model.mask_branch
-    assert box.sampling.num_rois == config.model.roi.num_rois
-    assert box.detection.backend == config.model.detection.nms_backend
-    assert box.detection.min_size == config.model.detection.min_box_size
-    assert box.pooling.implementation == config.model.roi.align_implementation
-    assert (box.pool_size, mask.pool_size) == (
+    heads = model.roi_heads
+    assert heads.sampling.num_rois == config.model.roi.num_rois
+    assert heads.detection.backend == config.model.detection.nms_backend
+    assert heads.detection.min_size == config.model.detection.min_box_size
+    assert heads.pooling.implementation == config.model.roi.align_implementation
+    assert (heads.box_head.pool_size, heads.mask_head.pool_size) == (
         config.model.roi.pool_size,
         config.model.roi.mask_pool_size,
     )
-    assert mask.num_rois == 5  # max_mask_rois below num_rois * fg_fraction
-    assert mask.pooling == box.pooling
+    assert heads.mask_head.mask_size == config.model.roi.mask_size
+    assert (
+        heads.num_mask_rois == 5
+    )  # max_mask_rois below num_rois * fg_fraction
 
 
 def test_the_loss_weights_follow_term_names(built):

@@ -10,10 +10,11 @@ from detector.config.model import fpn_norms, mask_head_norm, resolve_dtype
 from detector.modeling import (
     anchors,
     backbone,
-    box_heads,
+    box_head,
     fpn,
     losses,
     mask_head,
+    norms,
     roi_heads,
     rpn,
 )
@@ -22,7 +23,8 @@ from detector.modeling.model import MaskRCNN
 
 def options(cls: type, section: ml_collections.ConfigDict, **given: Any):
     """NamedTuple `cls`, each field the `section` field of its name or,
-    where the section spells or shapes it differently, `given`'s."""
+    where the section spells or shapes it differently, `given`'s: a new
+    field named as its config key needs no line here."""
     return cls(
         **{
             name: given[name] if name in given else section[name]
@@ -32,24 +34,25 @@ def options(cls: type, section: ml_collections.ConfigDict, **given: Any):
 
 
 def _layer_args(model: ml_collections.ConfigDict, rngs: nnx.Rngs) -> dict:
-    """The norm groups, compute dtype and rngs of a part with norm layers."""
-    return dict(
-        groups=model.group_norm_groups,
-        dtype=resolve_dtype(model.dtype),
-        rngs=rngs,
-    )
+    """The compute dtype and rngs of a part."""
+    return dict(dtype=resolve_dtype(model.dtype), rngs=rngs)
+
+
+def _norm(model: ml_collections.ConfigDict, name: str) -> norms.NormOptions:
+    """The FPN or head norm `name` with config.model's GroupNorm groups."""
+    return norms.NormOptions(name, model.group_norm_groups)
 
 
 def backbone_options(
     model: ml_collections.ConfigDict,
 ) -> backbone.BackboneOptions:
     """The backbone of config.model (model.backbone, width, norm, ...)."""
-    return backbone.BackboneOptions(
+    return options(
+        backbone.BackboneOptions,
+        model,
         name=model.backbone,
         width=model.backbone_width,
-        norm=model.norm,
         groups=model.group_norm_groups,
-        freeze_at=model.freeze_at,
         frozen_epsilon=model.frozen_bn_epsilon,
     )
 
@@ -79,8 +82,8 @@ def build_fpn(
         channels=model.fpn_channels,
         min_level=model.min_level,
         max_level=model.max_level,
-        lateral_norm=lateral_norm,
-        output_norm=output_norm,
+        lateral_norm=_norm(model, lateral_norm),
+        output_norm=_norm(model, output_norm),
         **_layer_args(model, rngs),
     )
 
@@ -111,7 +114,7 @@ def build_rpn(
         model.fpn_channels,
         len(model.aspect_ratios),
         num_convs=rpn_config.head_convs,
-        norm=rpn_config.head_norm,
+        norm=_norm(model, rpn_config.head_norm),
         **_layer_args(model, rngs),
     )
     return rpn.RPN(
@@ -137,7 +140,7 @@ def build_rpn(
 
 
 def _pooling(roi: ml_collections.ConfigDict) -> roi_heads.PoolOptions:
-    """The ROIAlign settings of config.model.roi (both branches')."""
+    """The ROIAlign settings of config.model.roi (both heads')."""
     return options(
         roi_heads.PoolOptions, roi, implementation=roi.align_implementation
     )
@@ -147,30 +150,49 @@ def _roi_sampling(roi: ml_collections.ConfigDict) -> roi_heads.RoiSampling:
     return options(roi_heads.RoiSampling, roi, weights=tuple(roi.box_weights))
 
 
-def build_box_branch(
+def build_roi_heads(
     model: ml_collections.ConfigDict, num_classes: int, *, rngs: nnx.Rngs
-) -> roi_heads.BoxBranch:
-    """The box branch of config.model.roi, .detection and loss.box_beta."""
+) -> roi_heads.RoIHeads:
+    """The RoI heads of config.model.roi, .detection and loss.box_beta:
+    the box head drawn first, then the mask head."""
     roi = model.roi
-    head = box_heads.build(
-        box_heads.BoxHeadOptions(
+    dtype = resolve_dtype(model.dtype)
+    box = box_head.build(
+        options(
+            box_head.BoxHeadOptions,
+            roi,
             name=roi.box_head,
             in_channels=model.fpn_channels,
-            pool_size=roi.pool_size,
             fc_dim=roi.box_head_dim,
             conv_dim=roi.box_head_conv_dim,
             norm=roi.box_head_norm,
             groups=model.group_norm_groups,
         ),
         num_classes,
-        dtype=resolve_dtype(model.dtype),
+        dtype=dtype,
         rngs=rngs,
     )
-    return roi_heads.BoxBranch(
-        head,
-        pool_size=roi.pool_size,
+    mask = mask_head.MaskHead(
+        options(
+            mask_head.MaskHeadOptions,
+            roi,
+            in_channels=model.fpn_channels,
+            pool_size=roi.mask_pool_size,
+            conv_dim=roi.mask_head_dim,
+            num_convs=roi.mask_head_convs,
+            norm=mask_head_norm(model),
+            groups=model.group_norm_groups,
+        ),
+        num_classes,
+        dtype=dtype,
+        rngs=rngs,
+    )
+    sampling = _roi_sampling(roi)
+    return roi_heads.RoIHeads(
+        box,
+        mask,
+        sampling=sampling,
         pooling=_pooling(roi),
-        sampling=_roi_sampling(roi),
         detection=options(
             roi_heads.DetectionOptions,
             model.detection,
@@ -179,28 +201,7 @@ def build_box_branch(
             min_size=model.detection.min_box_size,
         ),
         box_beta=model.loss.box_beta,
-    )
-
-
-def build_mask_branch(
-    model: ml_collections.ConfigDict, num_classes: int, *, rngs: nnx.Rngs
-) -> mask_head.MaskBranch:
-    """The mask branch of config.model.roi."""
-    roi = model.roi
-    head = mask_head.MaskHead(
-        model.fpn_channels,
-        roi.mask_head_dim,
-        roi.mask_head_convs,
-        num_classes,
-        norm=mask_head_norm(model),
-        **_layer_args(model, rngs),
-    )
-    return mask_head.MaskBranch(
-        head,
-        pool_size=roi.mask_pool_size,
-        pooling=_pooling(roi),
-        mask_size=roi.mask_size,
-        num_rois=mask_head.num_mask_rois(_roi_sampling(roi), roi.max_mask_rois),
+        num_mask_rois=roi_heads.num_mask_rois(sampling, roi.max_mask_rois),
     )
 
 
@@ -214,14 +215,12 @@ def build_model(
     backbone_module, channels = build_backbone(model, rngs=rngs)
     neck = build_fpn(model, channels, rngs=rngs)
     rpn_module = build_rpn(model, 2**neck.top_level, rngs=rngs)
-    box_branch = build_box_branch(model, num_classes, rngs=rngs)
-    mask_branch = build_mask_branch(model, num_classes, rngs=rngs)
+    heads = build_roi_heads(model, num_classes, rngs=rngs)
     return MaskRCNN(
         backbone_module,
         neck,
         rpn_module,
-        box_branch,
-        mask_branch,
+        heads,
         loss_weights=tuple(
             (name, model.loss[f"{name}_weight"]) for name in losses.TERM_NAMES
         ),

@@ -1,4 +1,4 @@
-"""modeling/box_heads.py: the registry, and 4conv1fc against its formula."""
+"""modeling/box_head.py: the registry, and 4conv1fc against its formula."""
 
 import jax
 import jax.numpy as jnp
@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from detector.modeling import box_heads, roi_heads
+from detector.modeling import box_head
 
 
 def _options(name, norm="batch", conv_dim=8):
-    return box_heads.BoxHeadOptions(
+    return box_head.BoxHeadOptions(
         name=name,
         in_channels=4,
         pool_size=3,
@@ -22,15 +22,15 @@ def _options(name, norm="batch", conv_dim=8):
 
 
 def test_2fc_is_the_2017_head():
-    head = box_heads.build(
+    head = box_head.build(
         _options("2fc"), 3, dtype=jnp.float32, rngs=nnx.Rngs(0)
     )
-    assert isinstance(head, roi_heads.BoxHead)
+    assert isinstance(head, box_head.TwoFCHead)
     assert head.fc1.kernel.shape == (3 * 3 * 4, 16)
 
 
 def test_4conv1fc_matches_conv_bn_relu_then_fc_over_valid_rows():
-    head = box_heads.build(
+    head = box_head.build(
         _options("4conv1fc"), 3, dtype=jnp.float32, rngs=nnx.Rngs(0)
     )
     assert len(head.convs) == 4 and head.fc.kernel.shape == (9 * 8, 16)
@@ -69,7 +69,7 @@ def test_4conv1fc_matches_conv_bn_relu_then_fc_over_valid_rows():
 
 
 def test_4conv1fc_without_a_norm_has_biases():
-    head = box_heads.build(
+    head = box_head.build(
         _options("4conv1fc", norm="none"),
         3,
         dtype=jnp.float32,
@@ -80,4 +80,4 @@ def test_4conv1fc_without_a_norm_has_biases():
 
 def test_unknown_box_head_is_one_line_naming_the_key():
     with pytest.raises(ValueError, match=r"^config\.model\.roi\.box_head="):
-        box_heads.build(_options("3fc"), 3, dtype=jnp.float32, rngs=nnx.Rngs(0))
+        box_head.build(_options("3fc"), 3, dtype=jnp.float32, rngs=nnx.Rngs(0))

@@ -1,1 +1,0 @@
-"""A validated config turned into the model: each part from its section."""
