@@ -360,10 +360,7 @@ def training_targets(
         example,
         tf.gather(boxes, keep),
         keep,
-        hw,
-        flip,
-        factor,
-        shift,
+        (hw, flip, factor, shift),
         data,
         has_masks,
     )
@@ -393,15 +390,15 @@ def targets(
     example: dict,
     boxes: tf.Tensor,
     keep: tf.Tensor,
-    hw: tf.Tensor,
-    flip: tf.Tensor,
-    factor: tf.Tensor,
-    shift: tf.Tensor,
+    geometry: tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor],
     data: ml_collections.ConfigDict,
     has_masks: bool,
 ) -> dict:
     """The kept instances (`keep`, at input `boxes` f32[K, 4]) padded to M:
-    boxes, classes, valid, and masks cropped over their boxes."""
+    boxes, classes, valid, and masks cropped over their boxes. `geometry`
+    is (hw, flip, factor, shift): the input size, the flip and `box_map`'s
+    factor and shift."""
+    hw, flip, factor, shift = geometry
     rows, size = data.max_instances, data.gt_mask_size
     valid = tf.range(rows) < tf.shape(boxes)[0]
     out = {

@@ -197,14 +197,12 @@ def _interpolate(
 def _paste(
     masks: np.ndarray,
     spans: np.ndarray,
-    rows: _Axis,
-    cols: _Axis,
+    axes: tuple[_Axis, _Axis],
     exact: np.ndarray,
     threshold: float,
     mask64: Callable[[int], np.ndarray],
     exact_crop: Callable[[int], tuple[tuple, np.ndarray]],
-    height: int,
-    width: int,
+    image_size: tuple[int, int],
 ) -> BoxMasks:
     """Each box's crop: `rows_d @ mask_d @ cols_d.T` against the threshold.
 
@@ -215,11 +213,14 @@ def _paste(
     Args:
       masks: f32[D, S, S] the masks the axes interpolate.
       spans: i64[D, 4] (top, bottom, left, right), all 0 where no pixel.
-      rows, cols: the axes of every box's pixels.
+      axes: (rows, cols), the axes of every box's pixels.
       exact: bool[D], boxes that take `exact_crop(d)` -> (span, crop).
       threshold: the foreground threshold.
       mask64: d -> f64[S, S], box d's mask as the float64 rule reads it.
+      image_size: (height, width) of the image pasted on.
     """
+    rows, cols = axes
+    height, width = image_size
     scale = np.maximum(np.abs(masks).max(axis=(1, 2)), abs(threshold))
     exact = exact | ~np.isfinite(scale)
     spans = np.where(
@@ -348,16 +349,14 @@ def centres_crops(
     return _paste(
         np.asarray(masks, np.float32),
         np.stack([top, bottom, left, right], axis=1),
-        rows,
-        cols,
+        (rows, cols),
         exact,
         threshold,
         lambda d: np.asarray(masks[d], np.float64),
         lambda d: _centres_exact(
             np.asarray(masks[d], np.float64), boxes[d], height, width, threshold
         ),
-        height,
-        width,
+        (height, width),
     )
 
 
@@ -462,8 +461,7 @@ def torchvision_crops(
     return _paste(
         padded,
         spans,
-        axes[0],
-        axes[1],
+        (axes[0], axes[1]),
         exact,
         threshold,
         lambda d: np.pad(np.asarray(masks[d], np.float64), 1),
@@ -474,8 +472,7 @@ def torchvision_crops(
             width,
             threshold,
         ),
-        height,
-        width,
+        (height, width),
     )
 
 
