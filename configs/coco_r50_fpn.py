@@ -310,6 +310,16 @@ def _torchvision(config: ml_collections.ConfigDict) -> None:
     model.detection.min_box_size = 1e-2
     model.detection.pre_nms_top_k = 4000
     config.eval.mask_paste = "torchvision"
+    # Training (rpn.py, roi_heads.py; docs/training.md): top-k 2000 per
+    # level and per image in training, smooth-L1 beta 1/9 for both box
+    # losses, the RPN losses over the anchors sampled. Its mask targets
+    # (loss.mask_target 'torchvision') need canvas-sized GT masks, which
+    # the input pipeline does not make: the crop rule stays.
+    model.rpn.pre_nms_top_k_train = 2000
+    model.rpn.post_nms_top_k_train = 2000
+    model.loss.rpn_box_beta = 1.0 / 9.0
+    model.loss.box_beta = 1.0 / 9.0
+    model.loss.rpn_normaliser = "sampled"
 
 
 # Where README "Start from torchvision's COCO-trained Mask R-CNN" puts v2.
