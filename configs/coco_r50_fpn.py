@@ -229,8 +229,35 @@ def _shapes(config: ml_collections.ConfigDict) -> None:
     config.eval.batch_size = 8
 
 
+# torchvision's reference scripts (references/detection/train.py): COCO
+# train2017 less its images without annotations, LR warmup over 1000
+# iterations from 0.001 x the LR.
+TORCHVISION_EPOCH = 117_266
+TORCHVISION_WARMUP_STEPS = 1000
+
 # Where docs/torchvision-weights.md puts it.
 TORCHVISION_FILE = "data/maskrcnn_resnet50_fpn_coco.safetensors"
+
+
+def _torchvision_schedule(
+    train: ml_collections.ConfigDict,
+    *,
+    batch: int,
+    lr: float,
+    epochs: int,
+    steps: tuple[int, int],
+) -> None:
+    """torchvision's reference schedule at its batch (LR, steps and warmup
+    follow train.batch_size as the 1x's do)."""
+    set_sgd_schedule(
+        train,
+        reference_batch=batch,
+        base_lr=lr,
+        num_images=epochs * TORCHVISION_EPOCH,
+        warmup_images=TORCHVISION_WARMUP_STEPS * batch,
+        warmup_init_factor=0.001,
+        step_fractions=tuple(step / epochs for step in steps),
+    )
 
 
 def _torchvision(config: ml_collections.ConfigDict) -> None:
@@ -320,6 +347,13 @@ def _torchvision(config: ml_collections.ConfigDict) -> None:
     model.loss.rpn_box_beta = 1.0 / 9.0
     model.loss.box_beta = 1.0 / 9.0
     model.loss.rpn_normaliser = "sampled"
+    # Its reference recipe: SGD, momentum 0.9, LR 0.02 at batch 16, weight
+    # decay 1e-4 on every parameter, 26 epochs, x0.1 at epochs 16 and 22.
+    _torchvision_schedule(
+        config.train, batch=16, lr=0.02, epochs=26, steps=(16, 22)
+    )
+    config.train.weight_decay = 1e-4
+    config.train.weight_decay_on = "all"
 
 
 # Where README "Start from torchvision's COCO-trained Mask R-CNN" puts v2.
@@ -360,6 +394,14 @@ def _torchvision_v2(config: ml_collections.ConfigDict) -> None:
     model.roi.box_head_conv_dim = 256
     model.roi.box_head_norm = "batch"
     model.roi.mask_head_norm = "batch"
+    # The recipe of these weights (torchvision's pull request 5773): 64
+    # images per step, LR 0.1, weight decay 4e-5 on every parameter, 400
+    # epochs, x0.1 at epochs 352 and 384 (its LSJ data and SyncBN are not
+    # set here: docs/training.md).
+    _torchvision_schedule(
+        config.train, batch=64, lr=0.1, epochs=400, steps=(352, 384)
+    )
+    config.train.weight_decay = 4e-5
 
 
 VARIANTS: dict[str, Callable[[ml_collections.ConfigDict], None]] = {
