@@ -50,11 +50,12 @@ they combine: `:gn_scratch,shapes`):
 - `torchvision` starts from torchvision's COCO-trained Mask R-CNN
   (`maskrcnn_resnet50_fpn` v1, converted to .safetensors;
   docs/torchvision-weights.md) through
-  model.init_checkpoint and sets every inference setting torchvision does
-  differently (see `_torchvision`);
+  model.init_checkpoint, sets every inference setting torchvision does
+  differently, and trains on its reference recipe with its training
+  conventions (see `_torchvision`; docs/training.md);
 - `torchvision_v2` starts from torchvision's `maskrcnn_resnet50_fpn_v2`
   (BatchNorm in the backbone, FPN and heads, a 2-conv RPN head, a
-  4conv1fc box head; see `_torchvision_v2`);
+  4conv1fc box head; see `_torchvision_v2`), with that model's recipe;
 - `shapes` keeps the full model at the 1024 x 1024 letterbox (batch 8)
   but reads the
   synthetic shapes dataset (3 classes, written under data/shapes on first

@@ -23,9 +23,8 @@ smooth noise with elliptic GT masks, and writes:
   in the state dict (so the weight loader maps it like a state dict);
 - PREFIX.npz: images f32[B, 3, H, W], boxes_{b}, labels_{b}, masks_{b}
   u8[G, H, W], every loss term (loss_objectness, loss_rpn_box_reg,
-  loss_classifier, loss_box_reg, loss_mask), trainable (the names that
-  take gradients) and the sampled counts (rpn_sampled, rois_sampled,
-  rois_positive).
+  loss_classifier, loss_box_reg, loss_mask) and trainable (the names
+  that take gradients).
 """
 
 import argparse
@@ -105,20 +104,6 @@ def build(version: str, seed: int) -> torch.nn.Module:
     return model.train()
 
 
-class Counting:
-    """A torchvision sampler that counts what it samples."""
-
-    def __init__(self, sampler):
-        self.sampler, self.sampled, self.positive = sampler, 0, 0
-
-    def __call__(self, labels):
-        positive, negative = self.sampler(labels)
-        for p, n in zip(positive, negative, strict=True):
-            self.sampled += int(p.sum() + n.sum())
-            self.positive += int(p.sum())
-        return positive, negative
-
-
 def run(model, images, boxes, labels, masks) -> tuple[dict, dict]:
     """torchvision's losses (floats) and every parameter's gradient."""
     x = torch.from_numpy(images)
@@ -131,10 +116,6 @@ def run(model, images, boxes, labels, masks) -> tuple[dict, dict]:
         }
         for b, lab, m in zip(boxes, labels, masks, strict=True)
     ]
-    model.rpn.fg_bg_sampler = rpn_sampler = Counting(model.rpn.fg_bg_sampler)
-    model.roi_heads.fg_bg_sampler = roi_sampler = Counting(
-        model.roi_heads.fg_bg_sampler
-    )
     features = model.backbone(x)
     proposals, rpn_losses = model.rpn(ImageList(x, sizes), features, targets)
     _, roi_losses = model.roi_heads(features, proposals, sizes, targets)
@@ -149,11 +130,6 @@ def run(model, images, boxes, labels, masks) -> tuple[dict, dict]:
         for name, p in model.named_parameters()
     }
     out = {name: float(value.detach()) for name, value in terms.items()}
-    out.update(
-        rpn_sampled=rpn_sampler.sampled,
-        rois_sampled=roi_sampler.sampled,
-        rois_positive=roi_sampler.positive,
-    )
     return out, grads
 
 
