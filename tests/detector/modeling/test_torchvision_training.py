@@ -182,6 +182,7 @@ def torchvision_step(request, tmp_path_factory):
     return version, prefix, dict(np.load(f"{prefix}.npz"))
 
 
+@pytest.mark.slow  # ~3 min each on 2 CPU cores (the torch stage runs it)
 @torch_process.needs_torch
 def test_losses_and_gradients_are_torchvisions(torchvision_step):
     version, prefix, theirs = torchvision_step
@@ -262,6 +263,7 @@ def _terms(config, batch) -> dict[str, float]:
     return {name: float(value) for name, value in found.items()}
 
 
+@pytest.mark.slow  # ~3 min each on 2 CPU cores (the torch stage runs it)
 @torch_process.needs_torch
 def test_each_switched_convention_misses_torchvision(torchvision_step):
     """The parity test fails with any one training convention of the
