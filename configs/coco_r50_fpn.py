@@ -50,11 +50,12 @@ they combine: `:gn_scratch,shapes`):
 - `torchvision` starts from torchvision's COCO-trained Mask R-CNN
   (`maskrcnn_resnet50_fpn` v1, converted to .safetensors;
   docs/torchvision-weights.md) through
-  model.init_checkpoint and sets every inference setting torchvision does
-  differently (see `_torchvision`);
+  model.init_checkpoint, sets every inference setting torchvision does
+  differently, and trains on its reference recipe with its training
+  conventions (see `_torchvision`; docs/training.md);
 - `torchvision_v2` starts from torchvision's `maskrcnn_resnet50_fpn_v2`
   (BatchNorm in the backbone, FPN and heads, a 2-conv RPN head, a
-  4conv1fc box head; see `_torchvision_v2`);
+  4conv1fc box head; see `_torchvision_v2`), with that model's recipe;
 - `shapes` keeps the full model at the 1024 x 1024 letterbox (batch 8)
   but reads the
   synthetic shapes dataset (3 classes, written under data/shapes on first
@@ -229,8 +230,35 @@ def _shapes(config: ml_collections.ConfigDict) -> None:
     config.eval.batch_size = 8
 
 
+# torchvision's reference scripts (references/detection/train.py): COCO
+# train2017 less its images without annotations, LR warmup over 1000
+# iterations from 0.001 x the LR.
+TORCHVISION_EPOCH = 117_266
+TORCHVISION_WARMUP_STEPS = 1000
+
 # Where docs/torchvision-weights.md puts it.
 TORCHVISION_FILE = "data/maskrcnn_resnet50_fpn_coco.safetensors"
+
+
+def _torchvision_schedule(
+    train: ml_collections.ConfigDict,
+    *,
+    batch: int,
+    lr: float,
+    epochs: int,
+    steps: tuple[int, int],
+) -> None:
+    """torchvision's reference schedule at its batch (LR, steps and warmup
+    follow train.batch_size as the 1x's do)."""
+    set_sgd_schedule(
+        train,
+        reference_batch=batch,
+        base_lr=lr,
+        num_images=epochs * TORCHVISION_EPOCH,
+        warmup_images=TORCHVISION_WARMUP_STEPS * batch,
+        warmup_init_factor=0.001,
+        step_fractions=tuple(step / epochs for step in steps),
+    )
 
 
 def _torchvision(config: ml_collections.ConfigDict) -> None:
@@ -310,6 +338,23 @@ def _torchvision(config: ml_collections.ConfigDict) -> None:
     model.detection.min_box_size = 1e-2
     model.detection.pre_nms_top_k = 4000
     config.eval.mask_paste = "torchvision"
+    # Training (rpn.py, roi_heads.py; docs/training.md): top-k 2000 per
+    # level and per image in training, smooth-L1 beta 1/9 for both box
+    # losses, the RPN losses over the anchors sampled. Its mask targets
+    # (loss.mask_target 'torchvision') need canvas-sized GT masks, which
+    # the input pipeline does not make: the crop rule stays.
+    model.rpn.pre_nms_top_k_train = 2000
+    model.rpn.post_nms_top_k_train = 2000
+    model.loss.rpn_box_beta = 1.0 / 9.0
+    model.loss.box_beta = 1.0 / 9.0
+    model.loss.rpn_normaliser = "sampled"
+    # Its reference recipe: SGD, momentum 0.9, LR 0.02 at batch 16, weight
+    # decay 1e-4 on every parameter, 26 epochs, x0.1 at epochs 16 and 22.
+    _torchvision_schedule(
+        config.train, batch=16, lr=0.02, epochs=26, steps=(16, 22)
+    )
+    config.train.weight_decay = 1e-4
+    config.train.weight_decay_on = "all"
 
 
 # Where README "Start from torchvision's COCO-trained Mask R-CNN" puts v2.
@@ -350,6 +395,14 @@ def _torchvision_v2(config: ml_collections.ConfigDict) -> None:
     model.roi.box_head_conv_dim = 256
     model.roi.box_head_norm = "batch"
     model.roi.mask_head_norm = "batch"
+    # The recipe of these weights (torchvision's pull request 5773): 64
+    # images per step, LR 0.1, weight decay 4e-5 on every parameter, 400
+    # epochs, x0.1 at epochs 352 and 384 (its LSJ data and SyncBN are not
+    # set here: docs/training.md).
+    _torchvision_schedule(
+        config.train, batch=64, lr=0.1, epochs=400, steps=(352, 384)
+    )
+    config.train.weight_decay = 4e-5
 
 
 VARIANTS: dict[str, Callable[[ml_collections.ConfigDict], None]] = {

@@ -107,8 +107,8 @@ def _proposal_options(
 def build_rpn(
     model: ml_collections.ConfigDict, size_divisor: int, *, rngs: nnx.Rngs
 ) -> rpn.RPN:
-    """The RPN of config.model.rpn, its anchors and loss.rpn_box_beta;
-    `size_divisor` is the backbone's top stride."""
+    """The RPN of config.model.rpn, its anchors, loss.rpn_box_beta and
+    loss.rpn_normaliser; `size_divisor` is the backbone's top stride."""
     rpn_config = model.rpn
     head = rpn.RPNHead(
         model.fpn_channels,
@@ -136,6 +136,7 @@ def build_rpn(
         ),
         box_beta=model.loss.rpn_box_beta,
         size_divisor=size_divisor,
+        normaliser=model.loss.rpn_normaliser,
     )
 
 
@@ -153,8 +154,8 @@ def _roi_sampling(roi: ml_collections.ConfigDict) -> roi_heads.RoiSampling:
 def build_roi_heads(
     model: ml_collections.ConfigDict, num_classes: int, *, rngs: nnx.Rngs
 ) -> roi_heads.RoIHeads:
-    """The RoI heads of config.model.roi, .detection and loss.box_beta:
-    the box head drawn first, then the mask head."""
+    """The RoI heads of config.model.roi, .detection, loss.box_beta and
+    loss.mask_target: the box head drawn first, then the mask head."""
     roi = model.roi
     dtype = resolve_dtype(model.dtype)
     box = box_head.build(
@@ -202,6 +203,7 @@ def build_roi_heads(
         ),
         box_beta=model.loss.box_beta,
         num_mask_rois=roi_heads.num_mask_rois(sampling, roi.max_mask_rois),
+        mask_target=model.loss.mask_target,
     )
 
 

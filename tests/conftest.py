@@ -9,6 +9,11 @@ Before JAX starts a backend (this file is imported before any test):
   bit for bit, which on a GPU holds only with deterministic reductions. No
   effect on CPU.
 
+torch never shares a process with TensorFlow (importing triton there
+crashes): a test marked `imports_torch` (tests/helpers/torch_process.py)
+runs whole in a child pytest with TensorFlow blocked, and a test after
+which both are imported fails.
+
 `DETECTOR_TEST_BLOCK=tensorflow,pycocotools,clu` makes those packages
 unimportable for the session (tests/helpers/requires.py), as on an image
 that lacks them: the tests that need them skip.
@@ -22,7 +27,7 @@ import json
 import os
 
 from detector.distributed import determinism
-from tests.helpers import quiet_run, requires
+from tests.helpers import quiet_run, requires, torch_process
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ["XLA_FLAGS"] = determinism.with_flag(os.environ.get("XLA_FLAGS"))
@@ -57,6 +62,27 @@ def pytest_sessionfinish(session, exitstatus):
     """hypothesis' gc callback out before xdist stops this worker."""
     del session, exitstatus
     quiet_run.drop_gc_callbacks()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """An `imports_torch` test runs in a child pytest (module docstring)."""
+    marked = pyfuncitem.get_closest_marker(torch_process.IN_CHILD_MARK)
+    if marked is None or torch_process.in_child():
+        return None
+    torch_process.run_test(pyfuncitem.nodeid)
+    return True
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Fails the test after which torch and TensorFlow share the process."""
+    yield
+    if torch_process.shares_process_with_tensorflow():
+        pytest.fail(
+            f"{item.nodeid}: torch and TensorFlow are both imported in one "
+            "process; mark the test torch_process.imports_torch"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

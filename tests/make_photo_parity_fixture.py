@@ -35,7 +35,7 @@ import torch
 from PIL import Image, ImageOps
 from safetensors.torch import save_file
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent / "detector" / "state"))
+sys.path.insert(0, str(pathlib.Path(__file__).parent / "detector" / "weights"))
 import make_torchvision_fixture as fixture  # noqa: E402
 
 # COCO's category ids that name no category (torchvision's 'N/A' rows).

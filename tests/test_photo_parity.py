@@ -178,9 +178,7 @@ def test_every_path_gives_torchvisions_detections(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(
-    not torch_process.available(), reason="needs torch and torchvision"
-)
+@torch_process.needs_torch
 def test_fixture_is_torchvisions_output(tmp_path):
     folder = tmp_path / "photos"
     photos.write(folder)

@@ -84,3 +84,15 @@ def _env() -> dict[str, str]:
     import os
 
     return {k: v for k, v in os.environ.items() if k != requires.BLOCK_ENV}
+
+
+def test_torch_beside_tensorflow_is_found(monkeypatch):
+    """The check tests/conftest.py runs after every test."""
+    from tests.helpers import torch_process
+
+    with monkeypatch.context() as patch:  # undone before conftest checks
+        patch.setitem(sys.modules, "torch", object())
+        patch.setitem(sys.modules, "tensorflow", None)  # blocked
+        assert not torch_process.shares_process_with_tensorflow()
+        patch.setitem(sys.modules, "tensorflow", object())
+        assert torch_process.shares_process_with_tensorflow()

@@ -229,10 +229,20 @@ def _detection_config() -> ml_collections.ConfigDict:
 
 
 def _loss_config() -> ml_collections.ConfigDict:
-    """config.model.loss: Huber deltas and loss weights."""
+    """config.model.loss: Huber deltas, the loss conventions
+    (docs/training.md) and loss weights."""
     loss = ml_collections.ConfigDict()
     loss.rpn_box_beta = 1.0 / 9.0  # Huber delta of the RPN box loss
     loss.box_beta = 1.0
+    # What the RPN losses are divided by (modeling/losses.RPN_NORMALISERS):
+    # 'slots' B x rpn.num_samples (detectron2's), 'sampled' the anchors
+    # sampled (torchvision's).
+    loss.rpn_normaliser = "slots"
+    # The rois' mask targets (modeling/mask_targets.RULES): 'crop' the GT
+    # crop resampled at the roi, >= 0.5 (detectron2's), 'torchvision' the
+    # canvas mask's soft roi_align (canvas-sized GT masks: not made by the
+    # input pipeline, so validate refuses it).
+    loss.mask_target = "crop"
     loss.rpn_cls_weight = 1.0
     loss.rpn_box_weight = 1.0
     loss.cls_weight = 1.0

@@ -43,6 +43,10 @@ def defaults() -> ml_collections.ConfigDict:
     train.learning_rate = 0.12
     train.momentum = 0.9
     train.weight_decay = 4e-5
+    # Which params it reaches (state/optimizer.DECAY_MASKS): 'kernels'
+    # (not biases and norm scales; detectron2 decays biases too) or 'all'
+    # (torchvision's reference scripts).
+    train.weight_decay_on = "kernels"
     train.schedule = "step"  # 'step' | 'cosine'
     train.warmup_steps = 500
     train.warmup_init_factor = 0.0067

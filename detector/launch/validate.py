@@ -11,7 +11,7 @@ from detector.config import checks
 from detector.data import shapes_writer, sources
 from detector.evaluation import coco_backends
 from detector.imaging import masks, resize
-from detector.modeling import backbone, box_head, norms
+from detector.modeling import backbone, box_head, losses, mask_targets, norms
 from ops import nms, roi_align
 
 
@@ -22,6 +22,16 @@ def _head_norm(name: str, key: str) -> None:
 def _nms_backend(name: str, key: str) -> None:
     # Baselines (no suppression) are admitted for the benchmarks.
     nms.check_backend(name, name=f"config.{key}")
+
+
+def _mask_target(name: str, key: str) -> None:
+    mask_targets.check_name(name, key)
+    if mask_targets.CANVAS_MASKS[name]:
+        raise ValueError(
+            f"config.{key}={name!r}: needs GT masks at the canvas size, "
+            "which the input pipeline does not make (it crops them to "
+            "data.gt_mask_size); use 'crop'"
+        )
 
 
 def _align_implementation(name: str, key: str) -> None:
@@ -41,6 +51,8 @@ REGISTRY_CHECKS: dict[str, Callable[[object, str], None]] = {
     "model.rpn.nms_backend": _nms_backend,
     "model.roi.align_implementation": _align_implementation,
     "model.roi.box_head": box_head.check_name,
+    "model.loss.rpn_normaliser": losses.check_rpn_normaliser,
+    "model.loss.mask_target": _mask_target,
     "model.roi.box_head_norm": norms.check_name,
     "model.roi.mask_head_norm": _head_norm,
     "model.detection.nms_backend": _nms_backend,

@@ -6,6 +6,8 @@ Shapes: B batch, S sampled anchors, R sampled rois, C classes, M mask size.
 import jax
 import jax.numpy as jnp
 
+from ops import names
+
 TERM_NAMES = ("rpn_cls", "rpn_box", "cls", "box", "mask")
 LOSS_NAMES = TERM_NAMES + ("total",)
 
@@ -47,6 +49,25 @@ def count(mask: jax.Array) -> jax.Array:
     return jnp.maximum(jnp.sum(mask.astype(jnp.float32)), 1.0)
 
 
+def slots(is_valid: jax.Array) -> jax.Array:
+    """B * S, the sample slots, empty ones included (detectron2's RPN):
+    images with few valid samples are not up-weighted."""
+    return jnp.asarray(float(is_valid.size), jnp.float32)
+
+
+# model.loss.rpn_normaliser: what the RPN's summed losses are divided by.
+RPN_NORMALISERS = {
+    "slots": slots,
+    "sampled": count,  # the anchors sampled in the batch (torchvision's)
+}
+
+
+def check_rpn_normaliser(name: str, key: str) -> None:
+    """Raises one ValueError line naming config `key` for an unknown
+    normaliser."""
+    names.check_known(name, key, RPN_NORMALISERS, "RPN loss normaliser")
+
+
 def rpn_losses(
     logits: jax.Array,
     deltas: jax.Array,
@@ -55,11 +76,10 @@ def rpn_losses(
     box_targets: jax.Array,
     *,
     beta: float,
+    normaliser: str = "slots",
 ) -> dict[str, jax.Array]:
-    """RPN objectness BCE and box smooth-L1 over the sampled anchors.
-
-    Both terms are normalised by the number of sample slots (B * S), as in
-    detectron2, so images with few valid samples are not up-weighted.
+    """RPN objectness BCE and box smooth-L1 over the sampled anchors, both
+    summed and divided by RPN_NORMALISERS[normaliser](is_valid).
 
     Args:
       logits: [B, S] objectness of the sampled anchors.
@@ -67,8 +87,9 @@ def rpn_losses(
       is_positive, is_valid: bool[B, S] from the sampler.
       box_targets: f32[B, S, 4] encoded matched GT boxes.
       beta: smooth-L1 beta.
+      normaliser: a name of RPN_NORMALISERS.
     """
-    normaliser = float(is_valid.size)
+    normaliser = RPN_NORMALISERS[normaliser](is_valid)
     cls = masked_sum(
         sigmoid_bce(logits, is_positive.astype(jnp.float32)), is_valid
     )

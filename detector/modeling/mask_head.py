@@ -12,7 +12,6 @@ import jax.numpy as jnp
 from flax import nnx
 
 from detector.modeling import norms
-from ops import box_ops, roi_align
 
 
 class Deconv2x(nnx.Module):
@@ -137,59 +136,6 @@ class MaskHead(nnx.Module):
         x = jax.nn.relu(self.upsample.unshuffled(x))
         x = pixel_shuffle(self.logits(x).astype(jnp.float32))
         return x.reshape((batch, rois) + x.shape[1:])
-
-
-@jax.named_scope("mask_targets")
-def mask_targets(
-    rois: jax.Array,
-    matched: jax.Array,
-    gt_boxes: jax.Array,
-    gt_masks: jax.Array,
-    *,
-    mask_size: int,
-    sampling_ratio: int,
-) -> jax.Array:
-    """Binary targets f32[B, Rm, M, M] of rois [B, Rm, 4] from GT crops.
-
-    Every crop is zero-padded by one pixel on each side, so samples outside
-    its GT box read 0 (bilinear inside, blending to 0 across the box edge),
-    as TF Model Garden's crop-and-resize with extrapolation value 0; without
-    the padding, ROIAlign's border rule would copy the crop's edge up to half
-    a crop pixel outside the box.
-
-    Args:
-      rois: f32[B, Rm, 4] in input pixels.
-      matched: int32[B, Rm] the GT index of each roi.
-      gt_boxes: f32[B, G, 4] GT boxes in input pixels.
-      gt_masks: uint8[B, G, S, S] GT masks, each cropped to its box.
-      mask_size: M.
-      sampling_ratio: ROIAlign samples per bin and axis.
-    """
-    batch, num_gt, size = gt_masks.shape[:3]
-    gt = jnp.take_along_axis(
-        gt_boxes.astype(jnp.float32), matched[..., None], axis=1
-    )  # [B, Rm, 4]
-    origin = jnp.concatenate([gt[..., :2], gt[..., :2]], axis=-1)
-    gt_w, gt_h = box_ops.widths_heights(gt)
-    scale = size / jnp.maximum(jnp.stack([gt_w, gt_h, gt_w, gt_h], -1), 1e-6)
-    # Crop pixels, shifted by the one-pixel zero border.
-    boxes_in_mask = (rois - origin) * scale + 1.0
-    padded = size + 2
-    masks = jnp.pad(
-        gt_masks.astype(jnp.float32), ((0, 0), (0, 0), (1, 1), (1, 1))
-    )  # [B, G, S+2, S+2]
-    flat = masks.reshape(batch, num_gt * padded * padded, 1)
-    sizes = jnp.full(matched.shape, padded, jnp.int32)
-    resampled = roi_align.roi_align(
-        flat,
-        boxes_in_mask,
-        matched * (padded * padded),
-        sizes,
-        sizes,
-        output_size=mask_size,
-        sampling_ratio=sampling_ratio,
-    )
-    return (resampled[..., 0] >= 0.5).astype(jnp.float32)
 
 
 def class_mask_logits(mask_logits: jax.Array, classes: jax.Array) -> jax.Array:

@@ -12,7 +12,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from detector.modeling import box_coder, losses, mask_head, matcher, sampler
+from detector.modeling import (
+    box_coder,
+    losses,
+    mask_head,
+    mask_targets,
+    matcher,
+    sampler,
+)
 from ops import box_ops, roi_align
 from ops.nms import nms
 
@@ -224,6 +231,7 @@ class RoIHeads(nnx.Module):
         detection: DetectionOptions,
         box_beta: float,
         num_mask_rois: int,
+        mask_target: str = "crop",
     ):
         """Args:
         box_head: pooled [B, R, Q, Q, F] (and valid rois or None, what a
@@ -238,6 +246,8 @@ class RoIHeads(nnx.Module):
         box_beta: Huber delta of the box loss (0: L1).
         num_mask_rois: Rm, the first sampled rois (foreground first) the
           mask head trains on (`num_mask_rois`).
+        mask_target: a name of mask_targets.RULES: what the rois learn
+          from the GT masks (crops of their boxes, or the canvas).
         """
         self.box_head = box_head
         self.mask_head = mask_head
@@ -246,6 +256,7 @@ class RoIHeads(nnx.Module):
         self.detection = detection
         self.box_beta = box_beta
         self.num_mask_rois = num_mask_rois
+        self.mask_target = mask_target
 
     def sample(
         self,
@@ -323,7 +334,7 @@ class RoIHeads(nnx.Module):
         )
         is_valid = targets.is_valid[:, :count] & (classes > 0) & has_mask
         mask_logits = self.mask_head(pooled, is_valid)
-        targets_of_rois = mask_head.mask_targets(
+        targets_of_rois = mask_targets.RULES[self.mask_target](
             rois,
             matched,
             batch["boxes"],

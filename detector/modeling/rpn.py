@@ -319,6 +319,7 @@ class RPN(nnx.Module):
         sampling: AnchorSampling,
         box_beta: float,
         size_divisor: int,
+        normaliser: str = "slots",
     ):
         """Args:
         head: FPN levels -> per level logits and deltas.
@@ -328,6 +329,8 @@ class RPN(nnx.Module):
         box_beta: Huber delta of the RPN box loss (0: L1).
         size_divisor: the backbone's top stride; anchors past an image's
           size rounded up to it take no part in its proposals.
+        normaliser: what the losses are divided by, a name of
+          losses.RPN_NORMALISERS.
         """
         self.head = head
         self.anchors = anchors
@@ -336,6 +339,7 @@ class RPN(nnx.Module):
         self.sampling = sampling
         self.box_beta = box_beta
         self.size_divisor = size_divisor
+        self.normaliser = normaliser
 
     def __call__(
         self, features: Sequence[jax.Array]
@@ -395,4 +399,5 @@ class RPN(nnx.Module):
             samples.is_valid,
             samples.box_targets,
             beta=self.box_beta,
+            normaliser=self.normaliser,
         )

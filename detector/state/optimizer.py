@@ -84,9 +84,27 @@ def _labels(params, prefixes: tuple[str, ...]):
     )
 
 
-def _decay_mask(params):
+def _kernels(params):
     """Weight decay on kernels only: not on biases and norm scales."""
     return jax.tree.map(lambda p: jnp.ndim(p) > 1, params)
+
+
+def _every_param(params):
+    """Weight decay on every parameter (torchvision's reference scripts)."""
+    return jax.tree.map(lambda _: True, params)
+
+
+# config.train.weight_decay_on: which trainable params weight decay reaches.
+DECAY_MASKS = {"kernels": _kernels, "all": _every_param}
+
+
+def check_decay_mask(name: str, key: str) -> None:
+    """Raises one ValueError line naming config `key` for an unknown mask."""
+    if name not in DECAY_MASKS:
+        raise ValueError(
+            f"config.{key}={name!r}: unknown weight decay mask; known: "
+            f"{', '.join(DECAY_MASKS)}"
+        )
 
 
 def global_norm(tree) -> jax.Array:
@@ -135,13 +153,15 @@ def _update_rule(
             f"config.train.optimizer={train.optimizer!r} is not "
             f"known; choose one of {', '.join(OPTIMIZERS)}"
         )
+    check_decay_mask(train.weight_decay_on, "train.weight_decay_on")
+    decay_mask = DECAY_MASKS[train.weight_decay_on]
     if train.optimizer == "adamw":
         core = optax.adamw(
-            schedule, weight_decay=train.weight_decay, mask=_decay_mask
+            schedule, weight_decay=train.weight_decay, mask=decay_mask
         )
     else:
         core = optax.chain(
-            optax.add_decayed_weights(train.weight_decay, mask=_decay_mask),
+            optax.add_decayed_weights(train.weight_decay, mask=decay_mask),
             optax.sgd(schedule, momentum=train.momentum),
         )
     if train.grad_clip_norm > 0:

@@ -10,6 +10,7 @@ import pytest
 
 from benchmarks import torchvision_bench
 from configs import coco_r50_fpn
+from tests.helpers import torch_process
 
 _REPO = pathlib.Path(__file__).resolve().parents[2]
 _SCRIPT = _REPO / "benchmarks" / "torchvision_bench.py"
@@ -60,9 +61,10 @@ def _batch(rng, canvas=64, size=8):
     }
 
 
+@torch_process.imports_torch
 def test_targets_paste_masks_over_boxes_and_own_resize_crops():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("torchvision")
+    import torch
+
     batch = _batch(np.random.default_rng(0))
     cpu = torch.device("cpu")
     images, targets = torchvision_bench.to_inputs(batch, cpu, own_resize=True)
@@ -81,8 +83,8 @@ def test_targets_paste_masks_over_boxes_and_own_resize_crops():
     assert canvas[0]["masks"].shape == (1, 64, 64)
 
 
+@torch_process.imports_torch
 def test_model_takes_our_settings():
-    pytest.importorskip("torchvision")
     config = _config()
     model = torchvision_bench.build_model(config, (64, 64))
     body = model.backbone.body
@@ -99,9 +101,9 @@ def test_model_takes_our_settings():
     assert model.transform.max_size == 64
 
 
+@torch_process.imports_torch
 @pytest.mark.parametrize("own_resize", [False, True])
 def test_run_times_a_train_step_and_predict(monkeypatch, own_resize):
-    pytest.importorskip("torchvision")
     monkeypatch.setattr(torchvision_bench, "OWN_MIN_SIZE", 64)
     monkeypatch.setattr(torchvision_bench, "OWN_MAX_SIZE", 96)
     result = torchvision_bench.run(

@@ -6,6 +6,7 @@ import pytest
 from PIL import Image
 
 from detector.imaging import images, resize
+from tests.helpers import torch_process
 
 SIZE = (128, 128)
 
@@ -131,25 +132,32 @@ def test_shortest_edge_size_is_torchvisions(hw):
     assert resize.shortest_edge_size(hw, 800, 1333) == TORCHVISION_SIZES[hw]
 
 
-@pytest.mark.parametrize("hw", sorted(TORCHVISION_SIZES))
-def test_shortest_edge_size_against_torch(hw):
-    """torch's own output size of the resize (where torch is installed)."""
-    torch = pytest.importorskip("torch")
-    scale = min(800 / min(hw), 1333 / max(hw))
-    out = torch.nn.functional.interpolate(
-        torch.zeros(1, 1, *hw),
-        scale_factor=scale,
-        mode="bilinear",
-        recompute_scale_factor=True,
-        align_corners=False,
-    )
-    assert resize.shortest_edge_size(hw, 800, 1333) == tuple(out.shape[-2:])
+@torch_process.imports_torch
+def test_shortest_edge_size_against_torch():
+    """torch's own output size of the resize (where torch is installed),
+    every size in one child process."""
+    import torch
+
+    for hw in sorted(TORCHVISION_SIZES):
+        scale = min(800 / min(hw), 1333 / max(hw))
+        out = torch.nn.functional.interpolate(
+            torch.zeros(1, 1, *hw),
+            scale_factor=scale,
+            mode="bilinear",
+            recompute_scale_factor=True,
+            align_corners=False,
+        )
+        assert resize.shortest_edge_size(hw, 800, 1333) == tuple(
+            out.shape[-2:]
+        ), hw
 
 
+@torch_process.imports_torch
 def test_resize_bilinear_is_torchs_interpolate():
     """Float resize of uint8 pixels: torch's bilinear (align_corners=False,
     no antialias) to 1e-3 of 255 on CPU (float32 summation order)."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     picture = _picture(37, 53)
     size = resize.shortest_edge_size((37, 53), 800, 1333)
     ours = images.resize_bilinear(picture, size)

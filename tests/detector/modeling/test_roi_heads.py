@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from detector.modeling import box_head, mask_head, roi_heads
+from detector.modeling import box_head, mask_head, mask_targets, roi_heads
 from tests.detector import helpers
 
 _WEIGHTS = (10.0, 10.0, 5.0, 5.0)
@@ -144,7 +144,9 @@ def test_mask_targets_resample_the_gt_crop():
         ]
     )  # its right half
     targets = jax.jit(
-        functools.partial(mask_head.mask_targets, mask_size=4, sampling_ratio=2)
+        functools.partial(
+            mask_targets.crop_targets, mask_size=4, sampling_ratio=2
+        )
     )(
         rois,
         jnp.zeros((1, 3), jnp.int32),
@@ -169,7 +171,7 @@ def test_mask_targets_are_zero_outside_the_gt_box():
     targets = np.asarray(
         jax.jit(
             functools.partial(
-                mask_head.mask_targets, mask_size=32, sampling_ratio=2
+                mask_targets.crop_targets, mask_size=32, sampling_ratio=2
             )
         )(rois, jnp.ones((1, 1), jnp.int32), gt_boxes, jnp.asarray(masks))[0, 0]
     )

@@ -8,6 +8,7 @@ import pytest
 
 from detector import config as config_lib
 from detector.state import optimizer
+from tests.helpers import torch_process
 
 
 def _train(**overrides):
@@ -61,6 +62,11 @@ def test_cosine_schedule_reaches_zero_at_the_end():
             r"choose one of sgd, adamw",
         ),
         ("schedule", "linear", r"config.train.schedule='linear' is not known"),
+        (
+            "weight_decay_on",
+            "norms",
+            r"config.train.weight_decay_on='norms': unknown weight decay",
+        ),
     ],
 )
 def test_unknown_names_fail_with_the_key(key, value, message):
@@ -211,3 +217,69 @@ def test_clipping_scales_by_the_same_norm():
         tree, clip.init(tree)
     )
     jax.tree.map(np.testing.assert_array_equal, unclipped, tree)
+
+
+# torch.optim.SGD's updates (momentum 0.9, weight decay on every parameter,
+# as torchvision's reference scripts), two steps, in a child process.
+_TORCH_SGD = """
+import sys, numpy as np, torch
+arrays = np.load(sys.argv[1])
+names = [n for n in arrays.files if not n.startswith("grad")]
+params = [torch.nn.Parameter(torch.from_numpy(arrays[n])) for n in names]
+sgd = torch.optim.SGD(params, lr=0.02, momentum=0.9, weight_decay=1e-4)
+for step in range(2):
+    for n, p in zip(names, params):
+        p.grad = torch.from_numpy(arrays[f"grad{step}_{n}"])
+    sgd.step()
+np.savez(sys.argv[2], **{n: p.detach().numpy() for n, p in zip(names, params)})
+"""
+
+
+@torch_process.needs_torch
+def test_two_sgd_updates_are_torch_optim_sgds(tmp_path):
+    """The same gradients, learning rate and weight decay: parameters
+    within 1e-6 relative of torch.optim.SGD's after each of two steps."""
+    config = _config(
+        optimizer="sgd",
+        learning_rate=0.02,
+        momentum=0.9,
+        weight_decay=1e-4,
+        weight_decay_on="all",
+        warmup_steps=0,
+        schedule="step",
+        step_boundaries=(),
+    )
+    rng = np.random.default_rng(0)
+    params = {
+        "kernel": rng.standard_normal((3, 4)).astype(np.float32),
+        "bias": rng.standard_normal(4).astype(np.float32),
+        "scale": rng.uniform(0.5, 1.5, 4).astype(np.float32),
+    }
+    grads = [
+        {
+            k: rng.standard_normal(v.shape).astype(np.float32)
+            for k, v in params.items()
+        }
+        for _ in range(2)
+    ]
+    np.savez(
+        tmp_path / "in.npz",
+        **params,
+        **{
+            f"grad{i}_{k}": v for i, g in enumerate(grads) for k, v in g.items()
+        },
+    )
+    torch_process.run(
+        ["-c", _TORCH_SGD, str(tmp_path / "in.npz"), str(tmp_path / "out.npz")]
+    )
+    theirs = np.load(tmp_path / "out.npz")
+    tx, _ = optimizer.make_optimizer(config)
+    ours = {k: jnp.asarray(v) for k, v in params.items()}
+    state = tx.init(ours)
+    for g in grads:
+        updates, state = tx.update(
+            {k: jnp.asarray(v) for k, v in g.items()}, state, ours
+        )
+        ours = optax.apply_updates(ours, updates)
+    for name, value in ours.items():
+        np.testing.assert_allclose(value, theirs[name], rtol=1e-6, err_msg=name)

@@ -19,6 +19,7 @@ from detector import config as config_lib
 from detector import factory
 from detector.modeling import backbone, norms
 from detector.state import warm_start
+from tests.helpers import torch_process
 
 # torchvision.models.resnet: blocks per stage, bottleneck (expansion 4).
 _TORCHVISION = {
@@ -381,8 +382,10 @@ def test_data_parallel_prefix_is_stripped_with_a_log_line(tmp_path, caplog):
     assert "stripped the DataParallel prefix 'module.'" in caplog.text
 
 
+@torch_process.imports_torch
 def test_pth_is_read_directly_when_torch_is_installed(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
+
     state = torchvision_state_dict("resnet18")
     torch.save(
         {k: torch.from_numpy(v) for k, v in state.items()},

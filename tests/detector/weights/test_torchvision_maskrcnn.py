@@ -52,9 +52,7 @@ DETECTIONS_MATCHED = 0.98
 SCORE_TOLERANCE = 1e-5
 MASK_IOU = 0.98
 
-needs_torch = pytest.mark.skipif(
-    not torch_process.available(), reason="needs torch and torchvision"
-)
+needs_torch = torch_process.needs_torch
 
 
 def _check(errors: dict[str, float]) -> None:
@@ -109,7 +107,7 @@ def test_full_width_r50_matches_torchvision(tmp_path):
     _check(parity.measure(model, np.load(tmp_path / "r50.npz")))
 
 
-@needs_torch
+@torch_process.imports_torch  # reading .pth imports torch
 def test_pth_reads_like_safetensors(tmp_path):
     state = load_file(FIXTURE.with_suffix(".safetensors"))
     torch_process.run(

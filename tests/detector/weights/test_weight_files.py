@@ -6,6 +6,7 @@ import pytest
 from safetensors.numpy import save_file
 
 from detector.weights import weight_files
+from tests.helpers import torch_process
 
 DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32]
 
@@ -40,8 +41,10 @@ def test_integer_tensors_are_not_float():
     assert weight_files.is_float(np.dtype(ml_dtypes.bfloat16))
 
 
+@torch_process.imports_torch
 def test_bfloat16_pth_reads_as_bfloat16(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
+
     path = tmp_path / "w.pth"
     torch.save(
         {"conv1.weight": torch.tensor([1.5, -2.0], dtype=torch.bfloat16)},
