@@ -39,8 +39,9 @@ NOISE = (
 )
 # Start-up and data lines, 2 step lines, the evaluation: 12 log lines;
 # COCOeval's two summaries (a title and 14 numbers with faster-coco-eval,
-# 12 with pycocotools); train.py's last line.
-MAX_LINES = 12 + 2 * 15 + 1
+# 12 with pycocotools), each followed by its AP per category (a title, a
+# header, a rule and one row of the 3 shapes); train.py's last line.
+MAX_LINES = 12 + 2 * (15 + 4) + 1
 STEP_LINE = re.compile(
     r"step (\d+)/4 \(\d+%\)  eta \S+  total [\d.]+  rpn_cls [\d.]+  "
     r"rpn_box [\d.]+  cls [\d.]+  box [\d.]+  mask [\d.]+ \| [\d.]+ ms/step  "
@@ -97,7 +98,8 @@ def test_the_last_line_names_workdir_ap_and_next_commands(smoke):
     assert re.fullmatch(
         r"trained w to step 4: bbox AP -?[\d.]+, segm AP -?[\d.]+; next: "
         r"python eval\.py --workdir=w, python export\.py --workdir=w, "
-        r"python predict\.py --workdir=w IMAGES\.\.\.",
+        r"python predict\.py --workdir=w IMAGES\.\.\.; curves: "
+        r"w/curves\.png \(all events: tensorboard --logdir w\)",
         last,
     ), last
 

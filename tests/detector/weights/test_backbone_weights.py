@@ -280,7 +280,8 @@ def test_missing_file_is_one_line(tmp_path):
     _error(
         _model_config("resnet50", path=tmp_path / "r50.safetensors"),
         r"^config\.model\.backbone_init='.*r50\.safetensors': no such "
-        r"file$",
+        r"file; docs/coco\.md says where to get it, or start from random "
+        r"weights with --config\.model\.backbone_init=''$",
         FileNotFoundError,
     )
 
