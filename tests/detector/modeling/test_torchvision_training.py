@@ -263,14 +263,14 @@ def _terms(config, batch) -> dict[str, float]:
     return {name: float(value) for name, value in found.items()}
 
 
-@pytest.mark.slow  # ~3 min each on 2 CPU cores (the torch stage runs it)
+@pytest.mark.slow  # ~3 min on 2 CPU cores (the torch stage runs it)
 @torch_process.needs_torch
+# The conventions are v1's and v2's alike: v1's step checks them.
+@pytest.mark.parametrize("torchvision_step", ["v1"], indirect=True)
 def test_each_switched_convention_misses_torchvision(torchvision_step):
     """The parity test fails with any one training convention of the
     variant switched to the other choice."""
     version, prefix, theirs = torchvision_step
-    if version != "v1":
-        pytest.skip("the conventions are v1's and v2's alike; v1 checks them")
     batch = _batch(theirs)
     missed = {}
     for name, (overrides, moved) in SWITCHES.items():
