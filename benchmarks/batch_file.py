@@ -25,6 +25,7 @@ from collections.abc import Sequence
 import ml_collections
 import numpy as np
 
+from detector.config import data as data_config
 from detector.distributed import sharding
 from detector.imaging import canvases
 
@@ -135,15 +136,18 @@ def expected_shapes(
     """Per-batch shapes of the model inputs the pipeline makes for `config`
     on `canvas` (default its first: `canvases.canvases`)."""
     data = config.data
-    b, m, s = config.train.batch_size, data.max_instances, data.gt_mask_size
+    b, m = config.train.batch_size, data.max_instances
     canvas = canvas or canvases.canvases(data)[0]
+    masks = data_config.gt_masks_shape(
+        data_config.mask_layout(config), data, canvas
+    )
     return {
         "image": (b, *canvas, 3),
         "image_size": (b, 2),
         "boxes": (b, m, 4),
         "classes": (b, m),
         "valid": (b, m),
-        "masks": (b, m, s, s),
+        "masks": (b, *masks),
         "mask_valid": (b, m),
     }
 
@@ -173,6 +177,7 @@ def check_shapes(
             raise ValueError(
                 f"{path}: {key} has shape {got}, the config's pipeline makes "
                 f"{want} (train.batch_size, data.image_size, "
-                f"data.max_instances, data.gt_mask_size); save the batches "
+                f"data.max_instances, data.gt_mask_size, "
+                f"model.loss.mask_target); save the batches "
                 f"with the same config"
             )

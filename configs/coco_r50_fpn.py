@@ -340,14 +340,15 @@ def _torchvision(config: ml_collections.ConfigDict) -> None:
     config.eval.mask_paste = "torchvision"
     # Training (rpn.py, roi_heads.py; docs/training.md): top-k 2000 per
     # level and per image in training, smooth-L1 beta 1/9 for both box
-    # losses, the RPN losses over the anchors sampled. Its mask targets
-    # (loss.mask_target 'torchvision') need canvas-sized GT masks, which
-    # the input pipeline does not make: the crop rule stays.
+    # losses, the RPN losses over the anchors sampled, soft mask targets
+    # from the image-sized GT masks (the batch carries them bit-packed on
+    # the canvas: data/gt_masks.py).
     model.rpn.pre_nms_top_k_train = 2000
     model.rpn.post_nms_top_k_train = 2000
     model.loss.rpn_box_beta = 1.0 / 9.0
     model.loss.box_beta = 1.0 / 9.0
     model.loss.rpn_normaliser = "sampled"
+    model.loss.mask_target = "torchvision"
     # Its reference recipe: SGD, momentum 0.9, LR 0.02 at batch 16, weight
     # decay 1e-4 on every parameter, 26 epochs, x0.1 at epochs 16 and 22.
     _torchvision_schedule(
@@ -371,34 +372,36 @@ def _torchvision_v2(config: ml_collections.ConfigDict) -> None:
     ops/feature_pyramid_network.py):
     - weights: model.init_checkpoint = TORCHVISION_V2_FILE;
     - backbone: ResNet-50 with BatchNorm2d, trained, eps 1e-5 (v2 does not
-      overwrite it): model.norm 'batch' (running statistics in eval);
+      overwrite it): model.norm 'sync_batch' (its recipe's SyncBN; running
+      statistics in eval);
     - FPN: BatchNorm2d after the lateral 1x1 and the output 3x3 convs (no
-      conv biases): model.fpn_norm 'batch';
+      conv biases): model.fpn_norm 'sync_batch';
     - RPN head: conv_depth 2, no norm: model.rpn.head_convs 2;
     - box head: FastRCNNConvFCHead((256, 7, 7), [256] * 4, [1024],
       norm_layer=BatchNorm2d): model.roi.box_head '4conv1fc' with
-      box_head_norm 'batch';
+      box_head_norm 'sync_batch';
     - mask head: MaskRCNNHeads(256, [256] * 4, 1, norm_layer=BatchNorm2d):
-      model.roi.mask_head_norm 'batch'.
+      model.roi.mask_head_norm 'sync_batch'.
     torchvision publishes 47.4 box AP / 41.8 mask AP on COCO val2017 for
     these weights (at its 800-1333 resize).
     """
     _torchvision(config)
     model = config.model
     model.init_checkpoint = TORCHVISION_V2_FILE
-    model.norm = "batch"
+    model.norm = "sync_batch"
     model.frozen_bn_epsilon = 1e-5
-    model.fpn_norm = "batch"
+    model.fpn_norm = "sync_batch"
     model.rpn.head_convs = 2
     model.rpn.head_norm = "none"
     model.roi.box_head = "4conv1fc"
     model.roi.box_head_conv_dim = 256
-    model.roi.box_head_norm = "batch"
-    model.roi.mask_head_norm = "batch"
+    model.roi.box_head_norm = "sync_batch"
+    model.roi.mask_head_norm = "sync_batch"
     # The recipe of these weights (torchvision's pull request 5773): 64
     # images per step, LR 0.1, weight decay 4e-5 on every parameter, 400
-    # epochs, x0.1 at epochs 352 and 384 (its LSJ data and SyncBN are not
-    # set here: docs/training.md).
+    # epochs, x0.1 at epochs 352 and 384, SyncBN (--sync-bn: every
+    # BatchNorm's statistics over the global batch; in eval the running
+    # ones, as 'batch'). Its LSJ data is not set: docs/training.md.
     _torchvision_schedule(
         config.train, batch=64, lr=0.1, epochs=400, steps=(352, 384)
     )

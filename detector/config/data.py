@@ -18,6 +18,14 @@ _SCALE = ranges.between(0, 4, "of data.image_size", low_open=True)
 # count that would ask for more is refused before the pipeline starts.
 MAX_TENSOR_BYTES = 16 * 2**30
 
+# The layout of a training batch's GT masks that each model.loss.mask_target
+# rule reads (modeling/mask_targets.RULES; data/gt_masks.LAYOUTS makes them):
+# 'crop', each mask resampled over its box, u8[M, S, S] (S
+# data.gt_mask_size); 'canvas', each mask at its image's resized size on the
+# canvas, eight pixels a byte along x (numpy's packbits order), u8[M, H,
+# ceil(W / 8)].
+MASK_LAYOUTS = {"crop": "crop", "torchvision": "canvas"}
+
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
     "data.num_classes": image_ranges.NUM_CLASSES,
@@ -163,6 +171,25 @@ def _check_grouping(data: ml_collections.ConfigDict) -> None:
     )
 
 
+def mask_layout(config: ml_collections.ConfigDict) -> str:
+    """The GT mask layout config.model.loss.mask_target reads (an unknown
+    rule, refused beside its registry by launch/validate.py, reads 'crop')."""
+    return MASK_LAYOUTS.get(config.model.loss.mask_target, "crop")
+
+
+def gt_masks_shape(
+    layout: str,
+    data: ml_collections.ConfigDict,
+    canvas: tuple[int, int] | None = None,
+) -> tuple[int, int, int]:
+    """One image's GT masks in `layout` (MASK_LAYOUTS) on `canvas` (default
+    data.image_size)."""
+    height, width = canvas or data.image_size
+    if layout == "canvas":
+        return (data.max_instances, height, -(-width // 8))
+    return (data.max_instances, data.gt_mask_size, data.gt_mask_size)
+
+
 def largest_tensors(config: ml_collections.ConfigDict) -> dict[str, tuple]:
     """The largest tensors the input makes, by the field that sizes them:
     field -> (bytes, 'what f32[shape]').
@@ -170,14 +197,13 @@ def largest_tensors(config: ml_collections.ConfigDict) -> dict[str, tuple]:
     The scaled image before its crop (the training scale's high end: of
     data.lsj_max with LSJ, else of data.scale_jitter), the training and
     eval input batches (f32 on the canvas) and the training batch's GT
-    masks (u8, max_instances x gt_mask_size squared per image).
+    masks (u8, gt_masks_shape per image).
     """
     data = config.data
     height, width = data.image_size
     lsj = data.augment == "lsj"
     scale = data.lsj_max if lsj else data.scale_jitter[1]
     scaled = (math.ceil(height * scale), math.ceil(width * scale), 3)
-    size = data.gt_mask_size
     shapes = {
         "data.lsj_max" if lsj else "data.scale_jitter": (
             4,
@@ -197,7 +223,10 @@ def largest_tensors(config: ml_collections.ConfigDict) -> dict[str, tuple]:
         "data.max_instances": (
             1,
             "the training batch's GT masks u8",
-            (config.train.batch_size, data.max_instances, size, size),
+            (
+                config.train.batch_size,
+                *gt_masks_shape(mask_layout(config), data),
+            ),
         ),
     }
     return {

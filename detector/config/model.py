@@ -240,8 +240,8 @@ def _loss_config() -> ml_collections.ConfigDict:
     loss.rpn_normaliser = "slots"
     # The rois' mask targets (modeling/mask_targets.RULES): 'crop' the GT
     # crop resampled at the roi, >= 0.5 (detectron2's), 'torchvision' the
-    # canvas mask's soft roi_align (canvas-sized GT masks: not made by the
-    # input pipeline, so validate refuses it).
+    # soft roi_align of the GT mask at its image's size (torchvision's; the
+    # batch then carries canvas-sized masks: data.MASK_LAYOUTS).
     loss.mask_target = "crop"
     loss.rpn_cls_weight = 1.0
     loss.rpn_box_weight = 1.0

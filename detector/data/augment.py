@@ -7,17 +7,17 @@ from collections.abc import Callable
 import ml_collections
 import tensorflow as tf
 
-from detector.data import lsj, transforms
+from detector.data import gt_masks, lsj, transforms
 
 
 def _jitter(
     example: dict,
     key: tf.Tensor,
     data: ml_collections.ConfigDict,
-    has_masks: bool,
+    masks: gt_masks.GtMasks,
 ) -> dict:
     """Flip, data.scale_jitter, crop (transforms.py)."""
-    return transforms.transform(example, key, data, True, has_masks)
+    return transforms.transform(example, key, data, True, masks)
 
 
 AUGMENTS: dict[str, Callable[..., dict]] = {

@@ -8,7 +8,7 @@ import functools
 import ml_collections
 import tensorflow as tf
 
-from detector.data import transforms
+from detector.data import gt_masks, transforms
 
 
 def sample_geometry(
@@ -70,7 +70,7 @@ def _kept_boxes(
     data.lsj_min_box_size wide and tall, at most data.max_instances."""
     hw, flip, factor, shift, limit = geometry
     if has_masks:
-        flipped = transforms.flip_x(example["masks"], flip, 2)
+        flipped = gt_masks.flip_x(example["masks"], flip, 2)
         # The visible input [0, limit) in flipped original pixels.
         visible = tf.concat([tf.zeros([2]), limit[2:]], axis=0)
         window = (visible + shift) / factor
@@ -95,15 +95,17 @@ def transform(
     example: dict,
     key: tf.Tensor,
     data: ml_collections.ConfigDict,
-    has_masks: bool,
+    masks: gt_masks.GtMasks,
 ) -> dict:
     """One training example -> fixed-shape model input and targets (the
     keys of transforms.transform)."""
     hw = tf.cast(tf.shape(example["image"])[:2], tf.float32)
     flip, scale, resized, offset = sample_geometry(hw, key, data)
-    kept_boxes = functools.partial(_kept_boxes, data=data, has_masks=has_masks)
+    kept_boxes = functools.partial(
+        _kept_boxes, data=data, has_masks=masks.present
+    )
     targets = transforms.training_targets(
-        example, hw, flip, resized, offset, data, has_masks, kept_boxes
+        example, hw, flip, resized, offset, data, masks, kept_boxes
     )
     model_input = transforms.model_input(
         example, hw, flip, scale, resized, offset, data

@@ -16,7 +16,14 @@ import tensorflow as tf
 from absl import logging
 from pycocotools import coco as coco_lib
 
-from detector.data import augment, orientation_schedule, sources, transforms
+from detector.config import data as data_config
+from detector.data import (
+    augment,
+    gt_masks,
+    orientation_schedule,
+    sources,
+    transforms,
+)
 from detector.data.sources import base as source_lib
 from detector.data.sources import coco_json
 from detector.data.sources import shapes as shapes_source
@@ -151,15 +158,24 @@ class _NumpyBatches:
             batches.close()
 
 
+def _gt_masks(
+    config: ml_collections.ConfigDict, source: source_lib.Source
+) -> gt_masks.GtMasks:
+    """The training batches' GT masks: the layout the model's mask target
+    rule reads, and whether the source has masks."""
+    return gt_masks.GtMasks(data_config.mask_layout(config), source.has_masks)
+
+
 def _batch_train(
     positions: tf.data.Dataset,
     source: source_lib.Source,
+    masks: gt_masks.GtMasks,
     seed: int,
     data: ml_collections.ConfigDict,
     batch: int,
 ) -> tf.data.Dataset:
     """This process's (position, record) rows -> its augmented batches on
-    `data.image_size`."""
+    `data.image_size`, GT masks as `masks`."""
     truncations = transforms.TruncationLog(data.max_instances)
 
     @tf.autograph.experimental.do_not_convert
@@ -168,9 +184,7 @@ def _batch_train(
             source.decode_train(record), truncations
         )
         key = source_lib.stream_key(seed, source_lib.AUGMENT_STREAM, g)
-        return augment.AUGMENTS[data.augment](
-            loaded, key, data, source.has_masks
-        )
+        return augment.AUGMENTS[data.augment](loaded, key, data, masks)
 
     dataset = positions.map(
         example, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
@@ -230,7 +244,12 @@ def train_batches(
     def numpy_batches() -> _NumpyBatches:
         return _NumpyBatches(
             _batch_train(
-                next(records), source, config.seed, config.data, batch
+                next(records),
+                source,
+                _gt_masks(config, source),
+                config.seed,
+                config.data,
+                batch,
             ),
             source,
         )
@@ -275,6 +294,7 @@ def _grouped_batches(
         _batch_train(
             rows,
             source,
+            _gt_masks(config, source),
             config.seed,
             canvases.on_canvas(config.data, canvas),
             batch,
@@ -378,7 +398,7 @@ def _eval_dataset(
     """Decoded examples -> fixed-size eval batches with padding rows, on
     `data`'s one canvas."""
     examples = images.map(
-        lambda e: transforms.transform(e, None, data, False, False),
+        lambda e: transforms.transform(e, None, data, False, None),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )

@@ -1,6 +1,7 @@
 """Per-example TensorFlow transforms: flip, resize, crop, pad, GT mask crops.
 Shapes: h, w original image; H, W model input; N instances; M
-data.max_instances; S data.gt_mask_size (docs/architecture.md, "Resizing").
+data.max_instances; the GT masks' layouts in gt_masks.py (docs/architecture.md,
+"Resizing").
 """
 
 from collections.abc import Callable
@@ -10,6 +11,9 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from detector.config import data as data_config
+from detector.data import gt_masks
+from detector.data.gt_masks import flip_x
 from detector.imaging import resize
 
 
@@ -86,44 +90,6 @@ def place_image(
     return tf.ensure_shape(image, [height, width, 3])
 
 
-def _crop_masks(
-    masks: tf.Tensor,
-    source_boxes: tf.Tensor,
-    indices: tf.Tensor,
-    flip: tf.Tensor,
-    size: int,
-) -> tf.Tensor:
-    """Resamples masks[indices] over their (original-pixel) boxes: [K, S, S].
-
-    Samples sit at the centres of an S x S grid over each box, so the crop
-    covers the box exactly; flipped examples mirror the crops.
-    """
-    # One replicated pixel around each mask lets samples between the last
-    # pixel centre and the image edge read the edge pixel, not zero.
-    masks = tf.pad(masks, [[0, 0], [1, 1], [1, 1]], mode="SYMMETRIC")
-    x1, y1, x2, y2 = tf.unstack(source_boxes, axis=1)
-    half_x = 0.5 * (x2 - x1) / size
-    half_y = 0.5 * (y2 - y1) / size
-    # crop_and_resize puts normalised coordinate c at pixel index c*(n - 1);
-    # continuous coordinate p is at index p - 0.5 + 1 of the padded mask.
-    norm_y = tf.cast(tf.shape(masks)[1] - 1, tf.float32)
-    norm_x = tf.cast(tf.shape(masks)[2] - 1, tf.float32)
-    crop_boxes = tf.stack(
-        [
-            (y1 + half_y + 0.5) / norm_y,
-            (x1 + half_x + 0.5) / norm_x,
-            (y2 - half_y + 0.5) / norm_y,
-            (x2 - half_x + 0.5) / norm_x,
-        ],
-        axis=1,
-    )
-    crops = tf.image.crop_and_resize(
-        masks[..., None], crop_boxes, tf.cast(indices, tf.int32), [size, size]
-    )
-    crops = flip_x(crops, flip, 2)
-    return tf.cast(crops[..., 0] >= 0.5, tf.uint8)
-
-
 def pad_rows(tensor: tf.Tensor, rows: int) -> tf.Tensor:
     """Zero-pads the leading dimension to `rows`."""
     pad = rows - tf.shape(tensor)[0]
@@ -146,11 +112,6 @@ def flip_boxes(
         ],
         axis=1,
     )
-
-
-def flip_x(tensor: tf.Tensor, flip: tf.Tensor, axis: int) -> tf.Tensor:
-    """`tensor` reversed along its x `axis` when `flip` (images, masks)."""
-    return tf.where(flip, tf.reverse(tensor, axis=[axis]), tensor)
 
 
 def _flip(key: tf.Tensor, data: ml_collections.ConfigDict) -> tf.Tensor:
@@ -272,22 +233,21 @@ def transform(
     key: tf.Tensor | None,
     data: ml_collections.ConfigDict,
     training: bool,
-    has_masks: bool,
+    masks: gt_masks.GtMasks | None,
 ) -> dict:
     """One example -> fixed-shape model input (and targets when training).
 
     `example`: image uint8 [h, w, 3], image_id int64 and, when training,
-    boxes f32 [N, 4], classes i32 [N], masks uint8 [N, h, w] (has_masks).
-    `key`: int64 [2] stateless seed (training only).
+    boxes f32 [N, 4], classes i32 [N], masks uint8 [N, h, w]
+    (masks.present). `key`: int64 [2] stateless seed and `masks` the GT
+    masks' layout (training only).
     """
     hw = tf.cast(tf.shape(example["image"])[:2], tf.float32)
     flip, scale, resized, offset = sample_geometry(hw, key, data, training)
     out = model_input(example, hw, flip, scale, resized, offset, data)
     if training:
         out.update(
-            training_targets(
-                example, hw, flip, resized, offset, data, has_masks
-            )
+            training_targets(example, hw, flip, resized, offset, data, masks)
         )
     return out
 
@@ -345,7 +305,7 @@ def training_targets(
     resized: tf.Tensor,
     offset: tf.Tensor,
     data: ml_collections.ConfigDict,
-    has_masks: bool,
+    masks: gt_masks.GtMasks,
     kept_boxes: Callable[..., tuple[tf.Tensor, tf.Tensor]] = _clipped_boxes,
 ) -> dict:
     """Maps boxes and masks through the geometry; pads them to M.
@@ -362,7 +322,7 @@ def training_targets(
         keep,
         (hw, flip, factor, shift),
         data,
-        has_masks,
+        masks,
     )
 
 
@@ -390,16 +350,17 @@ def targets(
     example: dict,
     boxes: tf.Tensor,
     keep: tf.Tensor,
-    geometry: tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor],
+    geometry: gt_masks.Geometry,
     data: ml_collections.ConfigDict,
-    has_masks: bool,
+    masks: gt_masks.GtMasks,
 ) -> dict:
     """The kept instances (`keep`, at input `boxes` f32[K, 4]) padded to M:
-    boxes, classes, valid, and masks cropped over their boxes. `geometry`
-    is (hw, flip, factor, shift): the input size, the flip and `box_map`'s
-    factor and shift."""
+    boxes, classes, valid, and masks in `masks.layout` (gt_masks.py).
+    `geometry` is (hw, flip, factor, shift): the input size, the flip and
+    `box_map`'s factor and shift."""
     hw, flip, factor, shift = geometry
-    rows, size = data.max_instances, data.gt_mask_size
+    shape = data_config.gt_masks_shape(masks.layout, data)
+    rows = shape[0]
     valid = tf.range(rows) < tf.shape(boxes)[0]
     out = {
         "boxes": tf.ensure_shape(pad_rows(boxes, rows), [rows, 4]),
@@ -408,15 +369,17 @@ def targets(
         ),
         "valid": valid,
     }
-    if not has_masks:
-        out["masks"] = tf.zeros([rows, size, size], tf.uint8)
+    if not masks.present:
+        out["masks"] = tf.zeros(shape, tf.uint8)
         out["mask_valid"] = tf.zeros([rows], tf.bool)
         return out
     source = flip_boxes((boxes + shift) / factor, flip, hw[1])  # original
-    crops = _crop_masks(example["masks"], source, keep, flip, size)
-    masks = tf.ensure_shape(pad_rows(crops, rows), [rows, size, size])
-    out["masks"] = masks
-    out["mask_valid"] = valid & tf.reduce_any(masks > 0, axis=[1, 2])
+    made = gt_masks.LAYOUTS[masks.layout](
+        example["masks"], keep, source, geometry, data
+    )
+    padded = tf.ensure_shape(pad_rows(made, rows), shape)
+    out["masks"] = padded
+    out["mask_valid"] = valid & tf.reduce_any(padded > 0, axis=[1, 2])
     return out
 
 

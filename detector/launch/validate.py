@@ -24,16 +24,6 @@ def _nms_backend(name: str, key: str) -> None:
     nms.check_backend(name, name=f"config.{key}")
 
 
-def _mask_target(name: str, key: str) -> None:
-    mask_targets.check_name(name, key)
-    if mask_targets.CANVAS_MASKS[name]:
-        raise ValueError(
-            f"config.{key}={name!r}: needs GT masks at the canvas size, "
-            "which the input pipeline does not make (it crops them to "
-            "data.gt_mask_size); use 'crop'"
-        )
-
-
 def _align_implementation(name: str, key: str) -> None:
     roi_align.check_implementation(name, f"config.{key}")
 
@@ -52,7 +42,7 @@ REGISTRY_CHECKS: dict[str, Callable[[object, str], None]] = {
     "model.roi.align_implementation": _align_implementation,
     "model.roi.box_head": box_head.check_name,
     "model.loss.rpn_normaliser": losses.check_rpn_normaliser,
-    "model.loss.mask_target": _mask_target,
+    "model.loss.mask_target": mask_targets.check_name,
     "model.roi.box_head_norm": norms.check_name,
     "model.roi.mask_head_norm": _head_norm,
     "model.detection.nms_backend": _nms_backend,

@@ -324,7 +324,8 @@ class RoIHeads(nnx.Module):
         batch: dict[str, jax.Array],
     ) -> jax.Array:
         """Mask targets, head and loss of the first Rm sampled rois,
-        pooled [B, Rm, Q, Q, F]; GT of `batch` (boxes, masks, mask_valid)."""
+        pooled [B, Rm, Q, Q, F]; GT of `batch` (boxes, masks, mask_valid,
+        image_size)."""
         count = self.num_mask_rois
         rois = targets.rois[:, :count]
         matched = targets.matched[:, :count]
@@ -339,6 +340,7 @@ class RoIHeads(nnx.Module):
             matched,
             batch["boxes"],
             batch["masks"],
+            batch.get("image_size"),
             mask_size=self.mask_head.mask_size,
             sampling_ratio=self.pooling.sampling_ratio,
         )

@@ -8,6 +8,7 @@ import tensorflow as tf
 from detector.config import data as data_config
 from detector.data import augment, lsj, transforms
 from tests.detector.data import test_transforms as geometry
+from tests.detector.data.test_transforms import CROP
 
 H, W = 64, 80
 
@@ -49,7 +50,7 @@ def _rendered_box(mask, resized, offset, flip, data):
 def test_boxes_are_the_masks_tight_boxes_after_the_crop(seed):
     data, example = _data(), _example()
     key = tf.constant([seed, 7], tf.int64)
-    out = lsj.transform(example, key, data, has_masks=True)
+    out = lsj.transform(example, key, data, masks=CROP)
     hw = tf.constant([40.0, 60.0])
     flip, _, resized, offset = lsj.sample_geometry(hw, key, data)
     factor = float(np.max(resized.numpy() / hw.numpy()))
@@ -105,7 +106,7 @@ def test_scales_span_the_lsj_range_and_the_input_is_fixed(resize):
         for s in range(200)
     ]
     assert 0.1 <= min(scales) < 0.2 and 1.9 < max(scales) <= 2.0
-    out = lsj.transform(example, tf.constant([3, 1], tf.int64), data, True)
+    out = lsj.transform(example, tf.constant([3, 1], tf.int64), data, CROP)
     assert out["image"].shape == (H, W, 3)
     assert out["masks"].shape == (4, geometry.S, geometry.S)
 
@@ -114,8 +115,8 @@ def test_scales_span_the_lsj_range_and_the_input_is_fixed(resize):
 def test_gives_the_jitter_paths_keys_and_the_visible_image_size(seed):
     data, example = _data(), _example()
     key = tf.constant([seed, 3], tf.int64)
-    out = lsj.transform(example, key, data, has_masks=True)
-    jitter = transforms.transform(example, key, data, True, True)
+    out = lsj.transform(example, key, data, masks=CROP)
+    jitter = transforms.transform(example, key, data, True, CROP)
     assert set(out) == set(jitter)
     _, _, resized, offset = lsj.sample_geometry(
         tf.constant([40.0, 60.0]), key, data
@@ -129,7 +130,7 @@ def test_gives_the_jitter_paths_keys_and_the_visible_image_size(seed):
 
 def test_an_example_left_without_instances_has_none_valid():
     data = _data(lsj_min_box_size=1000.0)
-    out = lsj.transform(_example(), tf.constant([0, 1], tf.int64), data, True)
+    out = lsj.transform(_example(), tf.constant([0, 1], tf.int64), data, CROP)
     assert not out["valid"].numpy().any()
     assert not out["mask_valid"].numpy().any()
 

@@ -4,7 +4,10 @@ import ml_collections
 import numpy as np
 import tensorflow as tf
 
-from detector.data import transforms
+from detector.data import gt_masks, transforms
+
+# Training targets with GT masks cropped to their boxes.
+CROP = gt_masks.GtMasks("crop", True)
 
 S = 16  # GT mask size
 BOXES = [[6, 12, 22, 28], [50, 4, 58, 36], [55, 30, 70, 45]]
@@ -71,7 +74,7 @@ def test_no_augmentation_scales_boxes_and_crops_masks_exactly():
         tf.constant([0, 0], tf.int64),
         _data(False, (1.0, 1.0)),
         True,
-        True,
+        CROP,
     )
     scale = 4 / 3  # min(64/40, 80/60); the image becomes 53x80
     assert np.isclose(out["scale"], scale)
@@ -99,7 +102,7 @@ def test_flip_mirrors_boxes_masks_and_pixels():
         tf.constant([0, 0], tf.int64),
         _data(False, (1.0, 1.0)),
         True,
-        True,
+        CROP,
     )
     flipped = None
     for seed in range(16):
@@ -107,7 +110,7 @@ def test_flip_mirrors_boxes_masks_and_pixels():
         if transforms.sample_geometry(
             tf.constant([40.0, 60.0]), key, data, True
         )[0]:
-            flipped = transforms.transform(_example(), key, data, True, True)
+            flipped = transforms.transform(_example(), key, data, True, CROP)
             break
     assert flipped is not None, "no key flipped the example"
     boxes, plain_boxes = flipped["boxes"].numpy(), plain["boxes"].numpy()
@@ -135,7 +138,7 @@ def test_jitter_crops_clips_and_drops_like_the_numpy_statement():
                 tf.constant([40.0, 60.0]), key, data, True
             )
         )
-        out = transforms.transform(_example(), key, data, True, True)
+        out = transforms.transform(_example(), key, data, True, CROP)
         limit = np.minimum(resized - offset, [64, 80])
         expected = _expected_boxes(
             BOXES, flip, resized / [40, 60], offset, limit
@@ -177,7 +180,7 @@ def test_eval_transform_has_no_randomness_and_pads():
         "image": _example()["image"],
         "image_id": tf.constant(7, tf.int64),
     }
-    out = transforms.transform(example, None, data, False, False)
+    out = transforms.transform(example, None, data, False, None)
     assert set(out) == {
         "image",
         "image_id",
@@ -218,7 +221,7 @@ def test_shortest_edge_eval_size_is_torchvisions():
             None,
             data,
             False,
-            False,
+            None,
         )
         assert tuple(out["image_size"].numpy()) == expected, hw
         assert out["image"].shape == (1344, 1344, 3)
@@ -230,7 +233,7 @@ def test_shortest_edge_training_draws_each_min_size():
     shorts = set()
     for seed in range(40):
         out = transforms.transform(
-            example, tf.constant([seed, 1], tf.int64), data, True, True
+            example, tf.constant([seed, 1], tf.int64), data, True, CROP
         )
         size = out["image_size"].numpy()
         assert size[1] == np.floor(60 * size[0] / 40 + 1e-6) or size[
@@ -252,6 +255,6 @@ def test_shortest_edge_larger_than_the_canvas_is_letterboxed():
         None,
         data,
         False,
-        False,
+        None,
     )
     assert tuple(out["image_size"].numpy()) == (512, 683)

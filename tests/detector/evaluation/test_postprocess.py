@@ -9,7 +9,7 @@ mask_utils = pytest.importorskip("pycocotools.mask")
 tf = pytest.importorskip("tensorflow")
 
 from configs import shapes as shapes_config
-from detector.data import transforms
+from detector.data import gt_masks, transforms
 from detector.evaluation import postprocess
 from detector.imaging import masks as mask_paste
 
@@ -92,12 +92,16 @@ def test_boxes_map_back_with_the_pipeline_rounded_resize():
         "classes": tf.constant([1], tf.int32),
     }
     train = transforms.transform(
-        example, tf.constant([0, 0], tf.int64), data, True, False
+        example,
+        tf.constant([0, 0], tf.int64),
+        data,
+        True,
+        gt_masks.GtMasks("crop", False),
     )
     batch = {
         key: value.numpy()[None]
         for key, value in transforms.transform(
-            example, None, data, False, False
+            example, None, data, False, None
         ).items()
     }
     scale = float(batch["scale"][0])

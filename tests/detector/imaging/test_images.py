@@ -31,7 +31,7 @@ def _eval_input(picture: np.ndarray, data) -> dict:
         None,
         data,
         training=False,
-        has_masks=False,
+        masks=None,
     )
     return {k: v.numpy() for k, v in out.items()}
 

@@ -152,6 +152,7 @@ def test_mask_targets_resample_the_gt_crop():
         jnp.zeros((1, 3), jnp.int32),
         gt_boxes,
         jnp.asarray(gt_mask[None, None]),
+        None,
     )
     np.testing.assert_array_equal(targets[0, 0], [[1, 1, 0, 0]] * 4)
     np.testing.assert_array_equal(targets[0, 1], 1.0)
@@ -173,7 +174,13 @@ def test_mask_targets_are_zero_outside_the_gt_box():
             functools.partial(
                 mask_targets.crop_targets, mask_size=32, sampling_ratio=2
             )
-        )(rois, jnp.ones((1, 1), jnp.int32), gt_boxes, jnp.asarray(masks))[0, 0]
+        )(
+            rois,
+            jnp.ones((1, 1), jnp.int32),
+            gt_boxes,
+            jnp.asarray(masks),
+            None,
+        )[0, 0]
     )
     outside = np.ones((32, 32), bool)
     outside[8:24, 8:24] = False

@@ -85,7 +85,7 @@ def _batch(theirs) -> dict[str, np.ndarray]:
     count = len(images)
     boxes = np.zeros((count, 3, 4), np.float32)
     classes = np.zeros((count, 3), np.int32)
-    masks = np.zeros((count, 3, HEIGHT, WIDTH), np.uint8)
+    masks = np.zeros((count, 3, HEIGHT, WIDTH), np.uint8)  # packed below
     valid = np.zeros((count, 3), bool)
     for b in range(count):
         n = len(theirs[f"labels_{b}"])
@@ -98,7 +98,7 @@ def _batch(theirs) -> dict[str, np.ndarray]:
         "boxes": boxes,
         "classes": classes,
         "valid": valid,
-        "masks": masks,
+        "masks": np.packbits(masks, axis=-1),  # data/gt_masks.py 'canvas'
         "mask_valid": valid,
         "image_size": np.asarray([[HEIGHT, WIDTH]] * count, np.int32),
     }
@@ -238,7 +238,8 @@ SWITCHES = {
 def _crops(batch, size: int = 112) -> dict[str, np.ndarray]:
     """The batch with each GT mask cropped to its box at size x size (the
     nearest pixel to each cell centre), as the crop rule reads them."""
-    boxes, masks = batch["boxes"], batch["masks"]
+    boxes = batch["boxes"]
+    masks = np.unpackbits(batch["masks"], axis=-1)[..., :WIDTH]
     crops = np.zeros(masks.shape[:2] + (size, size), np.uint8)
     centres = (np.arange(size) + 0.5) / size
     for b, g in zip(*np.nonzero(batch["valid"]), strict=True):
