@@ -99,10 +99,12 @@ def pack_bits(masks: tf.Tensor) -> tf.Tensor:
     numpy's packbits along the last axis."""
     shape = tf.shape(masks)
     octets = tf.reshape(
-        tf.cast(masks > 0, tf.int32), [shape[0], shape[1], shape[2] // 8, 8]
+        tf.cast(masks > 0, tf.uint8), [shape[0], shape[1], shape[2] // 8, 8]
     )
-    weights = tf.constant([128, 64, 32, 16, 8, 4, 2, 1], tf.int32)
-    return tf.cast(tf.reduce_sum(octets * weights, axis=-1), tf.uint8)
+    packed = octets[..., 0] * 128
+    for bit in range(1, 8):  # distinct bits: no carry
+        packed += octets[..., bit] * (128 >> bit)
+    return packed
 
 
 def canvas(
@@ -128,12 +130,18 @@ def canvas(
     rows = nearest_rows(source[0], resized[0], offset[0], visible[0])
     cols = nearest_rows(source[1], resized[1], offset[1], visible[1])
     kept = flip_x(tf.gather(masks, keep), flip, 2)
-    placed = tf.gather(tf.gather(kept, rows, axis=1), cols, axis=2)
-    placed = tf.pad(
-        placed,
-        [[0, 0], [0, height - visible[0]], [0, packed_width - visible[1]]],
+    # Columns first (a gather per pixel) on the source's rows, then whole
+    # rows.
+    placed = tf.gather(tf.gather(kept, cols, axis=2), rows, axis=1)
+    # Packed where the image is, then zero bytes to the canvas.
+    octets = -(-visible[1] // 8)
+    packed = pack_bits(
+        tf.pad(placed, [[0, 0], [0, 0], [0, octets * 8 - visible[1]]])
     )
-    return pack_bits(placed)
+    return tf.pad(
+        packed,
+        [[0, 0], [0, height - visible[0]], [0, packed_width // 8 - octets]],
+    )
 
 
 # config/data.py MASK_LAYOUTS value -> (masks u8[N, h, w], keep i64[K],
