@@ -134,10 +134,10 @@ def expected_shapes(
     canvas: tuple[int, int] | None = None,
 ) -> dict[str, tuple[int, ...]]:
     """Per-batch shapes of the model inputs the pipeline makes for `config`
-    on `canvas` (default its first: `canvases.canvases`)."""
+    on `canvas` (default its first training one: `canvases.training`)."""
     data = config.data
     b, m = config.train.batch_size, data.max_instances
-    canvas = canvas or canvases.canvases(data)[0]
+    canvas = canvas or canvases.training(data)[0]
     masks = data_config.gt_masks_shape(
         data_config.mask_layout(config), data, canvas
     )
@@ -159,17 +159,18 @@ def check_shapes(
 ) -> None:
     """ValueError naming the file and entry if a shape differs from config's
     (each batch on one of the config's canvases)."""
-    choices = canvases.canvases(config.data)
+    choices = canvases.training(config.data)
     for index, batch in enumerate(batches):
         canvas = tuple(batch["image"].shape[1:3])
         if canvas not in choices:
             raise ValueError(
                 f"{path}: batch {index} is on a {canvas[0]} x {canvas[1]} "
                 f"canvas, the config's are {list(choices)} (data.image_size, "
-                "data.group_orientations); save the batches with the same "
-                "config"
+                "data.train_image_size, data.group_orientations); save the "
+                "batches with the same config"
             )
-    for key, want in expected_shapes(config).items():
+    first = tuple(batches[0]["image"].shape[1:3])
+    for key, want in expected_shapes(config, first).items():
         if key == "image":
             continue
         got = batches[0][key].shape

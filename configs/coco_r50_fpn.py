@@ -401,11 +401,35 @@ def _torchvision_v2(config: ml_collections.ConfigDict) -> None:
     # images per step, LR 0.1, weight decay 4e-5 on every parameter, 400
     # epochs, x0.1 at epochs 352 and 384, SyncBN (--sync-bn: every
     # BatchNorm's statistics over the global batch; in eval the running
-    # ones, as 'batch'). Its LSJ data is not set: docs/training.md.
+    # ones, as 'batch'), and LSJ (--data-augmentation lsj; below).
     _torchvision_schedule(
         config.train, batch=64, lr=0.1, epochs=400, steps=(352, 384)
     )
     config.train.weight_decay = 4e-5
+    _torchvision_lsj(config.data)
+
+
+# torchvision's LSJ (references/detection presets 'lsj'): ScaleJitter to
+# 1024 x 1024 by (0.1, 2.0), FixedSizeCrop 1024, flip; then the model's
+# resize (800-1333) takes the 1024 x 1024 input to 800 x 800.
+TORCHVISION_LSJ_SIZE = 800
+TORCHVISION_LSJ_SCALES = (0.1, 2.0)
+
+
+def _torchvision_lsj(data: ml_collections.ConfigDict) -> None:
+    """torchvision's LSJ at its model's input: each image scaled by s x
+    min(800 / h, 800 / w), s in (0.1, 2.0), cropped and padded, on an
+    832 x 832 training canvas (the smallest that P6's stride 64 divides;
+    the scales are taken over 832, so an image is scaled as torchvision
+    scales it and only the crop is 32 pixels wider). Evaluation keeps the
+    800-1333 resize on data.image_size. Boxes under 1 pixel are dropped
+    (torchvision drops the empty ones)."""
+    canvas = -(-TORCHVISION_LSJ_SIZE // 64) * 64
+    low, high = TORCHVISION_LSJ_SCALES
+    data.augment = "lsj"
+    data.train_image_size = (canvas, canvas)
+    data.lsj_min = low * TORCHVISION_LSJ_SIZE / canvas
+    data.lsj_max = high * TORCHVISION_LSJ_SIZE / canvas
 
 
 VARIANTS: dict[str, Callable[[ml_collections.ConfigDict], None]] = {

@@ -17,17 +17,17 @@ def get(config: ml_collections.ConfigDict, key: str):
     return config
 
 
-def check_image_size(size) -> None:
-    """Raises ValueError unless `size` is (height, width), both positive."""
+def check_image_size(size, key: str = "data.image_size") -> None:
+    """Raises ValueError unless `size` (config `key`) is (height, width),
+    both positive."""
     if not isinstance(size, tuple | list) or len(size) != 2:
         raise ValueError(
-            f"config.data.image_size={size!r}: must be "
-            "(height, width), two integers"
+            f"config.{key}={size!r}: must be (height, width), two integers"
         )
     if not all(
         isinstance(s, int) and not isinstance(s, bool) and s > 0 for s in size
     ):
         raise ValueError(
-            f"config.data.image_size={tuple(size)!r}: height and "
+            f"config.{key}={tuple(size)!r}: height and "
             "width must be positive integers"
         )

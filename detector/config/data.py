@@ -30,6 +30,11 @@ MASK_LAYOUTS = {"crop": "crop", "torchvision": "canvas"}
 RANGES: ranges.Table = {
     "data.num_classes": image_ranges.NUM_CLASSES,
     "data.image_size": image_ranges.IMAGE_SIZE,
+    "data.train_image_size": ranges.each(
+        ranges.between(0, image_ranges.MAX_SIDE, "pixels"),
+        length=2,
+        shape="(height, width); (0, 0): data.image_size",
+    ),
     "data.min_size": image_ranges.MIN_SIZE,
     "data.max_size": image_ranges.MAX_SIZE,
     "data.max_instances": ranges.between(1, 1000, "instances per image"),
@@ -77,6 +82,10 @@ def defaults() -> ml_collections.ConfigDict:
     # each image is resized by data.resize and padded. Must be divisible by
     # 2**model.max_level.
     data.image_size = (1024, 1024)
+    # The training canvas when it differs from the eval one (torchvision's
+    # v2 recipe: LSJ crops at 800, evaluation at 800-1333); (0, 0): the
+    # canvases of data.image_size. Not with data.group_orientations.
+    data.train_image_size = (0, 0)
     # Orientation canvases (shortest_edge only): data.image_size, height <=
     # width, is the landscape canvas and its transpose the portrait one;
     # each training step, eval batch and predict batch holds one
@@ -141,6 +150,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"must be in (0, data.lsj_max={data.lsj_max}]",
     )
     check_image_size(config.data.image_size)
+    if any(data.train_image_size):
+        check_image_size(data.train_image_size, "data.train_image_size")
+        check(
+            not data.group_orientations,
+            "data.train_image_size",
+            tuple(data.train_image_size),
+            "set with data.group_orientations: the orientation canvases "
+            "are both training's and evaluation's; set (0, 0)",
+        )
     if data.group_orientations:
         _check_grouping(data)
 
@@ -200,7 +218,12 @@ def largest_tensors(config: ml_collections.ConfigDict) -> dict[str, tuple]:
     masks (u8, gt_masks_shape per image).
     """
     data = config.data
-    height, width = data.image_size
+    # The training canvas (imaging/canvases.training; a portrait one has
+    # the landscape one's area).
+    height, width = (
+        data.train_image_size if any(data.train_image_size) else data.image_size
+    )
+    eval_height, eval_width = data.image_size
     lsj = data.augment == "lsj"
     scale = data.lsj_max if lsj else data.scale_jitter[1]
     scaled = (math.ceil(height * scale), math.ceil(width * scale), 3)
@@ -218,14 +241,14 @@ def largest_tensors(config: ml_collections.ConfigDict) -> dict[str, tuple]:
         "eval.batch_size": (
             4,
             "the eval batch f32",
-            (config.eval.batch_size, height, width, 3),
+            (config.eval.batch_size, eval_height, eval_width, 3),
         ),
         "data.max_instances": (
             1,
             "the training batch's GT masks u8",
             (
                 config.train.batch_size,
-                *gt_masks_shape(mask_layout(config), data),
+                *gt_masks_shape(mask_layout(config), data, (height, width)),
             ),
         ),
     }

@@ -295,14 +295,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
     )
     stride = 2**model.max_level
     check_image_size(data.image_size)
-    size = tuple(data.image_size)
-    check(
-        all(s % stride == 0 for s in size),
-        "data.image_size",
-        size,
-        f"(height, width) must be divisible by "
-        f"the coarsest stride 2**model.max_level={stride}",
-    )
+    sizes = {"data.image_size": tuple(data.image_size)}
+    if any(data.train_image_size):
+        sizes["data.train_image_size"] = tuple(data.train_image_size)
+    for key, size in sizes.items():
+        check(
+            all(s % stride == 0 for s in size),
+            key,
+            size,
+            f"(height, width) must be divisible by "
+            f"the coarsest stride 2**model.max_level={stride}",
+        )
     if model.norm == "group":
         groups = model.group_norm_groups
         for key, channels in (

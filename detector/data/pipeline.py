@@ -240,6 +240,8 @@ def train_batches(
     records = iter(
         source.train_records(config.seed, start_step, batch, process)
     )
+    placed = canvases.training(config.data)
+    data = canvases.on_canvas(config.data, placed[0])
 
     def numpy_batches() -> _NumpyBatches:
         return _NumpyBatches(
@@ -248,7 +250,7 @@ def train_batches(
                 source,
                 _gt_masks(config, source),
                 config.seed,
-                config.data,
+                data,
                 batch,
             ),
             source,
@@ -260,9 +262,7 @@ def train_batches(
             yield from numpy_batches()
 
     # The first dataset is built right away.
-    return TrainBatches(
-        batches(numpy_batches()), canvases.canvases(config.data)
-    )
+    return TrainBatches(batches(numpy_batches()), placed)
 
 
 def _grouped_batches(

@@ -1,5 +1,6 @@
 """The canvases an image is placed on: one (`data.image_size`), or a
-landscape and a portrait one with `data.group_orientations`."""
+landscape and a portrait one with `data.group_orientations`; training's
+own one where `data.train_image_size` is set."""
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -22,6 +23,15 @@ def canvases(data: "ml_collections.ConfigDict") -> tuple[Canvas, ...]:
     if data.group_orientations:
         return (height, width), (width, height)
     return ((height, width),)
+
+
+def training(data: "ml_collections.ConfigDict") -> tuple[Canvas, ...]:
+    """The canvases training batches are on: data.train_image_size where
+    set, else `canvases`."""
+    size = tuple(int(v) for v in data.get("train_image_size", (0, 0)))
+    if any(size):
+        return (size,)
+    return canvases(data)
 
 
 def orientation(height: int, width: int) -> int:

@@ -35,6 +35,9 @@ def test_the_schema_leaves_names_to_their_registries():
         ("data.max_instances", 0, "must be in [1, 1000] (instances per image)"),
         ("data.num_classes", 0, "must be >= 1"),
         ("data.image_size", (1024,), "must be (height, width)"),
+        ("data.train_image_size", (832,), "must be (height, width)"),
+        ("data.train_image_size", (0, 832), "must be positive integers"),
+        ("data.train_image_size", (800, 800), "divisible by the coarsest"),
         ("data.resize", "stretch", "must be one of letterbox, shortest"),
         ("data.min_size", (), "must be short sides: 1 or more integers"),
         ("data.min_size", (800, 0), "must be short sides: 1 or more integers"),
@@ -77,6 +80,20 @@ def test_a_bad_field_of_any_section_is_one_line_naming_it(key, value, words):
     message = str(error.value)
     assert message.startswith(f"config.{key}=") and words in message
     assert "\n" not in message
+
+
+def test_a_training_canvas_of_its_own_is_refused_with_orientations():
+    config = config_lib.base_config()
+    config.data.resize = "shortest_edge"
+    config.data.group_orientations = True
+    config.data.image_size = (832, 1344)
+    config.data.train_image_size = (832, 832)
+    with pytest.raises(
+        ValueError,
+        match=r"^config\.data\.train_image_size=.*"
+        r"orientation canvases",
+    ):
+        validate.validate(config)
 
 
 def test_unknown_dtype_fails_with_one_line_naming_model_dtype():

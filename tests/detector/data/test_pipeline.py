@@ -297,3 +297,21 @@ def test_ensure_shapes_dataset_other_processes_wait(tmp_path):
         "below the minimum 32$",
     ):
         pipeline.prepare(config)
+
+
+def test_training_canvas_of_its_own(shapes_config):
+    """data.train_image_size: the training batches (LSJ, torchvision's mask
+    layout) on that canvas, the eval split on data.image_size."""
+    config = shapes_config.copy_and_resolve_references()
+    config.data.augment = "lsj"
+    config.data.train_image_size = (96, 128)
+    config.model.loss.mask_target = "torchvision"
+    batches = pipeline.train_batches(config)
+    assert batches.canvases == ((96, 128),)
+    for batch in _take(batches, 2):
+        assert batch["image"].shape == (4, 96, 128, 3)
+        assert batch["masks"].shape == (4, M, 96, 16)
+        assert (batch["image_size"] <= [96, 128]).all()
+    split = pipeline.eval_split(config, max_images=4)
+    assert split.canvases == ((H, W),)
+    assert next(split.batches())["image"].shape[1:3] == (H, W)
