@@ -1,7 +1,7 @@
-"""Per-example TensorFlow transforms: flip, resize, crop, pad, GT mask crops.
+"""Per-example TensorFlow transforms: flip, resize, crop, pad, and the
+targets (their GT masks in gt_masks.py's layouts).
 Shapes: h, w original image; H, W model input; N instances; M
-data.max_instances; the GT masks' layouts in gt_masks.py (docs/architecture.md,
-"Resizing").
+data.max_instances (docs/architecture.md, "Resizing").
 """
 
 from collections.abc import Callable
