@@ -113,7 +113,7 @@ def test_step_bench_reads_a_batch_file_without_tensorflow(tmp_path):
         (
             f"error: {path}: batch 0 is on a 64 x 128 canvas, the "
             "config's are [(128, 128)] (data.image_size, "
-            "data.group_orientations); save the batches with the same "
-            "config"
+            "data.train_image_size, data.group_orientations); save the "
+            "batches with the same config"
         )
     ]
