@@ -116,12 +116,12 @@ def _adaptive_weights(
     return total / grid[..., None]
 
 
-def unpack_bits(packed: jax.Array, width: int) -> jax.Array:
-    """f32[..., width] of bit-packed u8[..., ceil(width / 8)] (numpy's
-    packbits order: the first pixel the high bit)."""
+def unpack_bits(packed: jax.Array) -> jax.Array:
+    """f32[..., 8 x W8] of bit-packed u8[..., W8] (numpy's packbits order:
+    the first pixel the high bit)."""
     shifts = jnp.arange(7, -1, -1, dtype=jnp.uint8)
     bits = (packed[..., None] >> shifts) & 1
-    return bits.reshape(*packed.shape[:-1], -1)[..., :width].astype(jnp.float32)
+    return bits.reshape(*packed.shape[:-1], -1).astype(jnp.float32)
 
 
 @jax.named_scope("mask_targets")
@@ -179,7 +179,7 @@ def soft_targets(
     def one_image(masks, index, row, col):
         def one_roi(args):
             g, a_y, a_x = args
-            mask = unpack_bits(masks[g], width)
+            mask = unpack_bits(masks[g])
             return jnp.einsum(
                 "mh,hw,nw->mn",
                 a_y,
