@@ -242,13 +242,14 @@ def train_batches(
     )
     placed = canvases.training(config.data)
     data = canvases.on_canvas(config.data, placed[0])
+    masks = _gt_masks(config, source)
 
     def numpy_batches() -> _NumpyBatches:
         return _NumpyBatches(
             _batch_train(
                 next(records),
                 source,
-                _gt_masks(config, source),
+                masks,
                 config.seed,
                 data,
                 batch,
@@ -290,11 +291,12 @@ def _grouped_batches(
         ),
     )
     records = source.grouped_train_records(schedule, start_step, batch, process)
+    masks = _gt_masks(config, source)
     per_orientation = [
         _batch_train(
             rows,
             source,
-            _gt_masks(config, source),
+            masks,
             config.seed,
             canvases.on_canvas(config.data, canvas),
             batch,
