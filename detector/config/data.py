@@ -150,7 +150,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         f"must be in (0, data.lsj_max={data.lsj_max}]",
     )
     check_image_size(config.data.image_size)
-    if any(data.train_image_size):
+    if training_size(data):
         check_image_size(data.train_image_size, "data.train_image_size")
         check(
             not data.group_orientations,
@@ -189,6 +189,13 @@ def _check_grouping(data: ml_collections.ConfigDict) -> None:
     )
 
 
+def training_size(data: ml_collections.ConfigDict) -> tuple[int, int] | None:
+    """data.train_image_size where set, else None ((0, 0): the canvases of
+    data.image_size; imaging/canvases.training places the batches)."""
+    size = tuple(data.train_image_size)
+    return size if any(size) else None
+
+
 def mask_layout(config: ml_collections.ConfigDict) -> str:
     """The GT mask layout config.model.loss.mask_target reads (an unknown
     rule, refused beside its registry by launch/validate.py, reads 'crop')."""
@@ -218,11 +225,8 @@ def largest_tensors(config: ml_collections.ConfigDict) -> dict[str, tuple]:
     masks (u8, gt_masks_shape per image).
     """
     data = config.data
-    # The training canvas (imaging/canvases.training; a portrait one has
-    # the landscape one's area).
-    height, width = (
-        data.train_image_size if any(data.train_image_size) else data.image_size
-    )
+    # The training canvas (a portrait one has the landscape one's area).
+    height, width = training_size(data) or data.image_size
     eval_height, eval_width = data.image_size
     lsj = data.augment == "lsj"
     scale = data.lsj_max if lsj else data.scale_jitter[1]

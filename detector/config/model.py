@@ -5,6 +5,7 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 
+from detector.config import data as data_section
 from detector.config import ranges
 from detector.config.checks import check, check_image_size, get
 
@@ -296,8 +297,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     stride = 2**model.max_level
     check_image_size(data.image_size)
     sizes = {"data.image_size": tuple(data.image_size)}
-    if any(data.train_image_size):
-        sizes["data.train_image_size"] = tuple(data.train_image_size)
+    train_size = data_section.training_size(data)
+    if train_size:
+        sizes["data.train_image_size"] = train_size
     for key, size in sizes.items():
         check(
             all(s % stride == 0 for s in size),
