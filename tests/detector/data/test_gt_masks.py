@@ -90,9 +90,9 @@ def test_without_source_masks_the_canvas_masks_are_zero():
 
 
 def test_lsj_crops_the_canvas_masks_with_the_image():
-    """Scaled 2x and cropped: every kept mask lies in its box (recomputed
-    from the cropped masks, within the nearest rule's pixel) and is what
-    the crop left of the resized mask."""
+    """Scaled 2x and cropped: every kept mask is non-empty and lies in its
+    box (recomputed from the cropped masks), within the nearest rule's
+    pixel."""
     data = geometry._data(False, (1.0, 1.0))
     data.lsj_min, data.lsj_max, data.lsj_min_box_size = 2.0, 2.0, 1.0
     out = lsj.transform(
