@@ -1,9 +1,18 @@
-"""Predicts on image files with a trained model, in-process or exported.
+"""Predicts on image files with a trained model (the default run's knows
+three synthetic shapes only: circle, rectangle, triangle), in-process or
+exported.
 
   python predict.py --workdir=workdirs/shapes photos/ more/a.jpg
   python predict.py --exported=workdirs/shapes/export photos/
   python predict.py --exported=workdirs/shapes/export --score_threshold=0.7 \
-      --classes=square,circle photos/
+      --classes=circle,triangle photos/
+
+Real objects (COCO's 80 categories) from torchvision's weights
+(docs/torchvision-weights.md):
+
+  python export.py --workdir=runs/torchvision_coco \
+      --config=configs/coco_r50_fpn.py:torchvision --config.data.root=data/coco
+  python predict.py --exported=runs/torchvision_coco/export photos/
 
 Writes <out>/predictions.json and one overlay PNG per image; a rerun of the
 same command continues (docs/export-and-predict.md).
