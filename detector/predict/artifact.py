@@ -118,7 +118,7 @@ def _read_meta(path: pathlib.Path) -> dict:
         ) from None
     try:
         meta = json.loads(data)
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:  # nesting past the stack
         raise ArtifactError(f"{path}: not readable JSON ({e})") from None
     try:
         artifact_meta.check(meta, str(path), tuple(masks.MASK_PASTERS))

@@ -23,7 +23,7 @@ def _recorded(path: pathlib.Path) -> dict[str, str]:
         record = json.loads(files.read_regular(path, MAX_BYTES))
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         record, why = None, str(e)
     else:
         why = "not a JSON object of file: overlay name"

@@ -51,7 +51,7 @@ def _whole_lines(path: pathlib.Path) -> list[dict]:
     for number, line in enumerate(data[:end].splitlines(), 1):
         try:
             record = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # nesting past the stack
             record, why = None, "not JSON"
         else:
             why = _malformed(record)

@@ -99,3 +99,18 @@ def test_a_predict_jax_of_another_size_than_recorded_is_refused_unread(
         "weights_bytes=8 add up to 64 bytes, not the 8589934592 of "
         "predict.jax; restore the exported values or export again"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["[" * 100_000, '{"a": ' * 100_000, "{x"],
+    ids=["lists", "objects", "broken"],
+)
+def test_json_too_deep_or_broken_is_not_readable_json(tmp_path, text):
+    """Nesting deeper than Python's recursion limit is bad JSON like any
+    other (it raised RecursionError)."""
+    folder = _folder(tmp_path, b"x" * 100)
+    (folder / artifact.META_FILE).write_text(text)
+    assert _error(folder).startswith(
+        f"{folder / artifact.META_FILE}: not readable JSON ("
+    )

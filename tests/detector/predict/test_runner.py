@@ -612,3 +612,26 @@ def test_classes_by_name_or_id_and_an_unknown_one_named():
         "--classes=square,dog: 'dog' is no category of the model (name or "
         "id of: 'square', 'circle')"
     )
+
+
+def test_deeply_nested_overlays_json_is_named(tmp_path):
+    from detector.predict import overlay_names
+
+    (tmp_path / overlay_names.OVERLAYS_FILE).write_text("[" * 100_000)
+    with pytest.raises(ValueError) as error:
+        overlay_names.assign(tmp_path, [tmp_path / "a.jpg"])
+    assert str(error.value).startswith(
+        f"{tmp_path / overlay_names.OVERLAYS_FILE}: "
+    )
+    assert "remove it" in str(error.value)
+
+
+def test_a_deeply_nested_results_line_is_dropped(tmp_path, capsys):
+    from detector.predict import results_log
+
+    path = tmp_path / "predictions.jsonl"
+    path.write_text("[" * 100_000 + "\n")
+    log = results_log.ResultsLog.open(path, "m")
+    log.close()
+    assert path.read_bytes() == b""
+    assert "line 1 dropped (not JSON)" in capsys.readouterr().err
