@@ -241,6 +241,7 @@ def export_workdir(
         else None,
         "sha256": artifact_lib.sha256(data),
     }
+    meta[artifact_meta.BOUND_DIGESTS] = artifact_meta.bound_digests(meta)
     out.mkdir(parents=True, exist_ok=True)
     files.write_bytes(out / artifact_lib.ARTIFACT_FILE, data)
     files.write_text(

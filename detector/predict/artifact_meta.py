@@ -1,12 +1,15 @@
 """predict.json's schema: every key a caller reads, checked in one place,
 for each format version (docs/export-and-predict.md)."""
 
+import hashlib
+import json
 import re
 from collections.abc import Callable
 
 from detector.utils import image_ranges, ranges
 
 _SHA256 = re.compile(r"[0-9a-f]{64}")
+_ARTIFACT = "predict.jax"
 # predict.json's "format_version": 3 lists "canvases", one function each,
 # stored one after another in predict.jax ("canvas_bytes"), then the
 # weights every function takes as its first argument ("weights_bytes").
@@ -14,6 +17,14 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 # weights. Format 1 (no "format_version") has one function, all of
 # predict.jax, whose input size is "image_size" (also inside "resize").
 FORMAT_VERSION = 3
+# Keys whose values the serialized program was exported for: the images'
+# sizes on the canvases follow from "resize", and the program normalises
+# with the pixel statistics inside it. Each within its range, an edit
+# still breaks the artifact (min_size=max_size=1: every photo 1 x 1), so
+# export.py records a digest of each, bound to the artifact's sha256
+# ("bound_sha256"); an artifact without it loads as before.
+BOUND_KEYS = ("resize", "pixel_mean", "pixel_std")
+BOUND_DIGESTS = "bound_sha256"
 
 
 class MetaError(ValueError):
@@ -276,11 +287,49 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
             "added or removed)"
         )
     _check_unique_ids(meta["categories"], where)
+    _check_bound(meta, where)
     if meta["mask_paste"] not in mask_pasters:
         raise MetaError(
             f"{where}: mask_paste={meta['mask_paste']!r}: must be one of "
             f"{', '.join(mask_pasters)}"
         )
+
+
+def bound_digests(meta: dict) -> dict[str, str]:
+    """{key: sha256 of the artifact's sha256 and the key's value} of each of
+    BOUND_KEYS: export.py's record of what the program was exported for."""
+    return {
+        key: hashlib.sha256(
+            (
+                meta["sha256"]
+                + json.dumps(meta[key], sort_keys=True, separators=(",", ":"))
+            ).encode()
+        ).hexdigest()
+        for key in BOUND_KEYS
+    }
+
+
+def _check_bound(meta: dict, where: str) -> None:
+    """Each of BOUND_KEYS as exported, where predict.json records digests
+    of them (BOUND_DIGESTS)."""
+    if BOUND_DIGESTS not in meta:
+        return
+    recorded = meta[BOUND_DIGESTS]
+    if not isinstance(recorded, dict) or not all(
+        isinstance(recorded.get(key), str) for key in BOUND_KEYS
+    ):
+        raise MetaError(
+            f"{where}: {BOUND_DIGESTS}={_shown(recorded)}: must be an object "
+            f"of {', '.join(BOUND_KEYS)}: sha256 hex digest, as export.py "
+            "writes it; restore it or export again"
+        )
+    for key, digest in bound_digests(meta).items():
+        if recorded[key] != digest:
+            raise MetaError(
+                f"{where}: {key}={_shown(meta[key])}: not the value "
+                f"{_ARTIFACT} was exported for ({BOUND_DIGESTS} records "
+                "it); restore the exported value or export again"
+            )
 
 
 def _check_unique_ids(categories: list[dict], where: str) -> None:

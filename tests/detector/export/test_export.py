@@ -11,7 +11,7 @@ from detector import config as config_lib
 from detector.export import exporter, in_process
 from detector.imaging import images
 from detector.launch import cli
-from detector.predict import artifact, runner
+from detector.predict import artifact, artifact_meta, runner
 from tests.helpers import groups, predict_workdir
 
 pytestmark = groups.EXPORTED
@@ -84,6 +84,7 @@ def test_meta_and_multi_platform_module(exported_dir):
         "max_size": 1333,
     }
     assert meta["batch_sizes"] == "b"
+    assert meta["bound_sha256"] == artifact_meta.bound_digests(meta)
     assert meta["checkpoint_step"] == predict_workdir.STEP
     assert meta["platforms"] == ["cpu", "cuda", "tpu"]
     assert [c["name"] for c in meta["categories"]] == [

@@ -268,3 +268,53 @@ def test_a_predicted_id_the_categories_do_not_list_is_named():
         "does not list (num_classes or categories edited?); restore the "
         "exported values or export again"
     )
+
+
+def _refusal(meta: dict) -> str:
+    """The one line `check` refuses `meta` with."""
+    with pytest.raises(artifact_meta.MetaError) as error:
+        artifact_meta.check(meta, "predict.json", PASTERS)
+    return str(error.value)
+
+
+def _bound(meta: dict) -> dict:
+    """`meta` with the digests export.py writes of its bound values."""
+    return meta | {"bound_sha256": artifact_meta.bound_digests(meta)}
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("resize", {"rule": "shortest_edge", "min_size": 1, "max_size": 1}),
+        ("resize", {"rule": "letterbox", "min_size": 64, "max_size": 96}),
+        ("pixel_mean", [0.0, 0.0, 0.0]),
+        ("pixel_std", [1.0, 1.0, 1.0]),
+    ],
+)
+def test_a_value_the_program_was_exported_for_edited_is_named(key, value):
+    # Every value in its range, yet not the preprocessing the serialized
+    # program was exported for (1 x 1 images, 9 whole-image boxes).
+    meta = _bound(copy.deepcopy(META)) | {key: value}
+    assert _refusal(meta) == (
+        f"predict.json: {key}={artifact_meta._shown(value)}: not the value "
+        "predict.jax was exported for (bound_sha256 records it); restore "
+        "the exported value or export again"
+    )
+
+
+def test_bound_values_as_exported_pass_after_a_json_round_trip():
+    import json
+
+    meta = json.loads(json.dumps(_bound(copy.deepcopy(META)), indent=2))
+    meta["categories"][0]["name"] = "renamed"  # names may be edited
+    artifact_meta.check(meta, "predict.json", PASTERS)
+
+
+def test_bound_digests_of_another_artifact_are_refused():
+    meta = _bound(copy.deepcopy(META)) | {"sha256": "1" * 64}
+    assert _refusal(meta).startswith("predict.json: resize=")
+
+
+def test_a_malformed_bound_sha256_is_named():
+    meta = copy.deepcopy(META) | {"bound_sha256": {"resize": 5}}
+    assert _refusal(meta).startswith("predict.json: bound_sha256=")
