@@ -5,6 +5,7 @@ predict alone bounds the pixels and drafts large JPEGs
 
 import contextlib
 import dataclasses
+import io
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -98,10 +99,13 @@ def read_rgb(
     *,
     max_pixels: int | None = None,
     needed: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
+    data: bytes | None = None,
 ) -> DecodedImage:
     """Reads `path` (see the module docstring).
 
     Args:
+      data: the file's bytes, already read (they are decoded, not the file
+        as it is now; `path` names them in messages).
       max_pixels: refuse images of more pixels (0: no limit; None:
         Pillow's own guard, as training reads).
       needed: (h, w) of the whole turned image -> the (h, w) the caller
@@ -115,7 +119,8 @@ def read_rgb(
     """
     stored_size = None
     try:
-        with _pillow_guard_off(max_pixels), Image.open(path) as image:
+        source = path if data is None else io.BytesIO(data)
+        with _pillow_guard_off(max_pixels), Image.open(source) as image:
             stored_size = image.size
             _check_pixels(path, image, max_pixels)
             mode = image.mode

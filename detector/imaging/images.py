@@ -50,11 +50,13 @@ def read_decoded(
     *,
     max_pixels: int | None = None,
     needed: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
+    data: bytes | None = None,
 ) -> DecodedImage:
     """`read_image` with predict's options (`image_file.read_rgb`): refuse
     images over `max_pixels` (0: no limit) in one line, and decode a JPEG
     reduced, at least to the (h, w) `needed` returns for its whole turned
-    (h, w); `.size` is the whole image's (h, w).
+    (h, w); `.size` is the whole image's (h, w). `data`, where given, are
+    the file's bytes already read: those are decoded.
 
     Raises:
       ImageReadError: the file cannot be opened or decoded, or is over
@@ -62,7 +64,7 @@ def read_decoded(
     """
     try:
         return image_file.read_rgb(
-            str(path), max_pixels=max_pixels, needed=needed
+            str(path), max_pixels=max_pixels, needed=needed, data=data
         )
     except ValueError as e:
         raise ImageReadError(str(e)) from None

@@ -105,6 +105,13 @@ class ResultsLog:
         key = self._keys[path]
         return None if key is None else (*key, self._model)
 
+    def decoded(self, path: pathlib.Path, data: bytes) -> None:
+        """Keys the results of `path` by the sha256 of `data`, the bytes
+        read to decode it: a file replaced after the run started (and
+        perhaps restored) keeps no results of bytes it does not hold."""
+        digest = hashlib.sha256(data).hexdigest()
+        self._keys[path] = (os.path.realpath(path), digest)
+
     def done(self, path: pathlib.Path) -> list[dict] | None:
         """The results of `path` as it is now, by this model; or None."""
         return self._done.get(self._key(path))

@@ -22,11 +22,13 @@ from detector.predict import (
     results_log,
     stopping,
 )
-from detector.utils import text
+from detector.utils import files, text
 
 PREDICTIONS_FILE = "predictions.json"
 RESULTS_FILE = "predictions.jsonl"
 OVERLAYS_FILE = overlay_names.OVERLAYS_FILE
+# The most bytes an input file may hold (read whole, then decoded).
+MAX_IMAGE_BYTES = 2**32
 # Detections drawn in the overlays (all are in predictions.json).
 DRAW_SCORE_THRESHOLD = 0.5
 
@@ -133,21 +135,43 @@ def image_detections(
     return results, pasted
 
 
+def _file_bytes(path: pathlib.Path) -> bytes:
+    """The bytes of input `path`, read once: those decoded and hashed.
+
+    Raises:
+      images.ImageReadError: it cannot be read (named, as a decode error).
+    """
+    try:
+        return files.read_regular(path, MAX_IMAGE_BYTES)
+    except OSError as e:
+        raise images.ImageReadError(
+            f"{path}: cannot decode image ({e.strerror or e})"
+        ) from None
+    except ValueError as e:  # not a regular file, or over the limit
+        raise images.ImageReadError(f"cannot decode image: {e}") from None
+
+
 def _readable(
     paths: list[pathlib.Path],
     predictor: Predictor,
     max_pixels: int,
     shown: progress.Progress,
+    log: results_log.ResultsLog,
 ) -> Iterator[tuple[pathlib.Path, images.DecodedImage]]:
     """Each readable file, a JPEG decoded reduced to no less than the size
-    it is resized to; the others one `skipped:` line each (counted in
-    `shown`)."""
+    it is resized to, its results keyed in `log` by the bytes decoded; the
+    others one `skipped:` line each (counted in `shown`)."""
     for path in paths:
         try:
+            data = _file_bytes(path)
+            log.decoded(path, data)
             yield (
                 path,
                 images.read_decoded(
-                    path, max_pixels=max_pixels, needed=predictor.fitted_size
+                    path,
+                    max_pixels=max_pixels,
+                    needed=predictor.fitted_size,
+                    data=data,
                 ),
             )
         except images.ImageReadError as e:
@@ -331,7 +355,7 @@ def predict_files(
         seconds = 0.0
         shown = progress.Progress(len(todo), quiet=quiet)
         try:
-            readable = _readable(todo, predictor, max_pixels, shown)
+            readable = _readable(todo, predictor, max_pixels, shown, log)
             for batch in _batches(readable, predictor, batch_size):
                 started = time.perf_counter()
                 log.append(

@@ -635,3 +635,27 @@ def test_a_deeply_nested_results_line_is_dropped(tmp_path, capsys):
     log.close()
     assert path.read_bytes() == b""
     assert "line 1 dropped (not JSON)" in capsys.readouterr().err
+
+
+def test_results_belong_to_the_bytes_decoded_not_those_hashed_at_start(
+    photos, tmp_path
+):
+    """b.png replaced after the run started (while a.png is predicted) and
+    restored after it: the rerun predicts b.png again, as its kept results
+    are the replacement's (they were once kept as the original's)."""
+    b = photos / "b.png"
+    original = b.read_bytes()
+
+    def run(batch, image_sizes, orig_sizes):
+        if b.read_bytes() == original:  # a's batch: replace b
+            Image.fromarray(np.zeros((120, 160, 3), np.uint8)).save(b)
+        return _run(batch, image_sizes, orig_sizes)
+
+    replacing = dataclasses.replace(PREDICTOR, run=run)
+    out = tmp_path / "out"
+    runner.predict_files(replacing, [str(photos)], out, batch_size=1)
+    b.write_bytes(original)
+    summary = runner.predict_files(PREDICTOR, [str(photos)], out)
+    assert (summary["images"], summary["resumed"]) == (2, 1)
+    kept = json.loads((out / "predictions.json").read_text())
+    assert kept[str(b)] == kept[str(photos / "a.png")]
