@@ -115,11 +115,13 @@ def _exported_predictor(directory: pathlib.Path):
 
 
 def _check_files(args: list[str], out: pathlib.Path) -> None:
-    """The inputs exist and --out holds none of them, before any loading."""
+    """The inputs exist, --out holds none of them and no file predict.py
+    did not write, before any loading."""
     from detector.predict import output_files, runner
 
     try:
         output_files.check_out(out, runner.list_images(args))
+        output_files.check_own_files(out)
     except ValueError as e:
         _fail(str(e))
 

@@ -6,10 +6,14 @@ import os
 import pathlib
 from collections.abc import Iterator
 
+from detector.predict import overlay_names
 from detector.utils import files, workdir_lock
 
 # Held by the run writing into --out (see `locked`).
 LOCK_NAME = ".predict.lock"
+# The files of fixed names a run writes into --out, beside the overlays.
+PREDICTIONS_FILE = "predictions.json"
+RESULTS_FILE = "predictions.jsonl"
 
 
 class OutFolderError(ValueError):
@@ -36,6 +40,24 @@ def check_out(out: pathlib.Path, inputs: list[pathlib.Path]) -> None:
                 f"--out={out}: holds the input {path}; the overlays and "
                 f"predictions.json would overwrite or mix with the inputs; "
                 "name an --out outside every input folder"
+            )
+
+
+def check_own_files(out: pathlib.Path) -> None:
+    """Raises OutFolderError when `out` holds a predictions.json or
+    predictions.jsonl that no run of predict.py wrote: one is predict.py's
+    only where its overlays.json (written before any other output) records
+    a run. An overlay's name is never one of another file
+    (`overlay_names.assign`)."""
+    if (out / overlay_names.OVERLAYS_FILE).exists():
+        return
+    for name in (PREDICTIONS_FILE, RESULTS_FILE):
+        path = out / name
+        if path.exists() or path.is_symlink():
+            raise OutFolderError(
+                f"--out={out}: {path} was not written by predict.py (no "
+                f"{overlay_names.OVERLAYS_FILE} there records a run); move "
+                "it away or choose another --out"
             )
 
 

@@ -40,11 +40,12 @@ def assign(
     out: pathlib.Path, paths: list[pathlib.Path]
 ) -> dict[pathlib.Path, str]:
     """Each of `paths` -> its overlay's name in `out`: the recorded one, or
-    `<stem>.png` (`<stem>_<k>.png` once taken) recorded now, before any
-    overlay is written."""
+    `<stem>.png` (`<stem>_<k>.png` once taken, by a recorded overlay or
+    by any file already in `out`: predict.py replaces only its own)
+    recorded now, before any overlay is written."""
     record_path = out / OVERLAYS_FILE
     recorded = _recorded(record_path)
-    used = set(recorded.values())
+    used = set(recorded.values()) | set(os.listdir(out))
     added = False
     for path in paths:
         key = os.path.realpath(path)

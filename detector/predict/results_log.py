@@ -79,8 +79,18 @@ class ResultsLog:
     line of the wrong shape (one line each), and a link in its place is
     removed, never appended through."""
 
-    def __init__(self, path: pathlib.Path, model: str, done: dict):
+    def __init__(
+        self,
+        path: pathlib.Path,
+        model: str,
+        done: dict,
+        records: dict[tuple[str, str, str], dict] | None = None,
+        count: int = 0,
+    ):
         self.path, self._model, self._done = path, model, done
+        # (file, sha256, model) -> its last line, in the order last written.
+        self._records = {} if records is None else records
+        self._count = count  # lines in the file
         self._keys: dict[pathlib.Path, tuple[str, str] | None] = {}
         self._file = open(path, "ab")  # noqa: SIM115 - closed by close()
 
@@ -88,15 +98,19 @@ class ResultsLog:
     def open(
         cls, path: pathlib.Path, model: str, *, fresh: bool = False
     ) -> "ResultsLog":
-        """Opens `path` for appending, reading what it holds unless
-        `fresh` (then it starts empty)."""
-        if fresh or path.is_symlink():  # never appended through a link
-            path.unlink(missing_ok=True)
-        done = {
-            (line["file"], line["sha256"], line["model"]): line["results"]
-            for line in _whole_lines(path)
-        }
-        return cls(path, model, done)
+        """Opens `path` for appending, reading what it holds; `fresh`
+        reuses none of its results (the files named are all predicted
+        again), while the other files' stay (`earlier`)."""
+        if path.is_symlink():  # never appended through a link
+            path.unlink()
+        records: dict[tuple[str, str, str], dict] = {}
+        lines = _whole_lines(path)
+        for line in lines:
+            key = (line["file"], line["sha256"], line["model"])
+            records.pop(key, None)
+            records[key] = line
+        done = {} if fresh else {k: v["results"] for k, v in records.items()}
+        return cls(path, model, done, records, len(lines))
 
     def _key(self, path: pathlib.Path) -> tuple[str, str, str] | None:
         """(resolved path, sha256, model) of `path`, hashed once a run."""
@@ -123,21 +137,55 @@ class ResultsLog:
             key = self._key(path) or (os.path.realpath(path), "", self._model)
             self._done[key] = results
             file, sha256, model = key
-            lines.append(
-                json.dumps(
-                    {
-                        "file": file,
-                        "sha256": sha256,
-                        "model": model,
-                        "results": results,
-                    }
-                )
-                + "\n"
-            )
+            line = {
+                "file": file,
+                "name": str(path),
+                "sha256": sha256,
+                "model": model,
+                "results": results,
+            }
+            self._records.pop(key, None)
+            self._records[key] = line
+            lines.append(json.dumps(line) + "\n")
         with files.naming(self.path):
             self._file.write("".join(lines).encode())
             self._file.flush()
             os.fsync(self._file.fileno())
+        self._count += len(lines)
+
+    def earlier(
+        self, named: list[pathlib.Path], taken: set[str]
+    ) -> dict[str, list[dict]]:
+        """{name: results} of each file this log holds that is none of
+        `named` (compared resolved): its last line, as its overlay shows
+        it, named as the run that predicted it named it (resolved where
+        that name is in `taken` or another file's)."""
+        skip = {os.path.realpath(path) for path in named}
+        latest = {line["file"]: line for line in self._records.values()}
+        found: dict[str, list[dict]] = {}
+        for file, line in latest.items():
+            if file in skip:
+                continue
+            name = line.get("name")
+            if not isinstance(name, str) or name in taken or name in found:
+                name = file
+            found[name] = line["results"]
+        return found
+
+    def compact(self) -> None:
+        """Closes the file and rewrites it without the lines a later line
+        of the same file, bytes and model replaced (--overwrite's), so that
+        it grows with the images, not with the runs."""
+        self.close()
+        if self._count > len(self._records):
+            files.write_bytes(
+                self.path,
+                b"".join(
+                    json.dumps(line).encode() + b"\n"
+                    for line in self._records.values()
+                ),
+            )
+            self._count = len(self._records)
 
     def close(self) -> None:
         self._file.close()

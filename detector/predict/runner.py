@@ -24,8 +24,8 @@ from detector.predict import (
 )
 from detector.utils import files, text
 
-PREDICTIONS_FILE = "predictions.json"
-RESULTS_FILE = "predictions.jsonl"
+PREDICTIONS_FILE = output_files.PREDICTIONS_FILE
+RESULTS_FILE = output_files.RESULTS_FILE
 OVERLAYS_FILE = overlay_names.OVERLAYS_FILE
 # The most bytes an input file may hold (read whole, then decoded).
 MAX_IMAGE_BYTES = 2**32
@@ -342,6 +342,7 @@ def predict_files(
         raise ValueError(f"--batch_size={batch_size}: must be >= 1")
     paths = list_images(args)
     output_files.check_out(out, paths)
+    output_files.check_own_files(out)
     out.mkdir(parents=True, exist_ok=True)
     overlays = overlay_names.assign(out, paths)
     log = results_log.ResultsLog.open(
@@ -370,9 +371,12 @@ def predict_files(
                 for path in paths
                 if log.done(path) is not None
             }
+            earlier = log.earlier(paths, set(predictions))
             output_files.write(
-                out / PREDICTIONS_FILE, json.dumps(predictions).encode()
+                out / PREDICTIONS_FILE,
+                json.dumps(predictions | earlier).encode(),
             )
+            log.compact()
         except stopping.STOPS as e:
             done = sum(log.done(path) is not None for path in paths)
             raise Interrupted(
@@ -394,6 +398,7 @@ def predict_files(
         "images": len(predictions),
         "skipped": len(paths) - len(predictions),
         "resumed": len(paths) - len(todo),
+        "earlier": len(earlier),
         "predict_seconds": seconds,
     }
 
@@ -411,7 +416,17 @@ def summary_line(summary: dict, out: pathlib.Path) -> str:
         line += f", {summary['resumed']} kept from an earlier run"
     if summary["skipped"]:
         line += f", {summary['skipped']} skipped (see the skipped: lines above)"
-    return f"{line}; wrote {out / PREDICTIONS_FILE}"
+    return f"{line}; wrote {out / PREDICTIONS_FILE}{_earlier_note(summary)}"
+
+
+def _earlier_note(summary: dict) -> str:
+    """What predictions.json holds besides this run's images: those of
+    earlier runs into the same --out (whose overlays are beside it)."""
+    earlier = summary.get("earlier", 0)
+    if not earlier:
+        return ""
+    whole = progress.plural(summary["images"] + earlier)
+    return f" ({whole}: {earlier} from earlier runs into this --out)"
 
 
 def artifact_predictor(loaded: artifact.Artifact) -> Predictor:

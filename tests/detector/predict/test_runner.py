@@ -75,6 +75,10 @@ def test_links_in_out_are_replaced_not_written_through(photos, tmp_path):
     for name in names:
         (outside / name).write_text("keep")
         (out / name).symlink_to(outside / name)
+    # An earlier run's names: predict.py replaces only its own files.
+    (out / runner.OVERLAYS_FILE).write_text(
+        json.dumps({str(photos / "a.png"): "a.png"})
+    )
     runner.predict_files(PREDICTOR, [str(photos / "a.png")], out)
     assert [p.read_text() for p in sorted(outside.iterdir())] == ["keep"] * 3
     assert not any((out / name).is_symlink() for name in names)
@@ -227,6 +231,7 @@ def test_ctrl_c_keeps_the_finished_images_and_a_rerun_continues(
     out = tmp_path / "out"
     out.mkdir()
     (out / "predictions.json").write_text('{"old.png": []}')
+    (out / runner.OVERLAYS_FILE).write_text("{}")  # an earlier run's
     predictor, _ = _stopping(2, _interrupt)
     with pytest.raises(runner.Interrupted) as stopped:
         runner.predict_files(predictor, [str(three)], out, batch_size=1)
@@ -284,7 +289,8 @@ def test_a_rerun_redoes_only_changed_files_other_models_and_overwrite(
     os.utime(three / "b.png", ns=(1, 1))  # another size and mtime
     assert calls() == [1]
     assert calls(overwrite=True) == [3]
-    assert len(_lines(tmp_path / "o")) == 3  # --overwrite starts the file anew
+    # The lines it replaced are dropped; b.png's of its old bytes stays.
+    assert len(_lines(tmp_path / "o")) == 4
     assert calls(identity="another artifact") == [3]
 
 
@@ -659,3 +665,73 @@ def test_results_belong_to_the_bytes_decoded_not_those_hashed_at_start(
     assert (summary["images"], summary["resumed"]) == (2, 1)
     kept = json.loads((out / "predictions.json").read_text())
     assert kept[str(b)] == kept[str(photos / "a.png")]
+
+
+def _photo(path, value: int = 90) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((40, 30, 3), value, np.uint8)).save(path)
+    return str(path)
+
+
+def test_a_predictions_json_predict_py_did_not_write_is_refused(tmp_path):
+    """An --out holding another tool's predictions.json: one line naming
+    it, and nothing there replaced (it once was, without a word)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ok.png").write_bytes(b"mine")
+    (out / "predictions.json").write_text('{"mine": 1}')
+    with pytest.raises(output_files.OutFolderError) as error:
+        runner.predict_files(
+            PREDICTOR, [_photo(tmp_path / "in" / "ok.jpg")], out
+        )
+    assert str(error.value) == (
+        f"--out={out}: {out / 'predictions.json'} was not written by "
+        f"predict.py (no {runner.OVERLAYS_FILE} there records a run); move "
+        "it away or choose another --out"
+    )
+    assert (out / "ok.png").read_bytes() == b"mine"
+    assert (out / "predictions.json").read_text() == '{"mine": 1}'
+    assert sorted(p.name for p in out.iterdir()) == [
+        "ok.png",
+        "predictions.json",
+    ]
+
+
+def test_an_overlay_name_taken_by_a_file_predict_py_did_not_write_is_not_used(
+    tmp_path,
+):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ok.png").write_bytes(b"mine")
+    runner.predict_files(PREDICTOR, [_photo(tmp_path / "in" / "ok.jpg")], out)
+    assert (out / "ok.png").read_bytes() == b"mine"
+    assert Image.open(out / "ok_1.png").format == "PNG"
+    # Its own overlay, recorded, is replaced by the next run.
+    runner.predict_files(
+        PREDICTOR, [str(tmp_path / "in" / "ok.jpg")], out, overwrite=True
+    )
+    assert sorted(p.name for p in out.glob("*.png")) == ["ok.png", "ok_1.png"]
+
+
+def test_runs_into_one_out_add_up_in_predictions_json(tmp_path):
+    """d1/a.png, then dd/a.png into one --out: predictions.json holds both
+    (it once held only the last run's), as the overlays beside it do."""
+    out = tmp_path / "R"
+    first = _photo(tmp_path / "d1" / "a.png", 10)
+    second = _photo(tmp_path / "dd" / "a.png", 200)
+    runner.predict_files(PREDICTOR, [first], out)
+    summary = runner.predict_files(PREDICTOR, [second], out)
+    kept = json.loads((out / "predictions.json").read_text())
+    assert list(kept) == [second, first]
+    assert summary["earlier"] == 1
+    assert runner.summary_line(summary, out) == (
+        "1 image predicted; wrote "
+        f"{out / 'predictions.json'} (2 images: 1 from earlier runs into "
+        "this --out)"
+    )
+    # --overwrite predicts this run's files again and keeps the others'.
+    runner.predict_files(PREDICTOR, [second], out, overwrite=True)
+    assert list(json.loads((out / "predictions.json").read_text())) == [
+        second,
+        first,
+    ]
