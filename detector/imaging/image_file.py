@@ -118,8 +118,8 @@ def read_rgb(
         or it is over `max_pixels` (TooLargeError).
     """
     stored_size = None
+    source = path if data is None else io.BytesIO(data)
     try:
-        source = path if data is None else io.BytesIO(data)
         with _pillow_guard_off(max_pixels), Image.open(source) as image:
             stored_size = image.size
             _check_pixels(path, image, max_pixels)
@@ -138,7 +138,9 @@ def read_rgb(
             "decode; free memory or leave this file out"
         ) from None
     except _UNREADABLE as e:
-        raise ValueError(f"{path}: cannot decode image ({e})") from None
+        # PIL names the file object it read: name the file.
+        why = str(e).replace(repr(source), repr(path))
+        raise ValueError(f"{path}: cannot decode image ({why})") from None
     if stored is None:
         raise ValueError(
             f"{path}: {_REFUSED_MODES[mode]} samples (PIL mode {mode!r}) "

@@ -21,8 +21,8 @@ FORMAT_VERSION = 3
 # sizes on the canvases follow from "resize", and the program normalises
 # with the pixel statistics inside it. Each within its range, an edit
 # still breaks the artifact (min_size=max_size=1: every photo 1 x 1), so
-# export.py records a digest of each, bound to the artifact's sha256
-# ("bound_sha256"); an artifact without it loads as before.
+# export.py records a digest of each ("bound_sha256", format 3); an
+# artifact without it loads as before.
 BOUND_KEYS = ("resize", "pixel_mean", "pixel_std")
 BOUND_DIGESTS = "bound_sha256"
 
@@ -296,13 +296,12 @@ def check(meta: object, where: str, mask_pasters: tuple[str, ...]) -> None:
 
 
 def bound_digests(meta: dict) -> dict[str, str]:
-    """{key: sha256 of the artifact's sha256 and the key's value} of each of
+    """{key: sha256 of the key's value as compact JSON} of each of
     BOUND_KEYS: export.py's record of what the program was exported for."""
     return {
         key: hashlib.sha256(
-            (
-                meta["sha256"]
-                + json.dumps(meta[key], sort_keys=True, separators=(",", ":"))
+            json.dumps(
+                meta[key], sort_keys=True, separators=(",", ":")
             ).encode()
         ).hexdigest()
         for key in BOUND_KEYS
@@ -312,7 +311,7 @@ def bound_digests(meta: dict) -> dict[str, str]:
 def _check_bound(meta: dict, where: str) -> None:
     """Each of BOUND_KEYS as exported, where predict.json records digests
     of them (BOUND_DIGESTS)."""
-    if BOUND_DIGESTS not in meta:
+    if BOUND_DIGESTS not in meta or version(meta) != FORMAT_VERSION:
         return
     recorded = meta[BOUND_DIGESTS]
     if not isinstance(recorded, dict) or not all(
