@@ -9,6 +9,8 @@ from collections.abc import Callable
 from absl import logging
 from pycocotools import mask as mask_utils
 
+from detector.data import category_ids
+
 # Keys of each record of an instances JSON that the loader reads.
 _REQUIRED_KEYS = {
     "images": ("id", "file_name", "height", "width"),
@@ -283,6 +285,11 @@ def check_records(path: str, dataset: dict) -> None:
     if repeat:
         cid = dataset["categories"][repeat[1]]["id"]
         raise ValueError(f"{path}: categories[{repeat[1]}] repeats id {cid}")
+    problem = category_ids.problem(
+        dataset["categories"], dataset["annotations"]
+    )
+    if problem:
+        raise ValueError(f"{path}: {problem}")
     images = dataset["images"]
     repeat = _first_repeat([im["id"] for im in images])
     if repeat:
@@ -291,6 +298,24 @@ def check_records(path: str, dataset: dict) -> None:
             f"{path}: images[{repeat[1]}] repeats id {again['id']} of "
             f"images[{repeat[0]}] (file_name {first['file_name']!r} and "
             f"{again['file_name']!r}); image ids must be unique"
+        )
+    _check_one_id_per_file(path, images)
+
+
+def _check_one_id_per_file(path: str, images: list[dict]) -> None:
+    """ValueError naming the first file two image records name (compared
+    normalised: './a.png' is 'a.png'), with both ids: merged exports list
+    one file twice, which would train twice per epoch and count twice in
+    COCOeval."""
+    repeat = _first_repeat([os.path.normpath(im["file_name"]) for im in images])
+    if repeat:
+        first, again = (images[i] for i in repeat)
+        raise ValueError(
+            f"{path}: images[{repeat[1]}] (id={again['id']}) file_name "
+            f"{again['file_name']!r} is the file of images[{repeat[0]}] "
+            f"(id={first['id']}); one file under two image ids would be "
+            "trained twice per epoch and counted twice by COCOeval: keep "
+            "one record and move the other's annotations to its id"
         )
 
 

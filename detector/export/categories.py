@@ -6,18 +6,29 @@ import pathlib
 
 import ml_collections
 
+from detector.data import category_ids
+
 
 def _from_annotations(path: pathlib.Path) -> list[dict]:
+    """The categories of an instances JSON, held to the rule of
+    `category_ids` (a run trained before its load held it)."""
     try:
-        categories = json.loads(path.read_text())["categories"]
-        return sorted(
-            ({"id": int(c["id"]), "name": str(c["name"])} for c in categories),
-            key=lambda c: c["id"],
-        )
-    except (ValueError, KeyError, TypeError) as e:
+        dataset = json.loads(path.read_text())
+        listed = [
+            {"id": int(c["id"]), "name": str(c["name"])}
+            for c in dataset["categories"]
+        ]
+        annotations = [
+            a for a in dataset.get("annotations") or [] if isinstance(a, dict)
+        ]
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise ValueError(
             f"{path}: no readable 'categories' with id and name ({e})"
         ) from None
+    problem = category_ids.problem(listed, annotations)
+    if problem:
+        raise ValueError(f"{path}: {problem}")
+    return sorted(listed, key=lambda c: c["id"])
 
 
 def _from_tfds(data: ml_collections.ConfigDict) -> list[dict]:

@@ -196,3 +196,36 @@ def test_tfds_boxes_are_clipped_or_skipped_in_gt_and_training(caplog):
         "tfds coco/2017 record image/id=1: 1 non-finite or empty boxes "
         "left out of the training targets" in caplog.text
     )
+
+
+def test_category_id_0_is_refused_at_load_naming_it(root):
+    """A Roboflow export's placeholder class 0 ("facade") once trained,
+    evaluated and exported, and predict.py then refused the artifact."""
+    path = _edit(
+        root,
+        lambda d: d["categories"].insert(
+            0, {"id": 0, "name": "facade", "supercategory": "none"}
+        ),
+    )
+    with pytest.raises(ValueError) as error:
+        coco_folder.CocoFolder(str(root), "val", 4)
+    assert str(error.value) == (
+        f"{path}: categories[0] (id=0, name 'facade'): category ids start "
+        "at 1 (0 marks an empty detection slot in the model's outputs); "
+        "give it an unused id >= 1 and its annotations too (0 use it), or "
+        "remove it if none does"
+    )
+
+
+def test_one_file_under_two_image_ids_is_refused_naming_both(root):
+    """Merged exports: the file would be trained twice per epoch and
+    counted twice by COCOeval."""
+    path = _edit(root, lambda d: d["images"][2].update(file_name="./0001.png"))
+    with pytest.raises(ValueError) as error:
+        coco_folder.CocoFolder(str(root), "val", 3)
+    assert str(error.value) == (
+        f"{path}: images[2] (id=3) file_name './0001.png' is the file of "
+        "images[0] (id=1); one file under two image ids would be trained "
+        "twice per epoch and counted twice by COCOeval: keep one record "
+        "and move the other's annotations to its id"
+    )
