@@ -26,6 +26,7 @@ from detector.evaluation import (
     overlap,
     per_category,
     postprocess,
+    result_names,
     visualize,
 )
 from detector.imaging import canvases
@@ -216,12 +217,14 @@ def result_stem(
     split: str,
     data: ml_collections.ConfigDict | None = None,
     step: int | None = None,
+    settings: dict | None = None,
 ) -> pathlib.Path:
     """The stem of a result's .json and .png: `<workdir>/eval_<slug>` for
     the run's own data, `<workdir>/eval_<source>_<root name>_<slug>` for
     `data` that is not the data of the run's config.json (None: the run's
-    own, as in training); `_step<N>` follows for a checkpoint named by
-    step (eval.py --step, --all_steps).
+    own, as in training); the `settings` that differ from the run's own
+    follow (`result_names.suffix`), then `_step<N>` for a checkpoint named
+    by step (eval.py --step, --all_steps).
 
     A .json there that is not a readable result (cut short, not JSON) is
     logged and will be overwritten.
@@ -234,7 +237,8 @@ def result_stem(
     origin = None if data is None else data_origin(data)
     own = origin is None or origin == (_run_origin(workdir) or origin)
     prefix = "eval_" if own else f"eval_{_origin_name(origin)}_"
-    suffix = "" if step is None else f"_step{step}"
+    suffix = result_names.suffix(settings or {})
+    suffix += "" if step is None else f"_step{step}"
     stem = workdir / f"{prefix}{split_slug(split)}{suffix}"
     path = stem.with_suffix(".json")
     if path.exists():
@@ -386,6 +390,8 @@ class EvalContext:
     data: pipeline.EvalSplit
     strict: bool = False  # a host round-trip in predict raises
     predict: CompiledPredict | None = None
+    # Settings that differ from the run's own (`result_names`): in the name.
+    settings: dict = dataclasses.field(default_factory=dict)
 
     def compiled(self, weights: Weights) -> CompiledPredict:
         """Predict for `weights`' model, compiled once per context."""
@@ -439,7 +445,11 @@ def evaluate(
     config, data, split = context.config, context.data, context.split
     step = weights.step
     stem = result_stem(  # before the work
-        context.workdir, split, config.data, step if step_named else None
+        context.workdir,
+        split,
+        config.data,
+        step if step_named else None,
+        context.settings,
     )
     predict = context.compiled(weights)
     # Said first: predicting draws a bar only on a terminal.
@@ -465,6 +475,8 @@ def evaluate(
         "checkpoint": weights.checkpoint,
         "images": len(image_ids),
     }
+    if context.settings:
+        summary["settings"] = context.settings
     box_results = [
         {k: v for k, v in r.items() if k != "segmentation"} for r in results
     ]
@@ -533,6 +545,7 @@ def result_line(
         result["split"],
         config.data,
         result["step"] if step_named else None,
+        result.get("settings"),
     )
     written = [
         path
@@ -629,8 +642,9 @@ def evaluate_checkpoints(
     multihost.check_same_config(config)
     state_lib.check_restorable(config, workdir)
     split = config.data.eval_split if split is None else split
+    settings = result_names.changed_settings(config, workdir, max_images)
     for named in steps:  # a result it may not overwrite fails first
-        result_stem(workdir, split, config.data, named)
+        result_stem(workdir, split, config.data, named, settings)
     context = eval_context(  # the split, before any checkpoint is read
         config,
         sharding.make_mesh(),
@@ -638,6 +652,7 @@ def evaluate_checkpoints(
         split=split,
         max_images=max_images,
     )
+    context.settings = settings
     pathlib.Path(workdir).mkdir(parents=True, exist_ok=True)
     results = []
     for position, named in enumerate(steps, start=1):

@@ -2,6 +2,7 @@
 result, and every result records its data, split, step and checkpoint."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -10,7 +11,7 @@ pytest.importorskip("pycocotools.cocoeval")
 pytest.importorskip("tensorflow")
 
 from detector import config as config_lib  # noqa: E402
-from detector.evaluation import eval_lib  # noqa: E402
+from detector.evaluation import eval_lib, result_names  # noqa: E402
 
 
 def _data(source="coco_json", root="/data/coco", **fields):
@@ -107,3 +108,63 @@ def test_the_result_line_names_the_step_and_the_files_written(tmp_path):
         (tmp_path / name).write_text("{}")
     line = eval_lib.result_line(tmp_path, config, result, step_named=True)
     assert line.endswith(f"wrote {tmp_path}/eval_val_step3.json, .png")
+
+
+def _config(**changes):
+    config = config_lib.base_config()
+    config.data = _data()
+    for key, value in changes.items():
+        section, field = key.rsplit(".", 1)
+        node = config
+        for name in section.split("."):
+            node = node[name]
+        node[field] = value
+    return config
+
+
+@pytest.mark.parametrize(
+    "max_images, changes, settings, name",
+    [
+        (0, {}, {}, "eval_val2017"),
+        (2, {}, {"eval.max_images": 2}, "eval_val2017_max_images-2"),
+        (
+            0,
+            {
+                "model.rpn.nms_backend": "while_loop",
+                "model.detection.nms_backend": "while_loop",
+            },
+            {
+                "model.detection.nms_backend": "while_loop",
+                "model.rpn.nms_backend": "while_loop",
+            },
+            "eval_val2017_nms-while_loop",
+        ),
+        (
+            3,
+            {"model.detection.score_threshold": 0.5},
+            {
+                "eval.max_images": 3,
+                "model.detection.score_threshold": 0.5,
+            },
+            "eval_val2017_max_images-3_score_threshold-0.5",
+        ),
+    ],
+)
+def test_a_setting_that_changes_the_result_enters_its_name(
+    tmp_path, max_images, changes, settings, name
+):
+    """eval.py --max_images=2 (or --nms=) once overwrote the run's own
+    eval_val2017.json, which train.py wrote."""
+    _run(tmp_path, _data())
+    config = _config(**changes)
+    found = result_names.changed_settings(config, tmp_path, max_images)
+    assert found == settings
+    stem = eval_lib.result_stem(tmp_path, "val2017", config.data, None, found)
+    assert stem.name == name
+
+
+def test_many_changed_settings_name_a_digest():
+    settings = {f"model.field_{i}": i for i in range(12)}
+    name = result_names.suffix(settings)
+    assert re.fullmatch(r"_settings-[0-9a-f]{8}", name), name
+    assert result_names.suffix({}) == ""
