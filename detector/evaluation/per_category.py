@@ -20,12 +20,23 @@ def _shown(name: str) -> str:
     return name if name.isprintable() else ascii(name)[1:-1]
 
 
+def _labels(category_rows: list[dict]) -> list[str]:
+    """Each row's name as shown, with its id where another row has the
+    same name (a Roboflow export's two "facade")."""
+    names = [r["name"] for r in category_rows]
+    return [
+        _shown(r["name"])
+        + (f" (id {r['id']})" if names.count(r["name"]) > 1 else "")
+        for r in category_rows
+    ]
+
+
 def table(iou_type: str, category_rows: list[dict]) -> str:
     """`rows` as a table, PAIRS_PER_ROW categories a line; '-' for an
-    undefined AP."""
+    undefined AP; names that repeat carry their ids."""
     cells = [
-        (_shown(r["name"]), "-" if r["AP"] < 0 else f"{r['AP']:.3f}")
-        for r in category_rows
+        (label, "-" if r["AP"] < 0 else f"{r['AP']:.3f}")
+        for label, r in zip(_labels(category_rows), category_rows, strict=True)
     ]
     width = max([len("category"), *(len(n) for n, _ in cells)])
     pairs = min(PAIRS_PER_ROW, max(len(cells), 1))

@@ -234,12 +234,14 @@ def class_filter(text: str, categories: list[dict]) -> frozenset[int]:
       ValueError: an entry that is no category of the model (named, with
         the model's categories).
     """
-    by_name = {c["name"]: c["id"] for c in categories}
+    by_name: dict[str, list[int]] = {}
+    for category in categories:
+        by_name.setdefault(category["name"], []).append(category["id"])
     ids = {c["id"] for c in categories}
     found = set()
     for entry in (e.strip() for e in text.split(",")):
         if entry in by_name:
-            found.add(by_name[entry])
+            found.add(_one_id(text, entry, by_name[entry]))
         elif entry.isdigit() and int(entry) in ids:
             found.add(int(entry))
         else:
@@ -250,6 +252,23 @@ def class_filter(text: str, categories: list[dict]) -> frozenset[int]:
                 f"(name or id of: {known}{more})"
             )
     return frozenset(found)
+
+
+def _one_id(text: str, name: str, ids: list[int]) -> int:
+    """The id of the one category --classes=`text` names by `name`.
+
+    Raises:
+      ValueError: `name` is the name of several categories (their ids
+        named: the user picks one by id).
+    """
+    if len(ids) == 1:
+        return ids[0]
+    listed = ", ".join(map(str, ids))
+    raise ValueError(
+        f"--classes={text}: {name!r} names {len(ids)} categories of the "
+        f"model (ids {listed}); name the one you mean by its id "
+        f"(--classes={ids[-1]})"
+    )
 
 
 def _overlay_pixels(

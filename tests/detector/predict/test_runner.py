@@ -735,3 +735,19 @@ def test_runs_into_one_out_add_up_in_predictions_json(tmp_path):
         second,
         first,
     ]
+
+
+def test_a_class_name_two_categories_share_is_named_and_ids_accepted():
+    """--classes=facade once kept one of the two "facade" silently."""
+    categories = [
+        {"id": 1, "name": "facade"},
+        {"id": 2, "name": "window"},
+        {"id": 3, "name": "facade"},
+    ]
+    with pytest.raises(ValueError) as error:
+        runner.class_filter("facade,window", categories)
+    assert str(error.value) == (
+        "--classes=facade,window: 'facade' names 2 categories of the model "
+        "(ids 1, 3); name the one you mean by its id (--classes=3)"
+    )
+    assert runner.class_filter("3,window", categories) == {2, 3}
