@@ -205,17 +205,58 @@ def _compressed_runs(counts: str) -> list[int] | str:
     return runs
 
 
+def _part_problem(part: list) -> str | None:
+    """Why one part of a polygon segmentation gives no region, or None."""
+    if len(part) % 2:
+        return f"{len(part)} coordinates, not x, y pairs"
+    if len(part) < 6:
+        return f"{len(part) // 2} points, not 3 or more"
+    return None
+
+
+def polygon_parts(segmentation: list) -> tuple[list, list[tuple[int, str]]]:
+    """(the usable parts of a polygon segmentation, [(1-based position,
+    why) of each part dropped]): as pycocotools and detectron2 read a
+    multi-part polygon, a degenerate part (odd length, under 3 points)
+    drops alone, not the whole instance."""
+    kept, dropped = [], []
+    for position, part in enumerate(segmentation, 1):
+        why = _part_problem(part)
+        if why is None:
+            kept.append(part)
+        else:
+            dropped.append((position, why))
+    return kept, dropped
+
+
+def log_dropped_parts(
+    source: str, annotation: dict, dropped: list[tuple[int, str]]
+) -> None:
+    """One log line per polygon part `polygon_parts` dropped."""
+    total = len(annotation["segmentation"])
+    for position, why in dropped:
+        logging.warning(
+            "%s: annotation id=%s of image %s: polygon part %d of %d dropped "
+            "(%s); the other parts are kept",
+            source,
+            annotation.get("id"),
+            annotation.get("image_id"),
+            position,
+            total,
+            why,
+        )
+
+
 def segmentation_problem(segmentation, height: int, width: int) -> str | None:
-    """Why a segmentation cannot give a mask, or None when it can."""
+    """Why a segmentation cannot give a mask, or None when it can (a
+    polygon where one part is usable: `polygon_parts`)."""
     if isinstance(segmentation, list):
-        if not segmentation or not all(
-            isinstance(p, list) and len(p) >= 6 for p in segmentation
-        ):
+        if polygon_parts(segmentation)[0]:
+            return None
+        if not segmentation or any(len(p) < 6 for p in segmentation):
             return "empty segmentation (needs a polygon of 3+ points)"
-        odd = next((p for p in segmentation if len(p) % 2), None)
-        if odd is not None:
-            return f"odd-length polygon: {len(odd)} coordinates, not x, y pairs"
-        return None
+        odd = next(p for p in segmentation if len(p) % 2)
+        return f"odd-length polygon: {len(odd)} coordinates, not x, y pairs"
     if isinstance(segmentation, dict) and segmentation.get("counts"):
         return rle_problem(segmentation, height, width)
     return "empty segmentation"

@@ -211,6 +211,7 @@ class CocoFolder:
             if bbox is not annotation["bbox"]:
                 clips.clip(annotation, bbox)
                 annotation = dict(annotation, bbox=bbox)
+            annotation = self._usable_polygons(annotation)
             ground_truth.append(annotation)
             if not annotation.get("iscrowd"):
                 per_image[by_id[image_id]].append(annotation)
@@ -229,6 +230,19 @@ class CocoFolder:
             "annotations": ground_truth,
             "categories": dataset["categories"],
         }
+
+    def _usable_polygons(self, annotation: dict) -> dict:
+        """`annotation` with only the usable parts of its polygon
+        segmentation (`checks.polygon_parts`), for the training targets and
+        COCOeval's ground truth alike; each part dropped is logged."""
+        segmentation = annotation.get("segmentation")
+        if not isinstance(segmentation, list):
+            return annotation
+        kept, dropped = checks.polygon_parts(segmentation)
+        if not dropped or not kept:
+            return annotation
+        checks.log_dropped_parts(self.annotation_file, annotation, dropped)
+        return dict(annotation, segmentation=kept)
 
     def _annotation_problem(
         self, annotation: dict, image: dict, class_of: dict[int, int]

@@ -252,3 +252,46 @@ def test_an_all_crowd_set_says_so_not_that_it_lacks_segmentations(
         "instances); training without box and mask targets"
     ) in caplog.text
     assert "no instance segmentations" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    "part, why",
+    [
+        ([30.0, 30.0, 40.0, 40.0], "2 points, not 3 or more"),
+        (POLYGON + [3.0], "9 coordinates, not x, y pairs"),
+    ],
+)
+def test_a_degenerate_part_of_a_polygon_drops_only_that_part(
+    folder, caplog, part, why
+):
+    """As pycocotools and detectron2 read it: the instance stays, in the
+    training targets and COCOeval's ground truth alike (the whole instance
+    was once dropped as "empty segmentation")."""
+    path = _edit(
+        folder,
+        lambda d: d["annotations"][0].__setitem__(
+            "segmentation", [POLYGON, part]
+        ),
+    )
+    with caplog.at_level("WARNING"):
+        split = coco_folder.CocoFolder(str(folder), "val", 3)
+    assert split.coco().anns[1]["segmentation"] == [POLYGON]
+    masks = split.load_example(0)[3]
+    assert masks[0].sum() == 12 * 8
+    assert (
+        f"{path}: annotation id=1 of image 1: polygon part 2 of 2 dropped "
+        f"({why}); the other parts are kept"
+    ) in caplog.text
+
+
+def test_a_polygon_of_no_usable_part_is_still_skipped(folder, caplog):
+    _edit(
+        folder,
+        lambda d: d["annotations"][0].__setitem__(
+            "segmentation", [[1.0, 2.0, 3.0, 4.0], [5.0, 6.0]]
+        ),
+    )
+    with caplog.at_level("WARNING"):
+        split = coco_folder.CocoFolder(str(folder), "val", 3)
+    assert 1 not in split.coco().anns
+    assert "id=1 of image 1: empty segmentation" in caplog.text
