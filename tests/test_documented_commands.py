@@ -162,3 +162,48 @@ def test_a_wrong_class_name_is_found():
     assert problems("python eval.py --workdir=w --bogus=1") == [
         "--bogus: not a flag of eval.py"
     ]
+
+
+def _shapes_commands(entry: str) -> list[str]:
+    """The documented `entry` commands that run the default shapes
+    workdir (workdirs/shapes), each once."""
+    found = []
+    for _, command in documented_commands():
+        words = shlex.split(command)
+        values = _flags(command)[1]
+        if words[1] == entry and _shapes_model(values) and command not in found:
+            found.append(command)
+    return found
+
+
+@pytest.mark.slow
+def test_the_export_and_predict_commands_run_as_written(tmp_path):
+    """Each documented export.py and predict.py command on the shapes
+    workdir runs as written, in a folder laid out as the docs assume:
+    workdirs/shapes (the shapes model, untrained: predict_workdir),
+    photos/, a.jpg and more/a.jpg."""
+    from PIL import Image
+
+    from tests.helpers import predict_workdir
+
+    predict_workdir.make(tmp_path / "workdirs" / "shapes")
+    (tmp_path / "photos").mkdir()
+    for name, size in (("x.png", (96, 128)), ("y.jpg", (120, 80))):
+        Image.new("RGB", size[::-1], (90, 120, 30)).save(
+            tmp_path / "photos" / name
+        )
+    (tmp_path / "more").mkdir()
+    for path in (tmp_path / "a.jpg", tmp_path / "more" / "a.jpg"):
+        Image.new("RGB", (64, 48), (10, 20, 30)).save(path)
+    commands = _shapes_commands("export.py") + _shapes_commands("predict.py")
+    assert len(commands) >= 4, commands
+    for command in commands:
+        words = shlex.split(command)
+        ran = subprocess.run(
+            [sys.executable, str(ROOT / words[1]), *words[2:]],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert ran.returncode == 0, f"{command}\n{ran.stderr[-2000:]}"
