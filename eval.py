@@ -16,10 +16,16 @@ flags: --helpfull (docs/multi-host.md).
 from absl import app, flags
 
 from detector.distributed import peers
-from detector.launch import cli, config_help, run_config, validate
+from detector.launch import (
+    cli,
+    config_help,
+    path_flags,
+    run_config,
+    validate,
+)
 from detector.launch.console import logs
 
-_WORKDIR = flags.DEFINE_string(
+_WORKDIR = path_flags.define(
     "workdir", None, "Workdir of a training run.", required=True
 )
 _CONFIG = cli.define_config(

@@ -12,13 +12,13 @@ import pathlib
 
 from absl import app, flags
 
-from detector.launch import cli, run_config, validate
+from detector.launch import cli, path_flags, run_config, validate
 from detector.launch.console import logs
 
-_WORKDIR = flags.DEFINE_string(
+_WORKDIR = path_flags.define(
     "workdir", None, "Workdir of a training run.", required=True
 )
-_OUT = flags.DEFINE_string(
+_OUT = path_flags.define(
     "out", None, "Folder to write the artifact to (default: <workdir>/export)."
 )
 _CONFIG = cli.define_config(

@@ -15,16 +15,17 @@ import sys
 from absl import app, flags
 
 from detector.imaging import images
+from detector.launch import path_flags
 from detector.launch.console import usage
 from detector.utils import text
 
-_WORKDIR = flags.DEFINE_string(
+_WORKDIR = path_flags.define(
     "workdir", None, "Workdir of a training run (runs the model in-process)."
 )
-_EXPORTED = flags.DEFINE_string(
+_EXPORTED = path_flags.define(
     "exported", None, "Folder written by export.py (runs the artifact)."
 )
-_OUT = flags.DEFINE_string(
+_OUT = path_flags.define(
     "out", "predictions", "Folder for predictions.json and the overlays."
 )
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Images per batch.")

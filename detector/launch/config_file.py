@@ -11,6 +11,11 @@ import ml_collections
 from absl import flags
 from ml_collections import config_flags
 
+from detector import config as config_lib
+from detector.config import structure
+from detector.launch import path_flags
+from detector.utils import files
+
 
 class ConfigFileError(flags.Error):
     """A config file did not load; the text is the one line to print."""
@@ -38,14 +43,42 @@ def _where(error: BaseException, path: str) -> str:
     return f"{path}, line {lines[-1]}" if lines else path
 
 
-def _error_line(error: BaseException, path: str, flag: str) -> str:
-    """The one line of an error raised while `path` loaded or ran."""
+def _error_line(
+    error: BaseException, path: str, flag: str, variant: str = ""
+) -> str:
+    """The one line of an error raised while `path` (given `variant`: a
+    JSON config's path, to json_config_spec's loader) loaded or ran."""
     text = " ".join(str(error).split())
     if isinstance(error, SyntaxError):
         text = error.msg
-    if isinstance(error, ValueError) and os.path.basename(path) in text:
+    names = [os.path.basename(p) for p in (path, variant) if p]
+    if isinstance(error, ValueError) and any(n in text for n in names):
         return text  # the file's own message, which names it
     return f"{flag}: {_where(error, path)}: {type(error).__name__}: {text}"
+
+
+def _exit_line(error: SystemExit, path: str, flag: str) -> str:
+    """The one line of a config file that called sys.exit()."""
+    return (
+        f"{flag}: {_where(error, path)}: the config file called "
+        f"sys.exit({error.code!r}) instead of returning its config; a "
+        "config file's get_config() must return an ml_collections.ConfigDict"
+    )
+
+
+def _check_file(file: str, flag: str) -> None:
+    """Raises ConfigFileError unless `file` is a regular file."""
+    if os.path.isfile(file):
+        return
+    if not os.path.exists(file):
+        reason = "No such file or directory"
+    elif os.path.isdir(file):
+        reason = "Is a directory"
+    else:
+        mode = os.stat(file).st_mode
+        kind = next((k for test, k in files.KINDS if test(mode)), "unknown")
+        reason = f"not a regular file ({kind})"
+    raise ConfigFileError(f"{flag}: {file}: {reason}")
 
 
 def _load_module(name: str, path: str):
@@ -72,11 +105,11 @@ class ConfigFileParser(flags.ArgumentParser):
         """The locked config of `path` ('file.py' or 'file.py:variant')."""
         file, *variant = path.split(":", 1)
         flag = f"--{self.name}"
-        if not os.path.isfile(file):
-            reason = "Is a directory" if os.path.isdir(file) else None
-            raise ConfigFileError(
-                f"{flag}: {file}: {reason or 'No such file or directory'}"
-            )
+        try:
+            file = path_flags.expand(file)
+        except ValueError as e:
+            raise ConfigFileError(f"{flag}: {e}") from None
+        _check_file(file, flag)
         try:
             module = _load_module(f"{self.name}_config", file)
             if not callable(getattr(module, "get_config", None)):
@@ -90,13 +123,25 @@ class ConfigFileParser(flags.ArgumentParser):
             reason = e.strerror or str(e)
             named = f"{e.filename}: {reason}" if e.filename else reason
             raise ConfigFileError(f"{flag}: {named}") from None
+        except SystemExit as e:
+            raise ConfigFileError(_exit_line(e, file, flag)) from None
         except Exception as e:  # noqa: BLE001 (any error of the file's code)
-            raise ConfigFileError(_error_line(e, file, flag)) from None
+            raise ConfigFileError(
+                _error_line(e, file, flag, *variant)
+            ) from None
         if not isinstance(config, ml_collections.ConfigDict):
             raise ConfigFileError(
                 f"{flag}: {file}: get_config() returned {_article(config)}, "
                 "not an ml_collections.ConfigDict"
             )
+        try:
+            structure.check(
+                config,
+                config_lib.base_config(),
+                f"{flag}: {file}: get_config()'s config",
+            )
+        except ValueError as e:
+            raise ConfigFileError(str(e)) from None
         if self._lock_config:
             config.lock()
         return config

@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 
 # st_mode test -> what a file of that kind is, in error lines.
-_KINDS = (
+KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISCHR, "a character device"),
@@ -50,7 +50,7 @@ def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
     with os.fdopen(fd, "rb") as f:
         mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
         if not stat.S_ISREG(mode):
-            kind = next((k for test, k in _KINDS if test(mode)), "unknown")
+            kind = next((k for test, k in KINDS if test(mode)), "unknown")
             raise NotRegularError(path, kind)
         if size > limit:
             raise OverLimitError(path, size, limit)
