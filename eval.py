@@ -19,13 +19,13 @@ from detector.distributed import peers
 from detector.launch import (
     cli,
     config_help,
-    path_flags,
+    flag_types,
     run_config,
     validate,
 )
 from detector.launch.console import logs
 
-_WORKDIR = path_flags.define(
+_WORKDIR = flag_types.define_path(
     "workdir", None, "Workdir of a training run.", required=True
 )
 _CONFIG = cli.define_config(

@@ -12,13 +12,13 @@ import pathlib
 
 from absl import app, flags
 
-from detector.launch import cli, path_flags, run_config, validate
+from detector.launch import cli, flag_types, run_config, validate
 from detector.launch.console import logs
 
-_WORKDIR = path_flags.define(
+_WORKDIR = flag_types.define_path(
     "workdir", None, "Workdir of a training run.", required=True
 )
-_OUT = path_flags.define(
+_OUT = flag_types.define_path(
     "out", None, "Folder to write the artifact to (default: <workdir>/export)."
 )
 _CONFIG = cli.define_config(

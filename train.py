@@ -20,7 +20,7 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from detector.distributed import peers, preemption, run_lock
-from detector.launch import cli, config_help, path_flags, run_config
+from detector.launch import cli, config_help, flag_types, run_config
 from detector.launch.console import logs, next_steps
 from detector.utils import files
 from ops import host_audit
@@ -31,7 +31,7 @@ _CONFIG = cli.define_config(
     str(_HERE / "configs" / "shapes.py"),
     "Config file, optionally with a variant: configs/shapes.py:runlocal.",
 )
-_WORKDIR = path_flags.define(
+_WORKDIR = flag_types.define_path(
     "workdir", None, "Output folder (default: workdirs/<config name>)."
 )
 _NMS = cli.define_nms("NMS backend for both NMS sites (default: the config's).")

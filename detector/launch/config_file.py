@@ -13,7 +13,7 @@ from ml_collections import config_flags
 
 from detector import config as config_lib
 from detector.config import structure
-from detector.launch import path_flags
+from detector.launch import flag_types
 from detector.utils import files
 
 
@@ -106,7 +106,7 @@ class ConfigFileParser(flags.ArgumentParser):
         file, *variant = path.split(":", 1)
         flag = f"--{self.name}"
         try:
-            file = path_flags.expand(file)
+            file = flag_types.expand(file)
         except ValueError as e:
             raise ConfigFileError(f"{flag}: {e}") from None
         _check_file(file, flag)

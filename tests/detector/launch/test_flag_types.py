@@ -1,4 +1,4 @@
-"""detector/launch/path_flags.py: `~` in a path flag is the home folder,
+"""detector/launch/flag_types.py: `~` in a path flag is the home folder,
 in every path flag of every entry point."""
 
 import pathlib
@@ -8,7 +8,7 @@ import sys
 import pytest
 from absl import flags
 
-from detector.launch import path_flags
+from detector.launch import flag_types
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 def test_a_path_flag_expands_the_home_folder(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     values = flags.FlagValues()
-    holder = path_flags.define("out", None, "", flag_values=values)
+    holder = flag_types.define_path("out", None, "", flag_values=values)
     values(["prog", "--out=~/x"])
     assert holder.value == f"{tmp_path}/x"
     values(["prog", "--out=a/~/b"])  # only a leading ~ is the home folder
@@ -25,7 +25,7 @@ def test_a_path_flag_expands_the_home_folder(tmp_path, monkeypatch):
 
 def test_an_unknown_user_is_one_line():
     values = flags.FlagValues()
-    path_flags.define("out", None, "", flag_values=values)
+    flag_types.define_path("out", None, "", flag_values=values)
     with pytest.raises(flags.IllegalFlagValueError) as info:
         values(["prog", "--out=~no_such_user_here/x"])
     assert str(info.value).endswith(
@@ -46,7 +46,7 @@ PATH_FLAGS = {
 @pytest.mark.parametrize("script", sorted(PATH_FLAGS))
 def test_every_path_flag_of_every_entry_point_is_a_path_flag(script):
     """Each entry point's module imported alone: its path flags are
-    path_flags' (a new path flag defined with DEFINE_string fails here)."""
+    flag_types' (a new path flag defined with DEFINE_string fails here)."""
     probe = (
         "import sys, runpy\n"
         "from absl import flags\n"
@@ -65,3 +65,49 @@ def test_every_path_flag_of_every_entry_point_is_a_path_flag(script):
     parsers = dict(line.split() for line in out.splitlines())
     for name in PATH_FLAGS[script]:
         assert parsers[name] == "PathParser", (script, name)
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf"])
+def test_a_bounded_float_flag_refuses_what_is_not_finite(value):
+    values = flags.FlagValues()
+    flag_types.define_float(
+        "score_threshold",
+        None,
+        "",
+        lower_bound=0.0,
+        upper_bound=1.0,
+        flag_values=values,
+    )
+    with pytest.raises(flags.IllegalFlagValueError) as info:
+        values(["prog", f"--score_threshold={value}"])
+    assert str(info.value) == (
+        f"flag --score_threshold={value}: {value} is not a finite number"
+    )
+
+
+def test_a_bounded_float_flag_keeps_its_bounds():
+    values = flags.FlagValues()
+    holder = flag_types.define_float(
+        "x", None, "", lower_bound=0.0, upper_bound=1.0, flag_values=values
+    )
+    values(["prog", "--x=0.25"])
+    assert holder.value == 0.25
+    with pytest.raises(flags.IllegalFlagValueError, match="in the range"):
+        values(["prog", "--x=1.5"])
+
+
+def test_predicts_score_threshold_is_a_finite_float_flag():
+    probe = (
+        "import runpy\nfrom absl import flags\n"
+        "runpy.run_path('predict.py', run_name='probe')\n"
+        "print(type(flags.FLAGS['score_threshold'].parser).__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        cwd=ROOT,
+    ).stdout
+    assert out.split() == ["FiniteFloatParser"]
