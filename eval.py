@@ -19,6 +19,7 @@ from detector.distributed import peers
 from detector.launch import (
     cli,
     config_help,
+    data_check,
     flag_types,
     run_config,
     validate,
@@ -26,7 +27,7 @@ from detector.launch import (
 from detector.launch.console import logs
 
 _WORKDIR = flag_types.define_path(
-    "workdir", None, "Workdir of a training run.", required=True
+    "workdir", None, "Workdir of a training run (required)."
 )
 _CONFIG = cli.define_config(
     "config", None, "Config file (default: <workdir>/config.json)."
@@ -66,6 +67,9 @@ def main(argv: list[str]) -> None:
     if _PRINT_CONFIG.value:
         print(config_help.printed(config), end="", flush=True)
         return
+    with cli.one_line_errors():  # before JAX starts: a missing dataset
+        split = _SPLIT.value or config.data.eval_split
+        data_check.check(config, {"data.eval_split": split})
     cli.start_jax(config, _MULTIHOST)
     import jax
 

@@ -16,7 +16,7 @@ from detector.launch import cli, flag_types, run_config, validate
 from detector.launch.console import logs
 
 _WORKDIR = flag_types.define_path(
-    "workdir", None, "Workdir of a training run.", required=True
+    "workdir", None, "Workdir of a training run (required)."
 )
 _OUT = flag_types.define_path(
     "out", None, "Folder to write the artifact to (default: <workdir>/export)."

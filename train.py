@@ -20,7 +20,13 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from detector.distributed import peers, preemption, run_lock
-from detector.launch import cli, config_help, flag_types, run_config
+from detector.launch import (
+    cli,
+    config_help,
+    data_check,
+    flag_types,
+    run_config,
+)
 from detector.launch.console import logs, next_steps
 from detector.utils import files
 from ops import host_audit
@@ -61,6 +67,15 @@ def main(argv: list[str]) -> None:
     cli.check_no_arguments(argv)
     logs.quiet_libraries()
     config = cli.config_value(_CONFIG)
+    with cli.one_line_errors():
+        if _NMS.value:
+            cli.set_nms_backend(config, _NMS.value)
+        with config.unlocked():
+            run_config.absolute_paths(config)  # config.json: from anywhere
+        if _PRINT_CONFIG.value:
+            print(config_help.printed(config), end="", flush=True)
+            return
+        data_check.check(config)  # before JAX starts: a missing dataset
     cli.start_jax(config, _MULTIHOST)
     # After jax.distributed.initialize, whose own SIGTERM handler this
     # replaces: from here on a signal exits at once, from step 1 it saves.
@@ -70,13 +85,6 @@ def main(argv: list[str]) -> None:
         with cli.one_line_errors(
             FloatingPointError, host_audit.HostRoundTripError
         ):
-            if _NMS.value:
-                cli.set_nms_backend(config, _NMS.value)
-            with config.unlocked():
-                run_config.absolute_paths(config)  # config.json: from anywhere
-            if _PRINT_CONFIG.value:
-                print(config_help.printed(config), end="", flush=True)
-                return
             files.check_writable_folder(workdir, "--workdir")
             # Before the heavy imports and the dataset scan: a busy
             # workdir is refused in seconds; a failed start leaves none.

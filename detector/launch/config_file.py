@@ -4,6 +4,7 @@ naming the file and, where Python says, the line (docs/bad-input.md)."""
 
 import importlib.util
 import os
+import pathlib
 import sys
 import traceback
 
@@ -15,6 +16,9 @@ from detector import config as config_lib
 from detector.config import structure
 from detector.launch import flag_types
 from detector.utils import files
+
+# The project's config files, listed when a --config file is not found.
+PROJECT_CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 class ConfigFileError(flags.Error):
@@ -66,12 +70,29 @@ def _exit_line(error: SystemExit, path: str, flag: str) -> str:
     )
 
 
+def _project_configs() -> str:
+    """'; the project's configs: configs/a.py, ...' (paths as the current
+    folder reaches them), or '' without any."""
+    folder = PROJECT_CONFIGS
+    if not folder.is_dir():
+        return ""
+    names = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+    if not names:
+        return ""
+    cwd = pathlib.Path.cwd()
+    shown = [
+        str(p.relative_to(cwd)) if p.is_relative_to(cwd) else str(p)
+        for p in names
+    ]
+    return f"; the project's configs: {', '.join(shown)}"
+
+
 def _check_file(file: str, flag: str) -> None:
     """Raises ConfigFileError unless `file` is a regular file."""
     if os.path.isfile(file):
         return
     if not os.path.exists(file):
-        reason = "No such file or directory"
+        reason = "No such file or directory" + _project_configs()
     elif os.path.isdir(file):
         reason = "Is a directory"
     else:

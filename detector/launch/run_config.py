@@ -47,7 +47,12 @@ def load_workdir(
 ) -> tuple[pathlib.Path, ml_collections.ConfigDict]:
     """The workdir `workdir_flag` names (`check_workdir`) and its config
     (`load`); a failure is one line."""
-    workdir = pathlib.Path(workdir_flag.value).expanduser()
+    if workdir_flag.value is None:
+        cli.fail(
+            f"--{workdir_flag.name} is required: the workdir of a train.py "
+            "run, e.g. --workdir=workdirs/shapes"
+        )
+    workdir = pathlib.Path(workdir_flag.value)
     with cli.one_line_errors():
         check_workdir(workdir, writes=writes)
     return workdir, load(config_flag, workdir)

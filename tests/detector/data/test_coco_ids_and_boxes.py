@@ -55,7 +55,6 @@ def test_string_image_id_names_file_key_and_value(root, records, index, key):
     )
 
 
-
 @pytest.mark.parametrize(
     "records, index, key, value",
     [
@@ -78,6 +77,7 @@ def test_an_id_outside_int64_or_a_negative_image_id_is_one_line(
         + ": ids must be integers in [0, 2**63 - 1] (COCOeval's int64); "
         "renumber them"
     )
+
 
 def test_tfds_duplicate_image_id_names_both_records():
     example = {

@@ -79,7 +79,10 @@ def test_config_file_without_get_config(tmp_path):
         ),
         (
             "configs/missing.py",
-            "--config: configs/missing.py: No such file or directory",
+            "--config: configs/missing.py: No such file or directory; the "
+            "project's configs: configs/coco_r50_fpn.py, "
+            "configs/coco_r50_fpn_lsj.py, configs/shapes.py, "
+            "configs/small_coco.py",
         ),
         ("configs", "--config: configs: Is a directory"),
     ],
