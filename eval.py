@@ -76,6 +76,7 @@ def main(argv: list[str]) -> None:
     from detector.evaluation import curves, eval_lib
 
     with cli.one_line_errors():
+        cli.check_nms_under_guard(config, jax.default_backend(), _NMS.value)
         validate.validate(config)  # before anything is read or written
         steps = eval_lib.chosen_steps(workdir, _STEP.value, _ALL_STEPS.value)
         results = eval_lib.evaluate_checkpoints(

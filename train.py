@@ -85,6 +85,7 @@ def main(argv: list[str]) -> None:
         with cli.one_line_errors(
             FloatingPointError, host_audit.HostRoundTripError
         ):
+            cli.check_nms_under_guard(config, jax.default_backend(), _NMS.value)
             files.check_writable_folder(workdir, "--workdir")
             # Before the heavy imports and the dataset scan: a busy
             # workdir is refused in seconds; a failed start leaves none.
