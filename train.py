@@ -76,6 +76,10 @@ def main(argv: list[str]) -> None:
             print(config_help.printed(config), end="", flush=True)
             return
         data_check.check(config)  # before JAX starts: a missing dataset
+    logging.info(  # else the console is silent through these seconds
+        "Starting JAX and importing TensorFlow and the model (about 15 s "
+        "on a 2-core CPU)"
+    )
     cli.start_jax(config, _MULTIHOST)
     # After jax.distributed.initialize, whose own SIGTERM handler this
     # replaces: from here on a signal exits at once, from step 1 it saves.
@@ -87,6 +91,7 @@ def main(argv: list[str]) -> None:
         ):
             cli.check_nms_under_guard(config, jax.default_backend(), _NMS.value)
             files.check_writable_folder(workdir, "--workdir")
+            run_config.check_run_folders(workdir)
             # Before the heavy imports and the dataset scan: a busy
             # workdir is refused in seconds; a failed start leaves none.
             with run_lock.held(workdir, create=True):

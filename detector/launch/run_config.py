@@ -19,6 +19,8 @@ PATH_FIELDS = (
     "model.init_checkpoint",
 )
 _TRAINED = "give the workdir of a train.py run"
+# The folders a training run keeps in its workdir.
+RUN_FOLDERS = ("checkpoints",)
 
 
 def get_config(path: str) -> ml_collections.ConfigDict:
@@ -37,6 +39,20 @@ def check_workdir(workdir: pathlib.Path, *, writes: bool = False) -> None:
         raise ValueError(f"{where}: a file, not a folder; {_TRAINED}")
     if writes:
         files.check_writable_folder(workdir, "--workdir")
+
+
+def check_run_folders(workdir: str | pathlib.Path) -> None:
+    """Raises ValueError when a folder a run keeps in `workdir`
+    (RUN_FOLDERS) is there as something else: train.py refuses the run
+    before it writes anything, not at its first checkpoint."""
+    for name in RUN_FOLDERS:
+        path = pathlib.Path(workdir) / name
+        if path.exists() and not path.is_dir():
+            raise ValueError(
+                f"--workdir={workdir}: {path} is a file, not the {name} "
+                "folder a training run keeps there; move it away or choose "
+                "another --workdir"
+            )
 
 
 def load_workdir(

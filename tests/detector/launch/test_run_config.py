@@ -131,3 +131,18 @@ def test_check_workdir_that_is_written_to_must_be_writable(
     run_config.check_workdir(tmp_path)  # reading only: fine
     with pytest.raises(ValueError, match=r"cannot write into"):
         run_config.check_workdir(tmp_path, writes=True)
+
+
+def test_a_run_folder_that_is_a_file_is_refused(tmp_path):
+    run_config.check_run_folders(tmp_path)  # none yet: a new run
+    (tmp_path / "checkpoints").mkdir()
+    run_config.check_run_folders(tmp_path)
+    (tmp_path / "checkpoints").rmdir()
+    (tmp_path / "checkpoints").write_text("")
+    with pytest.raises(ValueError) as info:
+        run_config.check_run_folders(tmp_path)
+    assert str(info.value) == (
+        f"--workdir={tmp_path}: {tmp_path}/checkpoints is a file, not the "
+        "checkpoints folder a training run keeps there; move it away or "
+        "choose another --workdir"
+    )
