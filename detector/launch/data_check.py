@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 
 import ml_collections
 
-from detector.data import coco_layout
+from detector.data import coco_layout, shapes_writer
 from detector.utils import files
 
 # The most bytes of an annotation file read here for its categories (COCO
@@ -45,8 +45,7 @@ def _coco_json(config: ml_collections.ConfigDict, splits: Splits) -> None:
             data.num_classes = _category_count(found[0].annotation_file)
 
 
-def _no_folder(config: ml_collections.ConfigDict, splits: Splits) -> None:
-    del splits
+def _no_annotation_file(config: ml_collections.ConfigDict) -> None:
     if config.data.num_classes == 0:
         raise ValueError(
             "config.data.num_classes=0: takes the count from a COCO "
@@ -56,12 +55,26 @@ def _no_folder(config: ml_collections.ConfigDict, splits: Splits) -> None:
         )
 
 
-# data.source -> its check before JAX starts (shapes writes its folder on
-# first use; tfds finds or downloads its own).
+def _shapes(config: ml_collections.ConfigDict, splits: Splits) -> None:
+    """The shapes set is written on first use: it must fit on the disk."""
+    del splits
+    _no_annotation_file(config)
+    data = config.data
+    if data.root:  # an empty one is the source's to name
+        stale = shapes_writer.stale_splits(data.root, data.shapes)
+        shapes_writer.check_space(data.root, stale, data.shapes.image_size)
+
+
+def _tfds(config: ml_collections.ConfigDict, splits: Splits) -> None:
+    del splits  # TFDS finds or downloads its own
+    _no_annotation_file(config)
+
+
+# data.source -> its check before JAX starts.
 CHECKS: dict[str, Callable[[ml_collections.ConfigDict, Splits], None]] = {
     "coco_json": _coco_json,
-    "shapes": _no_folder,
-    "tfds": _no_folder,
+    "shapes": _shapes,
+    "tfds": _tfds,
 }
 
 

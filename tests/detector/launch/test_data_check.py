@@ -76,3 +76,23 @@ def test_an_annotation_file_without_categories(tmp_path):
     _folder(tmp_path, [])
     with pytest.raises(ValueError, match=r"lists no categories"):
         data_check.check(_config(tmp_path, 0))
+
+
+def test_a_shapes_count_the_disk_cannot_hold_is_one_line(tmp_path):
+    """A typo's count is refused before JAX starts, before any PNG is
+    written: the count times the bytes per image against the free space."""
+    config = config_lib.base_config()
+    config.data.source = "shapes"
+    config.data.root = str(tmp_path / "shapes")
+    config.data.num_classes = 3
+    config.data.shapes.num_train = 1_000_000_000
+    with pytest.raises(ValueError) as info:
+        data_check.check(config)
+    assert str(info.value).startswith(
+        "config.data.shapes.num_train=1000000000: writing 1000000200 shapes "
+        "images of 128 x 128 takes about 12397.8 GiB, more than the "
+    )
+    assert str(info.value).endswith(f" GiB free at {tmp_path}; lower the count")
+    assert not (tmp_path / "shapes").exists()
+    config.data.shapes.num_train = 16
+    data_check.check(config)  # 16 images fit
