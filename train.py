@@ -11,6 +11,7 @@ Multi-host flags: --helpfull (docs/multi-host.md).
 A run resumes from its workdir's latest checkpoint (docs/training.md).
 """
 
+import contextlib
 import pathlib
 import sys
 
@@ -96,9 +97,12 @@ def main(argv: list[str]) -> None:
             # workdir is refused in seconds; a failed start leaves none.
             with run_lock.held(workdir, create=True):
                 results = _train(config, workdir, stop)
+                if jax.process_index() == 0:  # the process that wrote it
+                    run_config.check_run_kept(workdir)
     except preemption.Preempted as e:
         peers.finished()  # an agreed stop: no process is lost
-        print(e, file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # a closed terminal's stderr
+            print(e, file=sys.stderr, flush=True)
         sys.exit(preemption.exit_code(e.signum))
     peers.finished()
     if jax.process_index() == 0:

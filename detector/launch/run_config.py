@@ -55,6 +55,19 @@ def check_run_folders(workdir: str | pathlib.Path) -> None:
             )
 
 
+def check_run_kept(workdir: str | pathlib.Path) -> None:
+    """Raises ValueError when the config.json a run wrote into `workdir`
+    at its start is gone: the workdir was deleted or moved while it
+    trained, and what it wrote there with it."""
+    path = pathlib.Path(workdir) / config_history.LATEST
+    if not path.is_file():
+        raise ValueError(
+            f"--workdir={workdir}: {path} is gone: the workdir was deleted "
+            "or moved while the run trained, and its checkpoints and "
+            "metrics with it; train again into a workdir that stays"
+        )
+
+
 def load_workdir(
     workdir_flag: flags.FlagHolder,
     config_flag: flags.FlagHolder,

@@ -146,3 +146,19 @@ def test_a_run_folder_that_is_a_file_is_refused(tmp_path):
         "checkpoints folder a training run keeps there; move it away or "
         "choose another --workdir"
     )
+
+
+def test_a_workdir_deleted_while_it_trained_is_noticed(tmp_path):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text("{}")
+    run_config.check_run_kept(workdir)
+    (workdir / "config.json").unlink()
+    workdir.rmdir()
+    with pytest.raises(ValueError) as info:
+        run_config.check_run_kept(workdir)
+    assert str(info.value) == (
+        f"--workdir={workdir}: {workdir}/config.json is gone: the workdir "
+        "was deleted or moved while the run trained, and its checkpoints "
+        "and metrics with it; train again into a workdir that stays"
+    )
