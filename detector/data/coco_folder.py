@@ -295,6 +295,7 @@ class CocoFolder:
         for info in self.images:
             path = os.path.join(self.image_dir, info["file_name"])
             header = image_file.read_header(path)
+            image_file.check_complete(path)  # before step 1, not at it
             if header.size != (info["height"], info["width"]):
                 wrong.append((path, header, info))
         if not wrong:

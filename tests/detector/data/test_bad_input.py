@@ -38,6 +38,17 @@ def _edit_json(path, edit) -> None:
         json.dump(dataset, f)
 
 
+def test_an_image_cut_short_is_found_when_the_split_loads(folder):
+    """Before anything is written: not at step 1, after the compiles."""
+    path = folder / "train" / "0002.png"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError) as info:
+        coco_folder.CocoFolder(str(folder), "train", 3)
+    assert str(info.value).startswith(f"{path}: cannot decode image (")
+    assert "cut short or damaged" in str(info.value)
+
+
 def test_missing_folder(config, tmp_path):
     config.data.root = str(tmp_path / "nowhere")
     with pytest.raises(
@@ -71,9 +82,12 @@ def test_missing_image_folder_and_file(config, folder):
 
 
 def test_corrupt_image_names_the_file(config, folder, capfd):
-    # Cut after its header: found when decoded.
+    # Damaged inside, its header and its end intact: found when decoded
+    # (a file cut short is found when the folder loads, below).
     path = folder / "val" / "0002.png"
-    path.write_bytes(path.read_bytes()[:60])
+    data = bytearray(path.read_bytes())
+    data[60:-20] = b"\xff" * (len(data) - 80)
+    path.write_bytes(bytes(data))
     split = pipeline.eval_split(config)
     with pytest.raises(ValueError, match=r"val/0002.png: cannot decode image"):
         list(split.batches())
