@@ -96,9 +96,7 @@ def _check_file(file: str, flag: str) -> None:
     elif os.path.isdir(file):
         reason = "Is a directory"
     else:
-        mode = os.stat(file).st_mode
-        kind = next((k for test, k in files.KINDS if test(mode)), "unknown")
-        reason = f"not a regular file ({kind})"
+        reason = f"not a regular file ({files.kind_of(file)})"
     raise ConfigFileError(f"{flag}: {file}: {reason}")
 
 

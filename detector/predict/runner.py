@@ -22,7 +22,7 @@ from detector.predict import (
     results_log,
     stopping,
 )
-from detector.utils import text
+from detector.utils import files, text
 
 PREDICTIONS_FILE = "predictions.json"
 RESULTS_FILE = "predictions.jsonl"
@@ -92,6 +92,8 @@ def list_images(args: list[str]) -> list[pathlib.Path]:
             )
         elif path.is_file():
             found.append(path)
+        elif path.exists():  # a FIFO, a device, a socket: never read
+            raise files.NotRegularError(arg, files.kind_of(path))
         else:
             raise ValueError(f"{arg}: no such file or folder")
     if not found:

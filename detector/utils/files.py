@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Iterator
 
 # st_mode test -> what a file of that kind is, in error lines.
-KINDS = (
+_KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISCHR, "a character device"),
@@ -36,6 +36,13 @@ class OverLimitError(ValueError):
         self.size = size
 
 
+def kind_of(path: str | pathlib.Path) -> str:
+    """What `path` is, in error lines: 'a FIFO', 'a folder', ... (links
+    followed)."""
+    mode = os.stat(path).st_mode
+    return next((k for test, k in _KINDS if test(mode)), "unknown")
+
+
 def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
     """The bytes of `path` (links followed), which must be a regular file of
     at most `limit` bytes: a FIFO is never waited on, a device or a huge
@@ -50,8 +57,7 @@ def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
     with os.fdopen(fd, "rb") as f:
         mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
         if not stat.S_ISREG(mode):
-            kind = next((k for test, k in KINDS if test(mode)), "unknown")
-            raise NotRegularError(path, kind)
+            raise NotRegularError(path, kind_of(path))
         if size > limit:
             raise OverLimitError(path, size, limit)
         data = f.read(limit + 1)

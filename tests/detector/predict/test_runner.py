@@ -612,3 +612,12 @@ def test_classes_by_name_or_id_and_an_unknown_one_named():
         "--classes=square,dog: 'dog' is no category of the model (name or "
         "id of: 'square', 'circle')"
     )
+
+
+def test_a_fifo_named_as_an_input_is_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "pipe.jpg")
+    with pytest.raises(ValueError) as error:
+        runner.list_images([str(tmp_path / "pipe.jpg")])
+    assert str(error.value) == (
+        f"{tmp_path}/pipe.jpg: not a regular file (a FIFO)"
+    )
