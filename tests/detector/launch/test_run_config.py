@@ -162,3 +162,15 @@ def test_a_workdir_deleted_while_it_trained_is_noticed(tmp_path):
         "was deleted or moved while the run trained, and its checkpoints "
         "and metrics with it; train again into a workdir that stays"
     )
+
+
+def test_eval_without_workdir_says_it_is_required(capsys):
+    holder = flags.FlagValues()
+    workdir = flags.DEFINE_string("workdir", None, "", flag_values=holder)
+    holder(["eval.py"])
+    with pytest.raises(SystemExit) as info:
+        run_config.load_workdir(workdir, None)
+    assert str(info.value) == (
+        "error: --workdir is required: the workdir of a train.py run, e.g. "
+        "--workdir=workdirs/shapes"
+    )
