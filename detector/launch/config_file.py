@@ -127,7 +127,7 @@ class ConfigFileParser(flags.ArgumentParser):
         try:
             file = flag_types.expand(file)
         except ValueError as e:
-            raise ConfigFileError(f"{flag}: {e}") from None
+            raise ConfigFileError(f"{flag}: {file}: {e}") from None
         _check_file(file, flag)
         try:
             module = _load_module(f"{self.name}_config", file)

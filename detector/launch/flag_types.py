@@ -21,8 +21,8 @@ def expand(path: str) -> str:
     if expanded.startswith("~"):
         user = expanded.split(os.sep, 1)[0]
         raise ValueError(
-            f"{path}: {user} names no home folder (no such user, or no "
-            "$HOME); write the folder out in full"
+            f"{user} names no home folder (no such user, or no $HOME); "
+            "write the folder out in full"
         )
     return expanded
 

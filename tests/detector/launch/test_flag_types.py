@@ -28,9 +28,9 @@ def test_an_unknown_user_is_one_line():
     flag_types.define_path("out", None, "", flag_values=values)
     with pytest.raises(flags.IllegalFlagValueError) as info:
         values(["prog", "--out=~no_such_user_here/x"])
-    assert str(info.value).endswith(
-        "~no_such_user_here/x: ~no_such_user_here names no home folder (no "
-        "such user, or no $HOME); write the folder out in full"
+    assert str(info.value) == (
+        "flag --out=~no_such_user_here/x: ~no_such_user_here names no home "
+        "folder (no such user, or no $HOME); write the folder out in full"
     )
 
 
