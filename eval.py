@@ -16,11 +16,18 @@ flags: --helpfull (docs/multi-host.md).
 from absl import app, flags
 
 from detector.distributed import peers
-from detector.launch import cli, config_help, run_config, validate
+from detector.launch import (
+    cli,
+    config_help,
+    data_check,
+    flag_types,
+    run_config,
+    validate,
+)
 from detector.launch.console import logs
 
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Workdir of a training run.", required=True
+_WORKDIR = flag_types.define_path(
+    "workdir", None, "Workdir of a training run (required)."
 )
 _CONFIG = cli.define_config(
     "config", None, "Config file (default: <workdir>/config.json)."
@@ -60,12 +67,16 @@ def main(argv: list[str]) -> None:
     if _PRINT_CONFIG.value:
         print(config_help.printed(config), end="", flush=True)
         return
+    with cli.one_line_errors():  # before JAX starts: a missing dataset
+        split = _SPLIT.value or config.data.eval_split
+        data_check.check(config, {"data.eval_split": split})
     cli.start_jax(config, _MULTIHOST)
     import jax
 
     from detector.evaluation import curves, eval_lib
 
     with cli.one_line_errors():
+        cli.check_nms_under_guard(config, jax.default_backend(), _NMS.value)
         validate.validate(config)  # before anything is read or written
         steps = eval_lib.chosen_steps(workdir, _STEP.value, _ALL_STEPS.value)
         results = eval_lib.evaluate_checkpoints(

@@ -12,13 +12,13 @@ import pathlib
 
 from absl import app, flags
 
-from detector.launch import cli, run_config, validate
+from detector.launch import cli, flag_types, run_config, validate
 from detector.launch.console import logs
 
-_WORKDIR = flags.DEFINE_string(
-    "workdir", None, "Workdir of a training run.", required=True
+_WORKDIR = flag_types.define_path(
+    "workdir", None, "Workdir of a training run (required)."
 )
-_OUT = flags.DEFINE_string(
+_OUT = flag_types.define_path(
     "out", None, "Folder to write the artifact to (default: <workdir>/export)."
 )
 _CONFIG = cli.define_config(

@@ -24,16 +24,17 @@ import sys
 from absl import app, flags
 
 from detector.imaging import images
+from detector.launch import flag_types
 from detector.launch.console import usage
 from detector.utils import text
 
-_WORKDIR = flags.DEFINE_string(
+_WORKDIR = flag_types.define_path(
     "workdir", None, "Workdir of a training run (runs the model in-process)."
 )
-_EXPORTED = flags.DEFINE_string(
+_EXPORTED = flag_types.define_path(
     "exported", None, "Folder written by export.py (runs the artifact)."
 )
-_OUT = flags.DEFINE_string(
+_OUT = flag_types.define_path(
     "out", "predictions", "Folder for predictions.json and the overlays."
 )
 _BATCH_SIZE = flags.DEFINE_integer("batch_size", 8, "Images per batch.")
@@ -50,7 +51,7 @@ _MAX_PIXELS = flags.DEFINE_integer(
     "it replaces Pillow's decompression-bomb guard).",
     lower_bound=0,
 )
-_SCORE_THRESHOLD = flags.DEFINE_float(
+_SCORE_THRESHOLD = flag_types.define_float(
     "score_threshold",
     None,
     "Keep only detections of this score and up, in predictions.json and the "

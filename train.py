@@ -11,6 +11,7 @@ Multi-host flags: --helpfull (docs/multi-host.md).
 A run resumes from its workdir's latest checkpoint (docs/training.md).
 """
 
+import contextlib
 import pathlib
 import sys
 
@@ -20,7 +21,13 @@ from absl import app, flags, logging
 from ml_collections import config_flags
 
 from detector.distributed import peers, preemption, run_lock
-from detector.launch import cli, config_help, run_config
+from detector.launch import (
+    cli,
+    config_help,
+    data_check,
+    flag_types,
+    run_config,
+)
 from detector.launch.console import logs, next_steps
 from detector.utils import files
 from ops import host_audit
@@ -31,7 +38,7 @@ _CONFIG = cli.define_config(
     str(_HERE / "configs" / "shapes.py"),
     "Config file, optionally with a variant: configs/shapes.py:runlocal.",
 )
-_WORKDIR = flags.DEFINE_string(
+_WORKDIR = flag_types.define_path(
     "workdir", None, "Output folder (default: workdirs/<config name>)."
 )
 _NMS = cli.define_nms("NMS backend for both NMS sites (default: the config's).")
@@ -61,6 +68,19 @@ def main(argv: list[str]) -> None:
     cli.check_no_arguments(argv)
     logs.quiet_libraries()
     config = cli.config_value(_CONFIG)
+    with cli.one_line_errors():
+        if _NMS.value:
+            cli.set_nms_backend(config, _NMS.value)
+        with config.unlocked():
+            run_config.absolute_paths(config)  # config.json: from anywhere
+        if _PRINT_CONFIG.value:
+            print(config_help.printed(config), end="", flush=True)
+            return
+        data_check.check(config)  # before JAX starts: a missing dataset
+    logging.info(  # else the console is silent through these seconds
+        "Starting JAX and importing TensorFlow and the model (about 15 s "
+        "on a 2-core CPU)"
+    )
     cli.start_jax(config, _MULTIHOST)
     # After jax.distributed.initialize, whose own SIGTERM handler this
     # replaces: from here on a signal exits at once, from step 1 it saves.
@@ -70,21 +90,19 @@ def main(argv: list[str]) -> None:
         with cli.one_line_errors(
             FloatingPointError, host_audit.HostRoundTripError
         ):
-            if _NMS.value:
-                cli.set_nms_backend(config, _NMS.value)
-            with config.unlocked():
-                run_config.absolute_paths(config)  # config.json: from anywhere
-            if _PRINT_CONFIG.value:
-                print(config_help.printed(config), end="", flush=True)
-                return
+            cli.check_nms_under_guard(config, jax.default_backend(), _NMS.value)
             files.check_writable_folder(workdir, "--workdir")
+            run_config.check_run_folders(workdir)
             # Before the heavy imports and the dataset scan: a busy
             # workdir is refused in seconds; a failed start leaves none.
             with run_lock.held(workdir, create=True):
                 results = _train(config, workdir, stop)
+                if jax.process_index() == 0:  # the process that wrote it
+                    run_config.check_run_kept(workdir)
     except preemption.Preempted as e:
         peers.finished()  # an agreed stop: no process is lost
-        print(e, file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # a closed terminal's stderr
+            print(e, file=sys.stderr, flush=True)
         sys.exit(preemption.exit_code(e.signum))
     peers.finished()
     if jax.process_index() == 0:

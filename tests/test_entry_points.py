@@ -180,8 +180,12 @@ def test_train_missing_dataset(tmp_path):
             f"--config.data.root={tmp_path}/coco",
         )
     )
-    assert line.startswith(f"error: {tmp_path}/coco")
-    assert "does not exist" in line
+    assert line == (
+        f"error: config.data.root='{tmp_path}/coco': no such folder; a COCO "
+        "folder holds annotations/instances_<split>.json with the images in "
+        "<split>/ (or <split>/_annotations.coco.json beside them, as a "
+        "Roboflow COCO export does); see docs/coco.md"
+    )
     assert not (tmp_path / "run").exists()  # not even an empty checkpoints/
 
 

@@ -63,6 +63,19 @@ def _train(tmp_path, workdir, *args):
     )
 
 
+def _run_once(command, env, **kwargs) -> subprocess.CompletedProcess:
+    """train.py `command` run to its end, its output captured."""
+    return subprocess.run(
+        [sys.executable, *command],
+        cwd=processes.ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=processes.TIMEOUT_S,
+        **kwargs,
+    )
+
+
 def _preempted_step(code: int, output: str, signum: int) -> int:
     """The step of the one `preempted at step N` line; exit 128 + signum."""
     assert code == 128 + signum, output[-3000:]
@@ -283,15 +296,7 @@ def test_a_failed_checkpoint_write_is_one_line_at_the_next_step(tmp_path):
         tmp_path / "l1",
     )
     assert first[0][0] == 0, first[0][1][-3000:]
-    result = subprocess.run(
-        [sys.executable, *command],
-        cwd=processes.ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=processes.TIMEOUT_S,
-        preexec_fn=_limit_file_size(1_000_000),
-    )
+    result = _run_once(command, env, preexec_fn=_limit_file_size(1_000_000))
     output = result.stdout + result.stderr
     assert result.returncode == 1, output[-3000:]
     assert "Traceback" not in output, output[-3000:]
@@ -307,3 +312,28 @@ def test_a_failed_checkpoint_write_is_one_line_at_the_next_step(tmp_path):
     logged = [x["step"] for x in processes.train_lines(workdir)]
     assert 2 <= max(logged) <= 4, logged
     assert not any((workdir / "checkpoints").glob("*"))  # no partial save
+
+
+def test_a_checkpoints_file_is_refused_before_metrics_are_touched(tmp_path):
+    """A run never erases what it cannot continue: with checkpoints/ a
+    file, the old run's metrics.jsonl lines stay and nothing is trained."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "checkpoints").write_text("")
+    metrics = "".join(f'{{"step": {i}}}\n' for i in range(1, 5))
+    (workdir / "metrics.jsonl").write_text(metrics)
+    command, env = _train(tmp_path, workdir)
+    result = _run_once(command, env)
+    output = result.stdout + result.stderr
+    assert result.returncode == 1, output[-3000:]
+    errors = [x for x in output.splitlines() if x.startswith("error: ")]
+    assert errors == [
+        f"error: --workdir={workdir}: {workdir}/checkpoints is a file, not "
+        "the checkpoints folder a training run keeps there; move it away or "
+        "choose another --workdir"
+    ], output[-3000:]
+    assert (workdir / "metrics.jsonl").read_text() == metrics
+    assert sorted(p.name for p in workdir.iterdir()) == [
+        "checkpoints",
+        "metrics.jsonl",
+    ]

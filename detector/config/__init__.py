@@ -10,9 +10,10 @@ import ml_collections
 from detector.config import data as data_section
 from detector.config import eval as eval_section
 from detector.config import model as model_section
-from detector.config import ranges
+from detector.config import ranges, structure
 from detector.config import train as train_section
 from detector.config.checks import check_image_size
+from detector.utils import files
 
 resolve_dtype = model_section.resolve_dtype
 
@@ -99,32 +100,44 @@ def check_schema(config: ml_collections.ConfigDict) -> None:
     data_section.check_memory(config)
 
 
-def _merge_json(
-    target: ml_collections.ConfigDict, values: dict, prefix: str
-) -> None:
-    for key, value in values.items():
-        if key not in target:
-            raise ValueError(
-                f"{prefix}{key}: not a config field (written "
-                "by another version?)"
-            )
-        if isinstance(value, dict):
-            _merge_json(target[key], value, f"{prefix}{key}.")
-        elif isinstance(target[key], tuple) and isinstance(value, list):
-            target[key] = tuple(value)
-        else:
-            target[key] = value
+# The most bytes a config.json may hold (they are a few KiB): a FIFO or a
+# device is never waited on or read whole.
+MAX_JSON_BYTES = 16 * 2**20
 
 
 def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
-    """Reads a workdir's config.json back into the schema's types."""
+    """Reads a JSON config (a workdir's config.json, --print_config's
+    output) back into the schema's types, checked whole.
+
+    Raises:
+      FileNotFoundError: no file at `path`.
+      ValueError: one line naming `path`: not a regular file, not readable
+        JSON, or a section or field missing, unknown or of the wrong type
+        (`structure.check`).
+    """
     path = pathlib.Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise FileNotFoundError(
             f"{path}: no config.json here; pass "
             "--config=... or a workdir written by "
             "train.py"
         )
-    config = base_config()
-    _merge_json(config, json.loads(path.read_text()), f"{path}: ")
-    return config
+    data = files.read_regular(path, MAX_JSON_BYTES)
+    try:
+        values = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        where = (
+            f" (line {e.lineno} column {e.colno}: {e.msg})"
+            if isinstance(e, json.JSONDecodeError)
+            else ""
+        )
+        raise ValueError(
+            f"{path}: not readable JSON{where}; damaged? write it again "
+            "(train.py writes config.json, --print_config a whole config)"
+        ) from None
+    if not isinstance(values, dict):
+        raise ValueError(
+            f"{path}: holds a JSON {type(values).__name__}, not a config "
+            "(an object of sections)"
+        )
+    return structure.from_json(values, base_config(), str(path))

@@ -28,7 +28,13 @@ MASK_LAYOUTS = {"crop": "crop", "torchvision": "canvas"}
 
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
-    "data.num_classes": image_ranges.NUM_CLASSES,
+    # 0: the training annotation file's count, taken where the run starts
+    # (detector/launch/data_check.py).
+    "data.num_classes": ranges.between(
+        0,
+        image_ranges.NUM_CLASSES.high,
+        "object categories; 0: as many as the annotation file lists",
+    ),
     "data.image_size": image_ranges.IMAGE_SIZE,
     "data.train_image_size": ranges.each(
         ranges.between(0, image_ranges.MAX_SIDE, "pixels"),
@@ -49,8 +55,8 @@ RANGES: ranges.Table = {
     "data.lsj_min": _SCALE,
     "data.lsj_max": _SCALE,
     "data.lsj_min_box_size": ranges.at_least(0, "pixels"),
-    "data.shapes.num_train": ranges.at_least(1, "images written"),
-    "data.shapes.num_val": ranges.at_least(1, "images written"),
+    "data.shapes.num_train": ranges.between(1, 10**7, "images written"),
+    "data.shapes.num_val": ranges.between(1, 10**7, "images written"),
     # Its lower end is the writer's: data/shapes_writer.py MIN_IMAGE_SIZE.
     "data.shapes.image_size": ranges.between(
         1, image_ranges.MAX_SIDE, "side of the square images"

@@ -13,7 +13,9 @@ RANGES: ranges.Table = {
     "eval.max_images": ranges.at_least(
         0, "images evaluated, 0: the whole split"
     ),
-    "eval.num_visualized": ranges.at_least(0, "batches drawn"),
+    "eval.num_visualized": ranges.between(
+        0, 64, "batches drawn, held in memory until written"
+    ),
 }
 
 

@@ -37,7 +37,10 @@ RANGES: ranges.Table = {
     "model.max_level": ranges.between(1, 10, "coarsest stride 2**level"),
     "model.anchor_scale": ranges.above(0, "anchor side / stride"),
     "model.aspect_ratios": ranges.each(
-        ranges.above(0), min_length=1, shape="anchor height / width"
+        ranges.above(0, "each an anchor per location, RPN outputs with it"),
+        min_length=1,
+        max_length=16,
+        shape="anchor height / width",
     ),
     "model.anchor_offset": ranges.between(
         0, 1, "0.5: cell centres, 0: torchvision's", high_open=True
@@ -67,7 +70,9 @@ RANGES: ranges.Table = {
     "model.roi.pool_size": ranges.between(1, 64, "ROIAlign output side"),
     "model.roi.canonical_size": ranges.above(0, "roi side of the level"),
     "model.roi.canonical_level": ranges.at_least(1),
-    "model.roi.sampling_ratio": ranges.at_least(1, "samples per bin side"),
+    "model.roi.sampling_ratio": ranges.between(
+        1, 16, "samples per bin side (torchvision, detectron2: 2)"
+    ),
     "model.roi.level_eps": ranges.at_least(0),
     "model.roi.box_head_dim": _COUNT,
     "model.roi.mask_pool_size": ranges.between(1, 64, "mask ROIAlign side"),

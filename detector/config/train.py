@@ -7,7 +7,9 @@ from detector.config import ranges
 # Every numeric field's range (detector/config/ranges.py).
 RANGES: ranges.Table = {
     "train.batch_size": ranges.between(1, 4096, "images per step"),
-    "train.num_steps": ranges.at_least(1, "steps to train"),
+    "train.num_steps": ranges.between(
+        1, 2**31 - 1, "steps to train; the step counter is int32"
+    ),
     "train.learning_rate": ranges.above(0, "the peak learning rate"),
     "train.momentum": ranges.between(0, 1, high_open=True),
     "train.weight_decay": ranges.at_least(0),
@@ -27,7 +29,9 @@ RANGES: ranges.Table = {
     "train.grad_clip_norm": ranges.at_least(0, "0 turns clipping off"),
     "train.log_every": ranges.at_least(1, "steps between metrics lines"),
     "train.checkpoint_every": ranges.at_least(1, "steps between checkpoints"),
-    "train.keep_checkpoints": ranges.at_least(1, "checkpoints kept"),
+    "train.keep_checkpoints": ranges.between(
+        1, 1000, "checkpoints kept, each the model's size on disk"
+    ),
     "train.eval_every": ranges.at_least(
         0, "steps between evaluations, 0: only at the end"
     ),

@@ -24,6 +24,10 @@ _INTEGER_KEYS = (
     ("categories", "id"),
 )
 
+# The largest id: ids travel as int64 through the pipeline and COCOeval,
+# whose matching also fails on negative image ids.
+MAX_ID = 2**63 - 1
+
 
 def _integer(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
@@ -314,6 +318,13 @@ def check_records(path: str, dataset: dict) -> None:
                 raise ValueError(
                     f"{path}: {key}[{index}] {field} {value!r} is not an "
                     "integer"
+                )
+            if not 0 <= value <= MAX_ID:
+                where = "negative" if value < 0 else "over 2**63 - 1"
+                raise ValueError(
+                    f"{path}: {key}[{index}] {field} {value} is {where}: ids "
+                    "must be integers in [0, 2**63 - 1] (COCOeval's int64); "
+                    "renumber them"
                 )
     for (key, field), (test, what) in FIELDS.items():
         for index, record in enumerate(dataset[key]):

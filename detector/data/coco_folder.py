@@ -15,7 +15,7 @@ from pycocotools import coco as coco_lib
 from pycocotools import mask as mask_utils
 
 from detector.data import coco_checks as checks
-from detector.data import gt_boxes
+from detector.data import coco_layout, gt_boxes
 from detector.data.splits import parse_split
 from detector.imaging import image_file
 
@@ -76,20 +76,19 @@ class CocoFolder:
         max_images: int = 0,
         cache: bool = False,
         allow_outside_images: bool = False,
+        split_key: str = "data.train_split",
     ):
-        name, _, _ = parse_split(split)
-        if not os.path.isdir(root):
-            raise FileNotFoundError(f"{root}: data.root folder does not exist")
-        self.annotation_file = os.path.join(
-            root, "annotations", f"instances_{name}.json"
-        )
-        self.image_dir = os.path.join(root, name)
-        dataset = self._read_json(root, name)
+        files = coco_layout.locate(root, split, split_key)
+        self.annotation_file = files.annotation_file
+        self.image_dir = files.image_dir
+        dataset = self._read_json()
         categories = sorted(c["id"] for c in dataset["categories"])
         if len(categories) != num_classes:
             raise ValueError(
                 f"{self.annotation_file}: {len(categories)} categories but "
-                f"data.num_classes is {num_classes}"
+                f"config.data.num_classes={num_classes}; set "
+                f"--config.data.num_classes={len(categories)}, or 0 to "
+                "take the count from the annotation file"
             )
         self.category_ids: list[int] = categories
         images = sorted(dataset["images"], key=lambda im: im["id"])
@@ -116,24 +115,9 @@ class CocoFolder:
         # pipeline in place of TensorFlow's wrapped error.
         self.error: Exception | None = None
 
-    def _read_json(self, root: str, name: str) -> dict:
+    def _read_json(self) -> dict:
         """Loads the annotation JSON and checks its top-level structure."""
         path = self.annotation_file
-        if not os.path.exists(path):
-            folder = os.path.join(root, "annotations")
-            have = (
-                sorted(
-                    f for f in os.listdir(folder) if f.startswith("instances_")
-                )
-                if os.path.isdir(folder)
-                else []
-            )
-            raise FileNotFoundError(
-                f"{path}: annotation file for split {name!r} not found "
-                f"(present: {', '.join(have) or 'none'}); name a present "
-                "split with --config.data.train_split or "
-                "--config.data.eval_split"
-            )
         try:
             with open(path) as f:
                 dataset = json.load(f)
@@ -149,11 +133,6 @@ class CocoFolder:
 
     def _check_image_files(self) -> None:
         """Raises FileNotFoundError when a listed image file is absent."""
-        if not os.path.isdir(self.image_dir):
-            raise FileNotFoundError(
-                f"{self.image_dir}: image folder of "
-                f"{os.path.basename(self.annotation_file)} does not exist"
-            )
         present = set(os.listdir(self.image_dir))
         missing = [
             im["file_name"]
@@ -330,6 +309,7 @@ class CocoFolder:
         for info in self.images:
             path = os.path.join(self.image_dir, info["file_name"])
             header = image_file.read_header(path)
+            image_file.check_complete(path)  # before step 1, not at it
             if header.size != (info["height"], info["width"]):
                 wrong.append((path, header, info))
         if not wrong:

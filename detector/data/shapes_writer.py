@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 from collections.abc import Sequence
 
 import numpy as np
@@ -227,6 +228,54 @@ def check_can_write(out_dir: str, split: str) -> None:
             f"{DESCRIPTION!r} file; refusing to overwrite it (move it or "
             f"write the shapes dataset to another folder); {_SYNTHETIC}"
         )
+
+
+def estimated_bytes(num_images: int, image_size: int) -> int:
+    """About what `num_images` PNGs of `image_size` take with their
+    annotations, on the generous side (they measure ~1/6 of their raw
+    bytes: 8 KB at 128 x 128)."""
+    return num_images * (image_size * image_size * 3 // 4 + 1024)
+
+
+# Each split -> the config key of its image count.
+COUNT_KEYS = {"train": "data.shapes.num_train", "val": "data.shapes.num_val"}
+
+
+def stale_splits(out_dir: str, settings) -> dict[str, int]:
+    """Split -> image count of the splits not yet written under `out_dir`
+    (or written for other settings); `settings` is config.data.shapes."""
+    counts = {"train": settings.num_train, "val": settings.num_val}
+    return {
+        split: count
+        for split, count in counts.items()
+        if not split_is_current(
+            out_dir, split, count, settings.image_size, settings.seed
+        )
+    }
+
+
+def check_space(out_dir: str, counts: dict[str, int], image_size: int) -> None:
+    """ValueError when writing `counts` (split -> images) of `image_size`
+    under `out_dir` would not fit in the free space there, naming the
+    config key (COUNT_KEYS) of the largest count."""
+    if not counts:
+        return
+    needed = estimated_bytes(sum(counts.values()), image_size)
+    existing = os.path.abspath(out_dir)
+    while not os.path.exists(existing) and existing != os.path.dirname(
+        existing
+    ):
+        existing = os.path.dirname(existing)
+    free = shutil.disk_usage(existing).free
+    if needed <= free:
+        return
+    split = max(counts, key=counts.get)
+    raise ValueError(
+        f"config.{COUNT_KEYS[split]}={counts[split]}: writing "
+        f"{sum(counts.values())} shapes images of {image_size} x "
+        f"{image_size} takes about {needed / 2**30:.1f} GiB, more than the "
+        f"{free / 2**30:.1f} GiB free at {existing}; lower the count"
+    )
 
 
 def check_root(out_dir: str) -> None:

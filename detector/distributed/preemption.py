@@ -1,4 +1,5 @@
-"""SIGTERM/SIGINT stop a run: before step 1 at once (nothing to save), after
+"""SIGTERM/SIGINT/SIGHUP (a closed terminal) stop a run: before step 1 at
+once (nothing to save), after
 it every process saves the same agreed step; exit 128 + the signal
 (docs/faults.md; design: docs/architecture.md, "Processes")."""
 
@@ -12,8 +13,23 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
-# The signals that ask a run to stop, by number.
-SIGNALS = {signal.SIGTERM: "SIGTERM", signal.SIGINT: "SIGINT"}
+# The signals that ask a run to stop, by number (SIGHUP: its terminal was
+# closed; it saves as SIGTERM does).
+SIGNALS = {
+    signal.SIGTERM: "SIGTERM",
+    signal.SIGINT: "SIGINT",
+    signal.SIGHUP: "SIGHUP",
+}
+
+
+def _say(line: str) -> None:
+    """`line` on stderr, if there still is one (a closed terminal's is
+    gone: the run goes on to save all the same)."""
+    try:
+        sys.stderr.write(f"{line}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
 
 
 def exit_code(signum: int) -> int:
@@ -37,8 +53,7 @@ class Preempted(Exception):  # noqa: N818 (not an error: a requested stop)
 def _exit_now(line: str, signum: int) -> None:
     """Ends the process at once, with `line` on stderr and the shell's code
     for `signum` (no cleanup: called from the signal-watch thread)."""
-    sys.stderr.write(f"{line}\n")
-    sys.stderr.flush()
+    _say(line)
     os._exit(exit_code(signum))
 
 
@@ -106,11 +121,10 @@ class Watch:
         if self.signum is not None:
             _exit_now(f"{name} again: exiting at once, not saving", signum)
         self.signum = signum
-        sys.stderr.write(
+        _say(
             f"{name} received: the run saves a checkpoint after the current "
-            f"step and stops (send {name} again to exit at once)\n"
+            f"step and stops (send {name} again to exit at once)"
         )
-        sys.stderr.flush()
 
     def stop_requested(self) -> bool:
         """Whether any process has received a signal (a collective: every

@@ -124,6 +124,11 @@ def read_rgb(
             stored_size = image.size
             _check_pixels(path, image, max_pixels)
             mode = image.mode
+            if image.format != "JPEG":  # JPEG's draft must come first
+                # Decoded here, so that a damaged stream raises: reading a
+                # PNG's EXIF loads its pixels, and that error is swallowed
+                # (the pixels then stay black).
+                image.load()
             orientation = orientation_lib.of_image(image)
             stored_size = image.size
             if needed is not None:
@@ -166,3 +171,37 @@ def read_header(path: str) -> ImageHeader:
             return ImageHeader(orientation_lib.of_image(image), image.size)
     except _UNREADABLE as e:
         raise ValueError(f"{path}: cannot decode image ({e})") from None
+
+
+# Magic bytes -> what a complete file of that format ends with: JPEG's
+# end-of-image marker (never inside the scan data, where 0xFF is followed
+# by 0x00 or a restart marker), PNG's IEND chunk.
+_ENDINGS = {b"\xff\xd8\xff": b"\xff\xd9", b"\x89PNG": b"IEND\xaeB`\x82"}
+# How far from the end the ending is looked for (padding after it).
+TAIL_BYTES = 64
+
+
+def check_complete(path: str) -> None:
+    """Raises ValueError naming `path` when it is a JPEG or PNG cut short
+    (a copy or download that stopped): its header reads, its pixels do
+    not. Cheap: the last TAIL_BYTES are read; a file whose ending is not
+    among them (a trailer after it: a motion photo's video) is decoded to
+    tell."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        size = f.seek(0, 2)
+        f.seek(max(0, size - TAIL_BYTES))
+        tail = f.read()
+    ending = next(
+        (end for magic, end in _ENDINGS.items() if head.startswith(magic)),
+        None,
+    )
+    if ending is None or ending in tail:
+        return
+    try:
+        read_rgb(path)
+    except ValueError as e:
+        raise ValueError(
+            f"{e}: the file is cut short or damaged; copy it again or "
+            "remove its record"
+        ) from None

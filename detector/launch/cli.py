@@ -213,6 +213,27 @@ def set_nms_backend(
     config.model.detection.nms_backend = backend
 
 
+def check_nms_under_guard(
+    config: ml_collections.ConfigDict, platform: str, flag: str | None
+) -> None:
+    """Raises ValueError when an NMS site's backend cannot run on
+    `platform` under eval's device-only transfer guard
+    (ops.nms.HOST_CALLBACKS), naming --nms (`flag`, its value) or the
+    config key: refused before anything loads, not after the compile."""
+    for key in ("model.rpn.nms_backend", "model.detection.nms_backend"):
+        section, site, field = key.split(".")
+        backend = config[section][site][field]
+        why = nms.HOST_CALLBACKS.get((platform, backend))
+        if why is None:
+            continue
+        name = "--nms" if flag else f"config.{key}"
+        raise ValueError(
+            f"{name}={backend}: on {platform} it {why} the evaluation's "
+            "device-only transfer guard stops; evaluate with --nms=auto "
+            f"here, and {backend} on a GPU"
+        )
+
+
 def _env_count(env: Mapping[str, str], name: str) -> int:
     try:
         return int(env.get(name, "").strip() or 0)

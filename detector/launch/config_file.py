@@ -4,12 +4,21 @@ naming the file and, where Python says, the line (docs/bad-input.md)."""
 
 import importlib.util
 import os
+import pathlib
 import sys
 import traceback
 
 import ml_collections
 from absl import flags
 from ml_collections import config_flags
+
+from detector import config as config_lib
+from detector.config import structure
+from detector.launch import flag_types
+from detector.utils import files
+
+# The project's config files, listed when a --config file is not found.
+PROJECT_CONFIGS = pathlib.Path(__file__).resolve().parents[2] / "configs"
 
 
 class ConfigFileError(flags.Error):
@@ -38,14 +47,57 @@ def _where(error: BaseException, path: str) -> str:
     return f"{path}, line {lines[-1]}" if lines else path
 
 
-def _error_line(error: BaseException, path: str, flag: str) -> str:
-    """The one line of an error raised while `path` loaded or ran."""
+def _error_line(
+    error: BaseException, path: str, flag: str, variant: str = ""
+) -> str:
+    """The one line of an error raised while `path` (given `variant`: a
+    JSON config's path, to json_config_spec's loader) loaded or ran."""
     text = " ".join(str(error).split())
     if isinstance(error, SyntaxError):
         text = error.msg
-    if isinstance(error, ValueError) and os.path.basename(path) in text:
+    names = [os.path.basename(p) for p in (path, variant) if p]
+    if isinstance(error, ValueError) and any(n in text for n in names):
         return text  # the file's own message, which names it
     return f"{flag}: {_where(error, path)}: {type(error).__name__}: {text}"
+
+
+def _exit_line(error: SystemExit, path: str, flag: str) -> str:
+    """The one line of a config file that called sys.exit()."""
+    return (
+        f"{flag}: {_where(error, path)}: the config file called "
+        f"sys.exit({error.code!r}) instead of returning its config; a "
+        "config file's get_config() must return an ml_collections.ConfigDict"
+    )
+
+
+def _project_configs() -> str:
+    """'; the project's configs: configs/a.py, ...' (paths as the current
+    folder reaches them), or '' without any."""
+    folder = PROJECT_CONFIGS
+    if not folder.is_dir():
+        return ""
+    names = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
+    if not names:
+        return ""
+    cwd = pathlib.Path.cwd()
+    shown = [
+        str(p.relative_to(cwd)) if p.is_relative_to(cwd) else str(p)
+        for p in names
+    ]
+    return f"; the project's configs: {', '.join(shown)}"
+
+
+def _check_file(file: str, flag: str) -> None:
+    """Raises ConfigFileError unless `file` is a regular file."""
+    if os.path.isfile(file):
+        return
+    if not os.path.exists(file):
+        reason = "No such file or directory" + _project_configs()
+    elif os.path.isdir(file):
+        reason = "Is a directory"
+    else:
+        reason = f"not a regular file ({files.kind_of(file)})"
+    raise ConfigFileError(f"{flag}: {file}: {reason}")
 
 
 def _load_module(name: str, path: str):
@@ -72,11 +124,11 @@ class ConfigFileParser(flags.ArgumentParser):
         """The locked config of `path` ('file.py' or 'file.py:variant')."""
         file, *variant = path.split(":", 1)
         flag = f"--{self.name}"
-        if not os.path.isfile(file):
-            reason = "Is a directory" if os.path.isdir(file) else None
-            raise ConfigFileError(
-                f"{flag}: {file}: {reason or 'No such file or directory'}"
-            )
+        try:
+            file = flag_types.expand(file)
+        except ValueError as e:
+            raise ConfigFileError(f"{flag}: {file}: {e}") from None
+        _check_file(file, flag)
         try:
             module = _load_module(f"{self.name}_config", file)
             if not callable(getattr(module, "get_config", None)):
@@ -90,13 +142,25 @@ class ConfigFileParser(flags.ArgumentParser):
             reason = e.strerror or str(e)
             named = f"{e.filename}: {reason}" if e.filename else reason
             raise ConfigFileError(f"{flag}: {named}") from None
+        except SystemExit as e:
+            raise ConfigFileError(_exit_line(e, file, flag)) from None
         except Exception as e:  # noqa: BLE001 (any error of the file's code)
-            raise ConfigFileError(_error_line(e, file, flag)) from None
+            raise ConfigFileError(
+                _error_line(e, file, flag, *variant)
+            ) from None
         if not isinstance(config, ml_collections.ConfigDict):
             raise ConfigFileError(
                 f"{flag}: {file}: get_config() returned {_article(config)}, "
                 "not an ml_collections.ConfigDict"
             )
+        try:
+            structure.check(
+                config,
+                config_lib.base_config(),
+                f"{flag}: {file}: get_config()'s config",
+            )
+        except ValueError as e:
+            raise ConfigFileError(str(e)) from None
         if self._lock_config:
             config.lock()
         return config

@@ -19,6 +19,8 @@ PATH_FIELDS = (
     "model.init_checkpoint",
 )
 _TRAINED = "give the workdir of a train.py run"
+# The folders a training run keeps in its workdir.
+RUN_FOLDERS = ("checkpoints",)
 
 
 def get_config(path: str) -> ml_collections.ConfigDict:
@@ -39,6 +41,33 @@ def check_workdir(workdir: pathlib.Path, *, writes: bool = False) -> None:
         files.check_writable_folder(workdir, "--workdir")
 
 
+def check_run_folders(workdir: str | pathlib.Path) -> None:
+    """Raises ValueError when a folder a run keeps in `workdir`
+    (RUN_FOLDERS) is there as something else: train.py refuses the run
+    before it writes anything, not at its first checkpoint."""
+    for name in RUN_FOLDERS:
+        path = pathlib.Path(workdir) / name
+        if path.exists() and not path.is_dir():
+            raise ValueError(
+                f"--workdir={workdir}: {path} is a file, not the {name} "
+                "folder a training run keeps there; move it away or choose "
+                "another --workdir"
+            )
+
+
+def check_run_kept(workdir: str | pathlib.Path) -> None:
+    """Raises ValueError when the config.json a run wrote into `workdir`
+    at its start is gone: the workdir was deleted or moved while it
+    trained, and what it wrote there with it."""
+    path = pathlib.Path(workdir) / config_history.LATEST
+    if not path.is_file():
+        raise ValueError(
+            f"--workdir={workdir}: {path} is gone: the workdir was deleted "
+            "or moved while the run trained, and its checkpoints and "
+            "metrics with it; train again into a workdir that stays"
+        )
+
+
 def load_workdir(
     workdir_flag: flags.FlagHolder,
     config_flag: flags.FlagHolder,
@@ -47,7 +76,12 @@ def load_workdir(
 ) -> tuple[pathlib.Path, ml_collections.ConfigDict]:
     """The workdir `workdir_flag` names (`check_workdir`) and its config
     (`load`); a failure is one line."""
-    workdir = pathlib.Path(workdir_flag.value).expanduser()
+    if workdir_flag.value is None:
+        cli.fail(
+            f"--{workdir_flag.name} is required: the workdir of a train.py "
+            "run, e.g. --workdir=workdirs/shapes"
+        )
+    workdir = pathlib.Path(workdir_flag.value)
     with cli.one_line_errors():
         check_workdir(workdir, writes=writes)
     return workdir, load(config_flag, workdir)

@@ -94,6 +94,8 @@ def list_images(args: list[str]) -> list[pathlib.Path]:
             )
         elif path.is_file():
             found.append(path)
+        elif path.exists():  # a FIFO, a device, a socket: never read
+            raise files.NotRegularError(arg, files.kind_of(path))
         else:
             raise ValueError(f"{arg}: no such file or folder")
     if not found:

@@ -616,7 +616,9 @@ class Checkpointer:
         free = files.free_space(self.directory)
         saved = [
             int(p.name)
-            for p in self.directory.iterdir()
+            for p in (
+                self.directory.iterdir() if self.directory.is_dir() else ()
+            )
             if p.name.isdigit() and int(p.name) != step
         ]
         raise CheckpointSaveError(

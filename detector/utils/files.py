@@ -36,6 +36,13 @@ class OverLimitError(ValueError):
         self.size = size
 
 
+def kind_of(path: str | pathlib.Path) -> str:
+    """What `path` is, in error lines: 'a FIFO', 'a folder', ... (links
+    followed)."""
+    mode = os.stat(path).st_mode
+    return next((k for test, k in _KINDS if test(mode)), "unknown")
+
+
 def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
     """The bytes of `path` (links followed), which must be a regular file of
     at most `limit` bytes: a FIFO is never waited on, a device or a huge
@@ -50,8 +57,7 @@ def read_regular(path: str | pathlib.Path, limit: int) -> bytes:
     with os.fdopen(fd, "rb") as f:
         mode, size = os.fstat(fd).st_mode, os.fstat(fd).st_size
         if not stat.S_ISREG(mode):
-            kind = next((k for test, k in _KINDS if test(mode)), "unknown")
-            raise NotRegularError(path, kind)
+            raise NotRegularError(path, kind_of(path))
         if size > limit:
             raise OverLimitError(path, size, limit)
         data = f.read(limit + 1)

@@ -13,4 +13,5 @@ MIN_SIZE = ranges.each(SIDE, min_length=1, shape="short sides")
 MAX_SIZE = ranges.between(1, MAX_SIDE, "the long side at most")
 PIXEL_MEAN = ranges.each(ranges.any_number(), length=3)
 PIXEL_STD = ranges.each(ranges.above(0), length=3)
-NUM_CLASSES = ranges.at_least(1, "object categories")
+# LVIS, the largest common set, has 1203: the class heads grow with it.
+NUM_CLASSES = ranges.between(1, 10000, "object categories")

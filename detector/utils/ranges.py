@@ -11,6 +11,11 @@ def is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _shown(bound: float) -> str:
+    """A bound in words: integers in full (2147483647, not 2.14748e+09)."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
+
+
 @dataclasses.dataclass(frozen=True)
 class Range:
     """Where a number may lie: [low, high], either end open or absent.
@@ -47,13 +52,13 @@ class Range:
         """'>= 1', '> 0', 'in [0, 1)' or 'a finite number'."""
         if self.low is not None and self.high is not None:
             return (
-                f"in {'(' if self.low_open else '['}{self.low:g}, "
-                f"{self.high:g}{')' if self.high_open else ']'}"
+                f"in {'(' if self.low_open else '['}{_shown(self.low)}, "
+                f"{_shown(self.high)}{')' if self.high_open else ']'}"
             )
         if self.low is not None:
-            return f"{'>' if self.low_open else '>='} {self.low:g}"
+            return f"{'>' if self.low_open else '>='} {_shown(self.low)}"
         if self.high is not None:
-            return f"{'<' if self.high_open else '<='} {self.high:g}"
+            return f"{'<' if self.high_open else '<='} {_shown(self.high)}"
         return "a finite number"
 
     def outside(self) -> float:
@@ -73,6 +78,7 @@ class Each:
     item: Range
     length: int | None = None
     min_length: int = 0
+    max_length: int | None = None
     ordered: bool = False
     shape: str = ""
 
@@ -83,16 +89,18 @@ class Each:
         return (
             (self.length is None or len(value) == self.length)
             and len(value) >= self.min_length
+            and (self.max_length is None or len(value) <= self.max_length)
             and all(self.item.admits(v, integer) for v in value)
             and (not self.ordered or list(value) == sorted(value))
         )
 
     def words(self, integer: bool = False) -> str:
-        count = (
-            f"{self.length}"
-            if self.length is not None
-            else f"{self.min_length} or more"
-        )
+        if self.length is not None:
+            count = f"{self.length}"
+        elif self.max_length is not None:
+            count = f"{self.min_length} to {self.max_length}"
+        else:
+            count = f"{self.min_length} or more"
         kind = "integers" if integer else "numbers"
         text = f"{count} {kind}, each {self.item.words()}"
         if self.ordered:

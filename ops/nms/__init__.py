@@ -31,6 +31,15 @@ _IMPLEMENTATIONS = {
     },
 }
 BACKENDS = ("auto",) + tuple(_IMPLEMENTATIONS)
+# (platform, backend) -> why its program cannot run under a transfer guard
+# that disallows host transfers (eval's predict runs under one): Pallas' GPU
+# interpret mode runs the kernel in host callbacks.
+HOST_CALLBACKS = {
+    ("cpu", "pallas_mosaic_gpu"): (
+        "runs the Mosaic GPU kernel in Pallas' GPU interpret mode, whose "
+        "host callbacks"
+    ),
+}
 # Not NMS: top-K with no suppression, to measure what NMS costs in a step.
 BASELINES = {"topk": topk.nms}
 

@@ -36,6 +36,11 @@ class CocoJsonSource:
             max_images,
             cache=data.cache,
             allow_outside_images=data.allow_outside_images,
+            split_key=(
+                "data.train_split"
+                if split == data.train_split
+                else "data.eval_split"
+            ),
         )
         self.num_classes = data.num_classes
         self.has_masks = self.folder.has_masks

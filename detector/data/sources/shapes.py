@@ -45,16 +45,10 @@ def ensure_dataset(
             f"data.shapes.image_size={data.shapes.image_size} "
             f"is below the minimum {shapes.MIN_IMAGE_SIZE}"
         )
-    counts = {"train": data.shapes.num_train, "val": data.shapes.num_val}
-    stale = {
-        split: count
-        for split, count in counts.items()
-        if not shapes.split_is_current(
-            data.root, split, count, data.shapes.image_size, data.shapes.seed
-        )
-    }
+    stale = shapes.stale_splits(data.root, data.shapes)
     for split in stale:
         shapes.check_can_write(data.root, split)
+    shapes.check_space(data.root, stale, data.shapes.image_size)
     shapes.check_root(data.root)  # a COCO folder named by mistake
     index = jax.process_index() if process_index is None else process_index
     if index != 0:

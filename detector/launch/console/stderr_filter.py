@@ -17,18 +17,54 @@ DROPPED = re.compile(
     rb"|W\d{4} [\d:.]+ +\d+ op_level_cost_estimator\.cc:\d+\] "
     rb"Error in PredictCost\(\))"
 )
+# XLA's slow-compile banner, four lines: the log line of
+# slow_operation_alarm.cc (its text starts on the next line), a row of
+# asterisks, "[Compiling module M] Very slow compile? If you want to file a
+# bug, ...", asterisks again. Dropped whole: the compile line before it
+# already says how long a compile takes (a block of other text passes).
+BANNER = (
+    re.compile(rb"^E\d{4} [\d:.]+ +\d+ slow_operation_alarm\.cc:\d+\] ?$"),
+    re.compile(rb"^\*+$"),
+    re.compile(rb"^\[Compiling module .*\] Very slow compile\?"),
+    re.compile(rb"^\*+$"),
+)
 # A partial line (no newline yet) waits this long for its end, then goes.
 PARTIAL_LINE_S = 0.2
 EXIT_WAIT_S = 2.0
 
 
+class _BannerDrop:
+    """Holds lines while they match BANNER from its start; drops them when
+    the whole banner came, passes them on as soon as one does not fit."""
+
+    def __init__(self):
+        self.held: list[bytes] = []
+
+    def feed(self, line: bytes) -> list[bytes]:
+        """The lines to write now, `line` seen."""
+        if BANNER[len(self.held)].match(line):
+            self.held.append(line)
+            if len(self.held) == len(BANNER):
+                self.held = []
+            return []
+        out, self.held = self.held, []
+        return out + (self.feed(line) if out else [line])
+
+    def flush(self) -> list[bytes]:
+        out, self.held = self.held, []
+        return out
+
+
 def filter_stream(read_fd: int, write_fd: int) -> None:
-    """Copies `read_fd` to `write_fd` until EOF, without DROPPED lines."""
+    """Copies `read_fd` to `write_fd` until EOF, without DROPPED lines and
+    XLA's slow-compile BANNER."""
     pending = b""
+    banner = _BannerDrop()
     while True:
         if pending:
             ready, _, _ = select.select([read_fd], [], [], PARTIAL_LINE_S)
             if not ready:  # a line without its end: pass it on as it is
+                os.write(write_fd, b"".join(x + b"\n" for x in banner.flush()))
                 os.write(write_fd, pending)
                 pending = b""
                 continue
@@ -37,12 +73,18 @@ def filter_stream(read_fd: int, write_fd: int) -> None:
             break
         *lines, pending = (pending + chunk).split(b"\n")
         kept = b"".join(
-            line + b"\n" for line in lines if not DROPPED.match(line)
+            out + b"\n"
+            for line in lines
+            if not DROPPED.match(line)
+            for out in banner.feed(line)
         )
         if kept:
             os.write(write_fd, kept)
+    rest = b"".join(line + b"\n" for line in banner.flush())
     if pending and not DROPPED.match(pending):
-        os.write(write_fd, pending)
+        rest += pending
+    if rest:
+        os.write(write_fd, rest)
 
 
 def install() -> subprocess.Popen | None:

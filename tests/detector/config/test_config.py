@@ -33,7 +33,7 @@ def test_the_schema_leaves_names_to_their_registries():
     "key, value, words",
     [
         ("data.max_instances", 0, "must be in [1, 1000] (instances per image)"),
-        ("data.num_classes", 0, "must be >= 1"),
+        ("data.num_classes", -1, "must be in [0, 10000]"),
         ("data.image_size", (1024,), "must be (height, width)"),
         ("data.train_image_size", (832,), "must be (height, width)"),
         ("data.train_image_size", (0, 832), "must be positive integers"),
@@ -45,7 +45,7 @@ def test_the_schema_leaves_names_to_their_registries():
         ("model.roi.mask_size", 30, "must be 2 * model.roi.mask_pool_size"),
         ("model.dtype", "float16", "unknown dtype"),
         ("train.batch_size", 0, "must be in [1, 4096] (images per step)"),
-        ("train.keep_checkpoints", 0, "must be >= 1 (checkpoints kept)"),
+        ("train.keep_checkpoints", 0, "must be in [1, 1000] (checkpoints kept"),
         ("eval.batch_size", 0, "must be in [1, 4096] (images per predict"),
         ("eval.mask_paste", "nearest", "unknown mask pasting"),
         ("eval.coco_backend", "lvis", "unknown COCOeval backend"),

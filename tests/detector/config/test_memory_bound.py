@@ -42,6 +42,10 @@ def _shapes(**fields) -> ml_collections.ConfigDict:
         ("data__gt_mask_size", 100_000),
         ("train__batch_size", 1_000_000),
         ("eval__batch_size", 1_000_000),
+        ("data__num_classes", 100_000),
+        ("eval__num_visualized", 1_000_000),
+        ("train__num_steps", 2**40),
+        ("train__keep_checkpoints", 100_000),
     ],
 )
 def test_a_size_no_recipe_uses_is_refused_by_its_range(key, value):
@@ -122,3 +126,32 @@ def test_an_infinite_clip_norm_says_it_must_be_finite():
     message = _error(config)
     assert message.startswith("config.train.grad_clip_norm=inf: must be finite")
     assert "0 turns clipping off" in message
+
+
+def test_the_reported_sampling_ratio_is_one_line_not_an_overflow():
+    config = _shapes()
+    config.model.roi.sampling_ratio = 1_000_000
+    assert _error(config) == (
+        "config.model.roi.sampling_ratio=1000000: must be in [1, 16] "
+        "(samples per bin side (torchvision, detectron2: 2))"
+    )
+
+
+def test_an_int32_bound_is_written_in_full():
+    config = _shapes()
+    config.train.num_steps = 2**31
+    assert _error(config).startswith(
+        "config.train.num_steps=2147483648: must be in [1, 2147483647] "
+    )
+
+
+def test_more_anchor_shapes_than_any_recipe_is_refused():
+    config = _shapes()
+    config.model.aspect_ratios = (1.0,) * 17
+    assert _error(config).startswith(
+        "config.model.aspect_ratios=(1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, "
+    )
+    assert _error(config).endswith(
+        ": must be anchor height / width: 1 to 16 numbers, each > 0 (each "
+        "an anchor per location, RPN outputs with it)"
+    )

@@ -38,10 +38,21 @@ def _edit_json(path, edit) -> None:
         json.dump(dataset, f)
 
 
+def test_an_image_cut_short_is_found_when_the_split_loads(folder):
+    """Before anything is written: not at step 1, after the compiles."""
+    path = folder / "train" / "0002.png"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError) as info:
+        coco_folder.CocoFolder(str(folder), "train", 3)
+    assert str(info.value).startswith(f"{path}: cannot decode image (")
+    assert "cut short or damaged" in str(info.value)
+
+
 def test_missing_folder(config, tmp_path):
     config.data.root = str(tmp_path / "nowhere")
     with pytest.raises(
-        FileNotFoundError, match=r"nowhere: data.root folder does not exist"
+        FileNotFoundError, match=r"nowhere': no such folder; a COCO folder"
     ):
         pipeline.train_batches(config)
 
@@ -49,14 +60,10 @@ def test_missing_folder(config, tmp_path):
 def test_missing_annotation_file(config):
     with pytest.raises(FileNotFoundError) as error:
         pipeline.eval_split(config, "val2017")
-    message = str(error.value)
-    assert "instances_val2017.json: annotation file for split 'val2017'" in (
-        message
-    )
-    assert message.endswith(
-        "(present: instances_train.json, instances_val.json); name a "
-        "present split with --config.data.train_split or "
-        "--config.data.eval_split"
+    assert str(error.value).endswith(
+        "holds no annotations/instances_val2017.json (nor "
+        "val2017/_annotations.coco.json); splits there: train, val; name "
+        "one with --config.data.eval_split=..."
     )
 
 
@@ -75,9 +82,12 @@ def test_missing_image_folder_and_file(config, folder):
 
 
 def test_corrupt_image_names_the_file(config, folder, capfd):
-    # Cut after its header: found when decoded.
+    # Damaged inside, its header and its end intact: found when decoded
+    # (a file cut short is found when the folder loads, below).
     path = folder / "val" / "0002.png"
-    path.write_bytes(path.read_bytes()[:60])
+    data = bytearray(path.read_bytes())
+    data[60:-20] = b"\xff" * (len(data) - 80)
+    path.write_bytes(bytes(data))
     split = pipeline.eval_split(config)
     with pytest.raises(ValueError, match=r"val/0002.png: cannot decode image"):
         list(split.batches())
@@ -208,7 +218,10 @@ def test_json_problems(config, folder):
 def test_config_problems(config):
     config.data.num_classes = 80
     with pytest.raises(
-        ValueError, match="3 categories but data.num_classes is 80"
+        ValueError,
+        match=r"3 categories but config.data.num_classes=80; set "
+        r"--config.data.num_classes=3, or 0 to take the count from the "
+        "annotation file$",
     ):
         pipeline.eval_split(config)
     config.data.num_classes = 3

@@ -55,6 +55,30 @@ def test_string_image_id_names_file_key_and_value(root, records, index, key):
     )
 
 
+@pytest.mark.parametrize(
+    "records, index, key, value",
+    [
+        ("images", 1, "id", -2),
+        ("annotations", 4, "image_id", -2),
+        ("images", 1, "id", 2**64 - 5),  # a 64-bit hash
+        ("categories", 0, "id", 2**63),
+    ],
+)
+def test_an_id_outside_int64_or_a_negative_image_id_is_one_line(
+    root, records, index, key, value
+):
+    path = _edit(root, lambda d: d[records][index].update({key: value}))
+    with pytest.raises(ValueError) as error:
+        coco_folder.CocoFolder(str(root), "val", 3)
+    negative = value < 0
+    assert str(error.value) == (
+        f"{path}: {records}[{index}] {key} {value} is "
+        + ("negative" if negative else "over 2**63 - 1")
+        + ": ids must be integers in [0, 2**63 - 1] (COCOeval's int64); "
+        "renumber them"
+    )
+
+
 def test_tfds_duplicate_image_id_names_both_records():
     example = {
         "height": 10,

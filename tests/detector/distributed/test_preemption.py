@@ -67,3 +67,15 @@ def test_preempted_says_the_step_and_the_exit_code_is_the_shells():
     )
     assert preemption.exit_code(signal.SIGTERM) == 143
     assert preemption.exit_code(signal.SIGINT) == 130
+
+
+def test_a_closed_terminal_saves_like_sigterm():
+    """SIGHUP (the terminal closed) sets the flag: the step is saved."""
+    done = _child("SIGHUP")
+    assert done.returncode == 128 + signal.SIGHUP, done.stderr
+    assert done.stdout.splitlines() == [
+        "before False",
+        f"after True {int(signal.SIGHUP)}",
+    ]
+    assert "SIGHUP received: the run saves a checkpoint" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -25,8 +25,8 @@ def test_a_split_that_does_not_exist_fails_before_the_checkpoint_loads(
     with pytest.raises(FileNotFoundError) as error:
         eval_lib.evaluate_checkpoint(config, tmp_path / "run", split="test")
     assert str(error.value).endswith(
-        "annotation file for split 'test' not found (present: "
-        "instances_val.json); name a present split with "
-        "--config.data.train_split or --config.data.eval_split"
+        "holds no annotations/instances_test.json (nor "
+        "test/_annotations.coco.json); splits there: val; name one with "
+        "--config.data.eval_split=..."
     )
     assert not (tmp_path / "run").exists()

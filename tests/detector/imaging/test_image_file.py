@@ -65,3 +65,36 @@ def test_read_header_gives_the_turned_size_without_decoding(tmp_path):
     path.write_bytes(b"not an image")
     with pytest.raises(ValueError, match=r"phone.jpg: cannot decode image"):
         image_file.read_header(str(path))
+
+
+def _photo(path, fmt: str) -> bytes:
+    pixels = (np.random.default_rng(0).random((60, 80, 3)) * 255).astype(
+        np.uint8
+    )
+    Image.fromarray(pixels).save(path, format=fmt)
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("fmt, name", [("JPEG", "a.jpg"), ("PNG", "a.png")])
+def test_a_file_cut_short_is_found_without_decoding_the_whole(
+    tmp_path, fmt, name
+):
+    path = tmp_path / name
+    data = _photo(path, fmt)
+    image_file.check_complete(str(path))
+    path.write_bytes(data[: len(data) // 2])
+    image_file.read_header(str(path))  # the header alone still reads
+    with pytest.raises(ValueError) as info:
+        image_file.check_complete(str(path))
+    assert str(info.value).startswith(f"{path}: cannot decode image (")
+    assert str(info.value).endswith(
+        ": the file is cut short or damaged; copy it again or remove its record"
+    )
+
+
+def test_a_jpeg_with_a_trailer_after_its_end_is_complete(tmp_path):
+    """A motion photo's video after the JPEG's end: decoded to tell."""
+    path = tmp_path / "motion.jpg"
+    data = _photo(path, "JPEG")
+    path.write_bytes(data + b"\0" * 1000 + b"ftypmp42 a video")
+    image_file.check_complete(str(path))

@@ -317,3 +317,25 @@ def test_help_examples_keep_their_lines(script):
 )
 def test_library_error_text_becomes_a_plain_sentence(text, plain):
     assert cli.plain(text) == plain
+
+
+@pytest.mark.parametrize(
+    "flag, name", [("pallas_mosaic_gpu", "--nms"), (None, "config.model.")]
+)
+def test_an_nms_backend_eval_cannot_run_here_is_refused_up_front(flag, name):
+    config = config_lib.base_config()
+    config.model.rpn.nms_backend = "pallas_mosaic_gpu"
+    config.model.detection.nms_backend = "pallas_mosaic_gpu"
+    with pytest.raises(ValueError) as info:
+        cli.check_nms_under_guard(config, "cpu", flag)
+    assert str(info.value).startswith(f"{name}")
+    assert str(info.value).endswith(
+        "=pallas_mosaic_gpu: on cpu it runs the Mosaic GPU kernel in Pallas' "
+        "GPU interpret mode, whose host callbacks the evaluation's "
+        "device-only transfer guard stops; evaluate with --nms=auto here, and "
+        "pallas_mosaic_gpu on a GPU"
+    )
+    cli.check_nms_under_guard(config, "cuda", flag)  # runs there
+    config.model.rpn.nms_backend = "pallas"
+    config.model.detection.nms_backend = "auto"
+    cli.check_nms_under_guard(config, "cpu", None)

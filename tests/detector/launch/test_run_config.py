@@ -131,3 +131,46 @@ def test_check_workdir_that_is_written_to_must_be_writable(
     run_config.check_workdir(tmp_path)  # reading only: fine
     with pytest.raises(ValueError, match=r"cannot write into"):
         run_config.check_workdir(tmp_path, writes=True)
+
+
+def test_a_run_folder_that_is_a_file_is_refused(tmp_path):
+    run_config.check_run_folders(tmp_path)  # none yet: a new run
+    (tmp_path / "checkpoints").mkdir()
+    run_config.check_run_folders(tmp_path)
+    (tmp_path / "checkpoints").rmdir()
+    (tmp_path / "checkpoints").write_text("")
+    with pytest.raises(ValueError) as info:
+        run_config.check_run_folders(tmp_path)
+    assert str(info.value) == (
+        f"--workdir={tmp_path}: {tmp_path}/checkpoints is a file, not the "
+        "checkpoints folder a training run keeps there; move it away or "
+        "choose another --workdir"
+    )
+
+
+def test_a_workdir_deleted_while_it_trained_is_noticed(tmp_path):
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text("{}")
+    run_config.check_run_kept(workdir)
+    (workdir / "config.json").unlink()
+    workdir.rmdir()
+    with pytest.raises(ValueError) as info:
+        run_config.check_run_kept(workdir)
+    assert str(info.value) == (
+        f"--workdir={workdir}: {workdir}/config.json is gone: the workdir "
+        "was deleted or moved while the run trained, and its checkpoints "
+        "and metrics with it; train again into a workdir that stays"
+    )
+
+
+def test_eval_without_workdir_says_it_is_required(capsys):
+    holder = flags.FlagValues()
+    workdir = flags.DEFINE_string("workdir", None, "", flag_values=holder)
+    holder(["eval.py"])
+    with pytest.raises(SystemExit) as info:
+        run_config.load_workdir(workdir, None)
+    assert str(info.value) == (
+        "error: --workdir is required: the workdir of a train.py run, e.g. "
+        "--workdir=workdirs/shapes"
+    )

@@ -751,3 +751,12 @@ def test_a_class_name_two_categories_share_is_named_and_ids_accepted():
         "(ids 1, 3); name the one you mean by its id (--classes=3)"
     )
     assert runner.class_filter("3,window", categories) == {2, 3}
+
+
+def test_a_fifo_named_as_an_input_is_not_a_regular_file(tmp_path):
+    os.mkfifo(tmp_path / "pipe.jpg")
+    with pytest.raises(ValueError) as error:
+        runner.list_images([str(tmp_path / "pipe.jpg")])
+    assert str(error.value) == (
+        f"{tmp_path}/pipe.jpg: not a regular file (a FIFO)"
+    )

@@ -89,3 +89,19 @@ def test_host_fingerprints_equal_the_device_program():
             }
         )
     assert host == device
+
+
+def test_a_save_into_a_file_is_one_save_error(tmp_path):
+    """checkpoints/ a file: the save's error is the one-line save error,
+    not an OSError from listing the checkpoints beside it."""
+    (tmp_path / "checkpoints").write_text("")
+    ckpt = checkpoint.Checkpointer(tmp_path / "checkpoints", max_to_keep=1)
+    ckpt.save(1, {"a": jnp.ones(3)})
+    with pytest.raises(checkpoint.CheckpointSaveError) as info:
+        ckpt.wait()
+    ckpt.close()
+    assert str(info.value).startswith(
+        f"the checkpoint of step 1 could not be written to "
+        f"{tmp_path}/checkpoints: Not a directory; "
+    )
+    assert str(info.value).endswith(" free there; no earlier checkpoint")

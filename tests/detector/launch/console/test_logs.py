@@ -155,3 +155,26 @@ def test_one_line_errors_escape_control_characters(capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.fail("photos/a\x1b]0;x\x07.jpg: missing")
     assert exit_.value.code == "error: photos/a\\x1b]0;x\\x07.jpg: missing"
+
+
+SLOW_COMPILE = [
+    b"E1129 01:02:03.123456   4455 slow_operation_alarm.cc:140] ",
+    b"********************************",
+    b"[Compiling module jit_train_step] Very slow compile? If you want to "
+    b"file a bug, run with envvar XLA_FLAGS=--xla_dump_to=/tmp/foo and "
+    b"attach the results.",
+    b"********************************",
+]
+
+
+def test_xlas_slow_compile_banner_never_reaches_the_console():
+    lines = [b"before", *SLOW_COMPILE, b"after", *SLOW_COMPILE]
+    assert _filtered(b"\n".join(lines) + b"\n") == b"before\nafter\n"
+
+
+def test_other_text_of_the_same_alarm_passes():
+    """Only the whole banner goes; a block that breaks off is kept."""
+    lines = [*SLOW_COMPILE[:2], b"Constant folding is taking > 1s", b"x"]
+    assert _filtered(b"\n".join(lines) + b"\n") == b"\n".join(lines) + b"\n"
+    cut = b"\n".join(SLOW_COMPILE[:3])  # the process ended inside it
+    assert _filtered(cut) == cut
