@@ -18,6 +18,7 @@ from absl import app, flags
 from detector.distributed import peers
 from detector.launch import cli, config_help, run_config, validate
 from detector.launch.console import logs
+from detector.utils import compile_cache
 
 _WORKDIR = flags.DEFINE_string(
     "workdir", None, "Workdir of a training run.", required=True
@@ -61,6 +62,7 @@ def main(argv: list[str]) -> None:
         print(config_help.printed(config), end="", flush=True)
         return
     cli.start_jax(config, _MULTIHOST)
+    compile_cache.enable()  # a rerun loads its programs from disk
     import jax
 
     from detector.evaluation import curves, eval_lib

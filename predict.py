@@ -117,6 +117,9 @@ def _check_files(args: list[str], out: pathlib.Path) -> None:
 
 def _predict(args: list[str], out: pathlib.Path) -> None:
     """Loads the predictor and predicts `args` into `out` (locked)."""
+    from detector.utils import compile_cache
+
+    compile_cache.enable()  # a rerun loads its programs from disk
     if _WORKDIR.value is not None:
         predictor = _in_process_predictor(
             pathlib.Path(_WORKDIR.value).expanduser()
@@ -125,6 +128,8 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
         predictor = _exported_predictor(pathlib.Path(_EXPORTED.value))
     from detector.predict import artifact, runner
 
+    if not _QUIET.value:
+        predictor = _saying_compiling(predictor)
     try:
         filters = runner.Filters(
             _SCORE_THRESHOLD.value,
@@ -147,6 +152,24 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
     except (ValueError, artifact.ArtifactError) as e:
         _fail(str(e))
     print(text.printable(runner.summary_line(summary, out)))
+
+
+def _saying_compiling(predictor):
+    """`predictor` printing `compiling (first run only)` before the first
+    batch of each canvas: its program compiles then, or loads from the
+    compilation cache on a later run."""
+    import dataclasses
+
+    seen = set()
+
+    def run(batch, resized, sizes):
+        canvas = batch.shape[1:3]
+        if canvas not in seen:
+            seen.add(canvas)
+            print("compiling (first run only)", flush=True)
+        return predictor.run(batch, resized, sizes)
+
+    return dataclasses.replace(predictor, run=run)
 
 
 def main(argv: list[str]) -> None:

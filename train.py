@@ -22,7 +22,7 @@ from ml_collections import config_flags
 from detector.distributed import peers, preemption, run_lock
 from detector.launch import cli, config_help, run_config
 from detector.launch.console import logs, next_steps
-from detector.utils import files
+from detector.utils import compile_cache, files
 from ops import host_audit
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -62,6 +62,7 @@ def main(argv: list[str]) -> None:
     logs.quiet_libraries()
     config = cli.config_value(_CONFIG)
     cli.start_jax(config, _MULTIHOST)
+    compile_cache.enable()  # a rerun loads its programs from disk
     # After jax.distributed.initialize, whose own SIGTERM handler this
     # replaces: from here on a signal exits at once, from step 1 it saves.
     stop = preemption.Watch.install()

@@ -37,11 +37,12 @@ NOISE = (
     "Running per image evaluation",
     "Accumulating evaluation results",
 )
-# Start-up and data lines, 2 step lines, the evaluation: 12 log lines;
+# Start-up and data lines, the compile, 2 step lines, the evaluation: 13
+# log lines;
 # COCOeval's two summaries (a title and 14 numbers with faster-coco-eval,
 # 12 with pycocotools), each followed by its AP per category (a title, a
 # header, a rule and one row of the 3 shapes); train.py's last line.
-MAX_LINES = 12 + 2 * (15 + 4) + 1
+MAX_LINES = 13 + 2 * (15 + 4) + 1
 STEP_LINE = re.compile(
     r"step (\d+)/4 \(\d+%\)  eta \S+  total [\d.]+  rpn_cls [\d.]+  "
     r"rpn_box [\d.]+  cls [\d.]+  box [\d.]+  mask [\d.]+ \| [\d.]+ ms/step  "

@@ -29,7 +29,7 @@ from detector.evaluation import curves, eval_lib
 from detector.imaging import canvases as canvases_lib
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
-from detector.utils import files
+from detector.utils import compile_cache, files
 from ops import host_audit
 from ops import nms as nms_lib
 
@@ -179,6 +179,7 @@ def _train(
             config, mesh, workdir, strict=strict
         )
     logging.info(_compiling_line(evaluate, len(run.canvases), start_step + 1))
+    hits, started = compile_cache.hits(), time.perf_counter()
     if run.evaluation:  # predict first: it compiles faster, so a strict
         run.evaluation.compiled(_weights(run, state))  # run fails sooner
     key = sharding.replicate(jax.random.key(config.seed), mesh)
@@ -191,6 +192,9 @@ def _train(
         run.canvases,
         strict=strict,
         advice=nms_lib.host_advice,
+    )
+    logging.info(
+        "%s", _compiled_line(compile_cache.hits() - hits, started, evaluate)
     )
     # The restore and the audits passed: config.json, config.<step>.json.
     hooks.save_config(workdir, config, start_step)
@@ -240,6 +244,25 @@ def _compiling_line(evaluate: bool, num_canvases: int, first_step: int) -> str:
     platform = jax.default_backend()
     took = COMPILE_TIMES.get(platform, f"minutes on {platform}")
     return f"Compiling {programs} ({took}); step {first_step} follows"
+
+
+def _compiled_line(loaded: int, started: float, evaluate: bool) -> str:
+    """The line logged after the compile: how long it took, and whether the
+    programs came from the compilation cache (detector/utils/compile_cache)."""
+    what = "The train step and predict" if evaluate else "The train step"
+    seconds = time.perf_counter() - started
+    folder = jax.config.jax_compilation_cache_dir
+    if loaded:
+        return (
+            f"{what}: {loaded} program(s) loaded from the compilation cache "
+            f"({folder}) in {seconds:.1f} s"
+        )
+    if folder and jax.config.jax_enable_compilation_cache:
+        return (
+            f"{what}: compiled in {seconds:.1f} s, kept in the compilation "
+            f"cache ({folder}) for the next run"
+        )
+    return f"{what}: compiled in {seconds:.1f} s"
 
 
 def _saved_eval(
