@@ -46,7 +46,8 @@ MAX_LINES = 13 + 2 * (15 + 4) + 1
 STEP_LINE = re.compile(
     r"step (\d+)/4 \(\d+%\)  eta \S+  total [\d.]+  rpn_cls [\d.]+  "
     r"rpn_box [\d.]+  cls [\d.]+  box [\d.]+  mask [\d.]+ \| [\d.]+ ms/step  "
-    r"[\d.]+ img/s  data [\d.]+ ms  lr [\d.e+-]+  nms while_loop$"
+    r"[\d.]+ img/s  device [\d.]+ ms  data [\d.]+ ms  host [\d.]+ ms  "
+    r"lr [\d.e+-]+  nms while_loop$"
 )
 
 
