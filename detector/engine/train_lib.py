@@ -3,6 +3,7 @@ checkpoints and evaluations (docs/training.md, docs/architecture.md).
 """
 
 import collections
+import contextlib
 import dataclasses
 import itertools
 import pathlib
@@ -28,6 +29,7 @@ from detector.distributed import (
 from detector.engine import (
     device_prefetch,
     finite_guard,
+    profile_window,
     train_metrics,
     train_programs,
 )
@@ -307,6 +309,9 @@ def _loop(
         every_steps=train.log_every,
     )
     guard = finite_guard.FiniteGuard(run.mesh)
+    profile = profile_window.ProfileWindow(
+        tuple(train.profile_steps), run.workdir, start_step
+    )
     inputs = itertools.chain(
         [batch], device_prefetch.ahead(batches, run.mesh, RUN_AHEAD)
     )
@@ -315,7 +320,8 @@ def _loop(
         run.stop.begin_steps()
     _stop_if_requested(run, state, start_step, guard, saved=True)  # step 1
     run.log.start_window()
-    with host_audit.device_only_transfers():
+    with host_audit.device_only_transfers(), contextlib.ExitStack() as stack:
+        stack.callback(profile.close)
         for step in range(start_step + 1, train.num_steps + 1):
             logged = step % train.log_every == 0 or step == train.num_steps
             saved = (
@@ -326,11 +332,13 @@ def _loop(
             run.log.add_data_wait(time.perf_counter() - waited)
             # A log step is timed alone: the steps before it finish first.
             _wait(run, in_flight, 0 if logged else RUN_AHEAD - 1)
+            profile.before(step)
             started = time.perf_counter()
             state, metrics = run.programs(state, batch, key)
             guard.update(metrics, state.step)
             metrics.pop(step_lib.STATE_FINITE)
             in_flight.append(metrics["total"])
+            profile.after(step, metrics)
             if logged:
                 jax.block_until_ready(metrics)
                 run.log.set_step_time(time.perf_counter() - started)
