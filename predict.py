@@ -126,10 +126,12 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
         )
     else:
         predictor = _exported_predictor(pathlib.Path(_EXPORTED.value))
-    from detector.predict import artifact, runner
+    from detector.predict import artifact, fixed_batch, runner
 
-    if not _QUIET.value:
-        predictor = _saying_compiling(predictor)
+    # One program per canvas: a last, smaller batch is padded.
+    predictor = fixed_batch.padded(
+        predictor, max(_BATCH_SIZE.value, 1), quiet=_QUIET.value
+    )
     try:
         filters = runner.Filters(
             _SCORE_THRESHOLD.value,
@@ -152,24 +154,6 @@ def _predict(args: list[str], out: pathlib.Path) -> None:
     except (ValueError, artifact.ArtifactError) as e:
         _fail(str(e))
     print(text.printable(runner.summary_line(summary, out)))
-
-
-def _saying_compiling(predictor):
-    """`predictor` printing `compiling (first run only)` before the first
-    batch of each canvas: its program compiles then, or loads from the
-    compilation cache on a later run."""
-    import dataclasses
-
-    seen = set()
-
-    def run(batch, resized, sizes):
-        canvas = batch.shape[1:3]
-        if canvas not in seen:
-            seen.add(canvas)
-            print("compiling (first run only)", flush=True)
-        return predictor.run(batch, resized, sizes)
-
-    return dataclasses.replace(predictor, run=run)
 
 
 def main(argv: list[str]) -> None:

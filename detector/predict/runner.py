@@ -243,18 +243,6 @@ def _overlay_pixels(
         return None
 
 
-def _padded(size: int, *arrays: np.ndarray) -> tuple[np.ndarray, ...]:
-    """`arrays` (rows of one batch) with copies of their first row added up
-    to `size` rows: a last, smaller batch runs the program of the others
-    (one compile per canvas); the added rows' outputs are not read."""
-    return tuple(
-        np.concatenate([a, np.repeat(a[:1], size - len(a), axis=0)])
-        if len(a) < size
-        else a
-        for a in arrays
-    )
-
-
 def _predict_batch(
     predictor: Predictor,
     batch: list[tuple[pathlib.Path, images.DecodedImage]],
@@ -262,10 +250,9 @@ def _predict_batch(
     overlays: dict[pathlib.Path, str],
     filters: Filters,
     max_pixels: int,
-    batch_size: int,
 ) -> list[tuple[pathlib.Path, list[dict]]]:
-    """Runs one batch (one canvas, padded to `batch_size`) and writes its
-    overlays; (path, results kept by `filters`) of each.
+    """Runs one batch (one canvas) and writes its overlays; (path,
+    results kept by `filters`) of each.
 
     The model is told each whole image's size, so that its boxes are in
     whole-image pixels; the pixels it sees are resized from the decode
@@ -283,7 +270,7 @@ def _predict_batch(
             for (_, d), size in zip(batch, resized, strict=True)
         ]
     )
-    outputs = predictor.run(*_padded(batch_size, inputs, resized, sizes))
+    outputs = predictor.run(inputs, resized, sizes)
     finished = []
     for i, (path, decoded) in enumerate(batch):
         found, pasted = image_detections(
@@ -349,13 +336,7 @@ def predict_files(
                 started = time.perf_counter()
                 log.append(
                     _predict_batch(
-                        predictor,
-                        batch,
-                        out,
-                        overlays,
-                        filters,
-                        max_pixels,
-                        batch_size,
+                        predictor, batch, out, overlays, filters, max_pixels
                     )
                 )
                 seconds += time.perf_counter() - started
