@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from detector.utils import compile_cache
 from tests.helpers import processes, requires
 
@@ -40,6 +42,7 @@ def _train(tmp_path: pathlib.Path, cache: pathlib.Path, name: str) -> str:
     return console
 
 
+@pytest.mark.slow  # three smoke runs of train.py
 def test_a_rerun_loads_its_programs_and_a_damaged_entry_is_one_line(
     tmp_path,
 ):
