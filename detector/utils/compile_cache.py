@@ -7,7 +7,9 @@ default). `FLAX_MASKRCNN_COMPILE_CACHE=DIR` moves it and
 JAX's own `JAX_COMPILATION_CACHE_DIR` (or a folder already set in
 `jax.config`, as the tests set one) is kept.
 
-Several processes may share the folder: JAX writes an entry only from
+A program is kept when its compile took a second or more (JAX's default;
+`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` changes it). Several
+processes may share the folder: JAX writes an entry only from
 process 0 of a multi-host job and never overwrites one, and an entry it
 cannot read (cut short by a concurrent write, damaged, from another
 build) is compiled again instead: said once, in one log line.
@@ -24,8 +26,6 @@ from absl import logging
 
 ENV = "FLAX_MASKRCNN_COMPILE_CACHE"
 OFF_VALUES = ("off", "0", "false", "no", "none")
-# A compile must take this long to be written (JAX's default).
-MIN_COMPILE_SECONDS = 1.0
 _HIT_EVENT = "/jax/compilation_cache/cache_hits"
 # The start of JAX's warnings about an entry it could not read or write.
 _ENTRY_WARNINGS = (
@@ -92,9 +92,6 @@ def enable(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
         return None
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
-    jax.config.update(
-        "jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS
-    )
     return folder
 
 
