@@ -7,8 +7,10 @@ default). `FLAX_MASKRCNN_COMPILE_CACHE=DIR` moves it and
 JAX's own `JAX_COMPILATION_CACHE_DIR` (or a folder already set in
 `jax.config`, as the tests set one) is kept.
 
-A program is kept when its compile took a second or more (JAX's default;
-`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS` changes it). Several
+Every program is kept, however short its compile: the model's
+initialisation and the small programs around the train step add up to
+a third of a cached start on a 2-core CPU (benchmarks/README.md); JAX's
+`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`, where set, is kept. Several
 processes may share the folder: JAX writes an entry only from
 process 0 of a multi-host job and never overwrites one, and an entry it
 cannot read (cut short by a concurrent write, damaged, from another
@@ -25,6 +27,8 @@ import jax
 from absl import logging
 
 ENV = "FLAX_MASKRCNN_COMPILE_CACHE"
+# JAX's variable for the shortest compile it keeps; unset: every program.
+MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 OFF_VALUES = ("off", "0", "false", "no", "none")
 _HIT_EVENT = "/jax/compilation_cache/cache_hits"
 # The start of JAX's warnings about an entry it could not read or write.
@@ -92,6 +96,8 @@ def enable(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
         return None
     jax.config.update("jax_enable_compilation_cache", True)
     jax.config.update("jax_compilation_cache_dir", str(folder))
+    if MIN_COMPILE_ENV not in (os.environ if env is None else env):
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
 
 

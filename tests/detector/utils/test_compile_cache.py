@@ -55,6 +55,12 @@ def test_enable_points_jax_at_the_folder_or_turns_the_cache_off(
     assert folder.is_dir()
     assert jax.config.jax_compilation_cache_dir == str(folder)
     assert jax.config.jax_enable_compilation_cache
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    compile_cache.enable(
+        {compile_cache.ENV: str(folder), compile_cache.MIN_COMPILE_ENV: "0.5"}
+    )  # JAX's own variable, set: kept
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.5
     assert compile_cache.enable({compile_cache.ENV: "off"}) is None
     assert not jax.config.jax_enable_compilation_cache
 
