@@ -25,6 +25,7 @@ from detector.launch import (
     validate,
 )
 from detector.launch.console import logs
+from detector.utils import compile_cache
 
 _WORKDIR = flag_types.define_path(
     "workdir", None, "Workdir of a training run (required)."
@@ -71,6 +72,7 @@ def main(argv: list[str]) -> None:
         split = _SPLIT.value or config.data.eval_split
         data_check.check(config, {"data.eval_split": split})
     cli.start_jax(config, _MULTIHOST)
+    compile_cache.enable()  # a rerun loads its programs from disk
     import jax
 
     from detector.evaluation import curves, eval_lib

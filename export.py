@@ -14,6 +14,7 @@ from absl import app, flags
 
 from detector.launch import cli, flag_types, run_config, validate
 from detector.launch.console import logs
+from detector.utils import compile_cache
 
 _WORKDIR = flag_types.define_path(
     "workdir", None, "Workdir of a training run (required)."
@@ -39,6 +40,7 @@ def main(argv: list[str]) -> None:
     cli.check_no_arguments(argv)
     logs.quiet_libraries()
     workdir, config = run_config.load_workdir(_WORKDIR, _CONFIG)
+    compile_cache.enable()  # a rerun loads its programs from disk
     with cli.one_line_errors():
         if _NMS.value:
             cli.set_nms_backend(config, _NMS.value)

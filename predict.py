@@ -129,14 +129,21 @@ def _check_files(args: list[str], out: pathlib.Path) -> None:
 
 def _predict(args: list[str], out: pathlib.Path) -> None:
     """Loads the predictor and predicts `args` into `out` (locked)."""
+    from detector.utils import compile_cache
+
+    compile_cache.enable()  # a rerun loads its programs from disk
     if _WORKDIR.value is not None:
         predictor = _in_process_predictor(
             pathlib.Path(_WORKDIR.value).expanduser()
         )
     else:
         predictor = _exported_predictor(pathlib.Path(_EXPORTED.value))
-    from detector.predict import artifact, runner
+    from detector.predict import artifact, fixed_batch, runner
 
+    # One program per canvas: a last, smaller batch is padded.
+    predictor = fixed_batch.padded(
+        predictor, max(_BATCH_SIZE.value, 1), quiet=_QUIET.value
+    )
     try:
         filters = runner.Filters(
             _SCORE_THRESHOLD.value,

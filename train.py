@@ -29,7 +29,7 @@ from detector.launch import (
     run_config,
 )
 from detector.launch.console import logs, next_steps
-from detector.utils import files
+from detector.utils import compile_cache, files
 from ops import host_audit
 
 _HERE = pathlib.Path(__file__).resolve().parent
@@ -82,6 +82,7 @@ def main(argv: list[str]) -> None:
         "on a 2-core CPU)"
     )
     cli.start_jax(config, _MULTIHOST)
+    compile_cache.enable()  # a rerun loads its programs from disk
     # After jax.distributed.initialize, whose own SIGTERM handler this
     # replaces: from here on a signal exits at once, from step 1 it saves.
     stop = preemption.Watch.install()

@@ -39,16 +39,17 @@ NOISE = (
     "Very slow compile",
 )
 # Start-up and data lines (the two that name the silences before the first
-# data line and before the compile included), 2 step lines, the
-# evaluation: 14 log lines;
+# data line and before the compile included), the compile, 2 step lines,
+# the evaluation: 15 log lines;
 # COCOeval's two summaries (a title and 14 numbers with faster-coco-eval,
 # 12 with pycocotools), each followed by its AP per category (a title, a
 # header, a rule and one row of the 3 shapes); train.py's last line.
-MAX_LINES = 14 + 2 * (15 + 4) + 1
+MAX_LINES = 15 + 2 * (15 + 4) + 1
 STEP_LINE = re.compile(
     r"step (\d+)/4 \(\d+%\)  eta \S+  total [\d.]+  rpn_cls [\d.]+  "
     r"rpn_box [\d.]+  cls [\d.]+  box [\d.]+  mask [\d.]+ \| [\d.]+ ms/step  "
-    r"[\d.]+ img/s  data [\d.]+ ms  lr [\d.e+-]+  nms while_loop$"
+    r"[\d.]+ img/s  device [\d.]+ ms  data [\d.]+ ms  host [\d.]+ ms  "
+    r"lr [\d.e+-]+  nms while_loop$"
 )
 
 

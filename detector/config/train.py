@@ -35,6 +35,9 @@ RANGES: ranges.Table = {
     "train.eval_every": ranges.at_least(
         0, "steps between evaluations, 0: only at the end"
     ),
+    "train.profile_steps": ranges.each(
+        ranges.at_least(1, "steps"), ordered=True, shape="(first, last)"
+    ),
 }
 
 
@@ -70,9 +73,30 @@ def defaults() -> ml_collections.ConfigDict:
     # before JAX starts a backend (detector/distributed/determinism.py); no
     # effect on CPU and TPU.
     train.deterministic = False
+    # (first, last): a jax.profiler trace of those steps into
+    # <workdir>/profile (docs/training.md); () traces nothing.
+    train.profile_steps = ()
     return train
 
 
 def validate(config: ml_collections.ConfigDict) -> None:
     """Raises ValueError (one line naming the key) on a bad train section."""
     ranges.check(config, "train", RANGES, defaults())
+    _check_profile_steps(config.train)
+
+
+def _check_profile_steps(train: ml_collections.ConfigDict) -> None:
+    """profile_steps is () or (first, last), integer steps of the run."""
+    steps = tuple(train.profile_steps)
+    if not steps:
+        return
+    if (
+        len(steps) != 2
+        or not all(type(s) is int for s in steps)
+        or steps[1] > train.num_steps
+    ):
+        raise ValueError(
+            f"config.train.profile_steps={steps!r}: must be () or (first, "
+            f"last), integer steps with 1 <= first <= last <= "
+            f"train.num_steps={train.num_steps}"
+        )

@@ -1,11 +1,9 @@
 """The one console line a training run prints per log step: a summary of the
 step's metrics.jsonl line, as detectron2's CommonMetricPrinter prints it."""
 
-import contextlib
 import datetime
 import math
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 
@@ -43,65 +41,45 @@ def format_eta(seconds: float) -> str:
 
 
 class StepLine:
-    """Formats the console line of each logged step, tracking the ETA.
+    """Formats the console line of each logged step, with its ETA.
 
       step 40/1800 (2%)  eta 0:14:41  total 2.5969  rpn_cls 0.6217 ...
-      | 502.1 ms/step  15.9 img/s  data 5.0 ms  lr 1.00e-02  nms pallas
-      mem 3.21 GiB
+      | 502.1 ms/step  15.9 img/s  device 497.0 ms  data 0.1 ms
+      host 2.0 ms  lr 1.00e-02  nms pallas  mem 3.21 GiB
 
-    The ETA is the steps left times the wall-clock time per step of the
-    last window (evaluations, run inside `paused()`, left out, as
-    detectron2 does); `mem` is the busiest local device's peak memory,
-    left out where the platform reports none (CPU).
+    `ms/step` and `img/s` are wall clock over the window since the last
+    line (train_metrics.MetricsLog), and the ETA is the steps left at that
+    rate; `device` is one step's device time, `data` and `host` the time per
+    step the loop waited for batches and spent on its own work. `mem` is the
+    busiest local device's peak memory, left out where the platform reports
+    none (CPU).
 
     Args:
       num_steps: the run's last step (None: unknown; no total, no ETA).
-      start_step: the step the run starts after (0, or the restored one).
       memory: returns the peak device memory in bytes or None (default:
         `peak_memory_bytes` of the local devices).
-      clock: seconds, monotonic (tests pass a fake one).
     """
 
     def __init__(
         self,
         num_steps: int | None,
-        start_step: int = 0,
         *,
         memory: Callable[[], int | None] = peak_memory_bytes,
-        clock: Callable[[], float] = time.monotonic,
     ):
         self.num_steps = num_steps
         self._memory = memory
-        self._clock = clock
-        self._last_step = start_step
-        self._last_time = clock()
 
-    def eta_seconds(self, step: int) -> float:
-        """Seconds left after `step`, from the time per step since the last
-        call; starts a new window."""
-        now = self._clock()
-        done = step - self._last_step
-        per_step = (now - self._last_time) / done if done > 0 else math.nan
-        self._last_step, self._last_time = step, now
+    def eta_seconds(self, step: int, step_wall_ms: float) -> float:
+        """Seconds left after `step` at `step_wall_ms` a step."""
         if self.num_steps is None:
             return math.nan
         left = max(self.num_steps - step, 0)
-        return left * per_step if left else 0.0
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Time spent inside (an evaluation) does not count toward the
-        time per step of the window it falls in."""
-        started = self._clock()
-        try:
-            yield
-        finally:
-            self._last_time += self._clock() - started
+        return left * step_wall_ms / 1e3 if left else 0.0
 
     def __call__(self, line: Mapping) -> str:
         """The console line for metrics line `line` (train_metrics.write)."""
         step = int(line["step"])
-        eta = self.eta_seconds(step)
+        eta = self.eta_seconds(step, line["step_wall_ms"])
         parts = (
             [f"step {step}"]
             if self.num_steps is None
@@ -120,9 +98,11 @@ class StepLine:
             ),
         ]
         speed = [
-            f"{line['step_time_ms']:.1f} ms/step",
+            f"{line['step_wall_ms']:.1f} ms/step",
             f"{line['images_per_sec']:.1f} img/s",
+            f"device {line['step_time_ms']:.1f} ms",
             f"data {line['data_wait_ms']:.1f} ms",
+            f"host {line['host_ms']:.1f} ms",
         ]
         if "learning_rate" in line:
             speed.append(f"lr {line['learning_rate']:.2e}")

@@ -2,7 +2,10 @@
 checkpoints and evaluations (docs/training.md, docs/architecture.md).
 """
 
+import collections
+import contextlib
 import dataclasses
+import itertools
 import pathlib
 import time
 from collections.abc import Callable, Iterator
@@ -23,13 +26,19 @@ from detector.distributed import (
     run_lock,
     sharding,
 )
-from detector.engine import train_metrics, train_programs
+from detector.engine import (
+    device_prefetch,
+    finite_guard,
+    profile_window,
+    train_metrics,
+    train_programs,
+)
 from detector.engine import train_step as step_lib
 from detector.evaluation import curves, eval_lib
 from detector.imaging import canvases as canvases_lib
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
-from detector.utils import files
+from detector.utils import compile_cache, files
 from ops import host_audit
 from ops import nms as nms_lib
 
@@ -183,6 +192,7 @@ def _train(
             config, mesh, workdir, strict=strict
         )
     logging.info(_compiling_line(evaluate, len(run.canvases), start_step + 1))
+    hits, started = compile_cache.hits(), time.perf_counter()
     if run.evaluation:  # predict first: it compiles faster, so a strict
         run.evaluation.compiled(_weights(run, state))  # run fails sooner
     key = sharding.replicate(jax.random.key(config.seed), mesh)
@@ -195,6 +205,9 @@ def _train(
         run.canvases,
         strict=strict,
         advice=nms_lib.host_advice,
+    )
+    logging.info(
+        "%s", _compiled_line(compile_cache.hits() - hits, started, evaluate)
     )
     # The restore and the audits passed: config.json, config.<step>.json.
     hooks.save_config(workdir, config, start_step)
@@ -246,12 +259,36 @@ def _compiling_line(evaluate: bool, num_canvases: int, first_step: int) -> str:
     return f"Compiling {programs} ({took}); step {first_step} follows"
 
 
+def _compiled_line(loaded: int, started: float, evaluate: bool) -> str:
+    """The line logged after the compile: how long it took, and whether the
+    programs came from the compilation cache (detector/utils/compile_cache)."""
+    what = "The train step and predict" if evaluate else "The train step"
+    seconds = time.perf_counter() - started
+    folder = jax.config.jax_compilation_cache_dir
+    if loaded:
+        return (
+            f"{what}: {loaded} program(s) loaded from the compilation cache "
+            f"({folder}) in {seconds:.1f} s"
+        )
+    if folder and jax.config.jax_enable_compilation_cache:
+        return (
+            f"{what}: compiled in {seconds:.1f} s, kept in the compilation "
+            f"cache ({folder}) for the next run"
+        )
+    return f"{what}: compiled in {seconds:.1f} s"
+
+
 def _saved_eval(
     workdir: pathlib.Path, config: ml_collections.ConfigDict
 ) -> dict:
     """The eval split's saved result of the run's own data in `workdir`,
     or {} where none is readable."""
     return eval_lib.saved_result(workdir, config)
+
+
+# Steps dispatched ahead of the one the host waits for, and batches put on
+# the devices ahead of the step that takes them.
+RUN_AHEAD = 2
 
 
 def _loop(
@@ -262,64 +299,108 @@ def _loop(
     key: jax.Array,
     start_step: int,
 ) -> state_lib.TrainState:
-    """Steps start_step + 1 .. num_steps: log, checkpoint, evaluate."""
+    """Steps start_step + 1 .. num_steps: log, checkpoint, evaluate.
+
+    The host runs up to RUN_AHEAD steps ahead of the device: it waits for
+    the device only on log steps (which fetch the metrics and time one
+    step), before checkpoints and evaluations, and for the step RUN_AHEAD
+    back; the finite guard reads its record at those same points.
+    """
     train = run.config.train
     progress = periodic_actions.ReportProgress(
         num_train_steps=train.num_steps,
         writer=run.log.writer,
         every_steps=train.log_every,
     )
+    guard = finite_guard.FiniteGuard(run.mesh)
+    profile = profile_window.ProfileWindow(
+        tuple(train.profile_steps), run.workdir, start_step
+    )
+    inputs = itertools.chain(
+        [batch], device_prefetch.ahead(batches, run.mesh, RUN_AHEAD)
+    )
+    in_flight = collections.deque()  # a value of each step not waited for
     if run.stop is not None:  # from here on a signal saves a step
         run.stop.begin_steps()
-    _stop_if_requested(run, state, start_step, saved=True)  # before step 1
-    with host_audit.device_only_transfers():
+    _stop_if_requested(run, state, start_step, guard, saved=True)  # step 1
+    run.log.start_window()
+    with host_audit.device_only_transfers(), contextlib.ExitStack() as stack:
+        stack.callback(profile.close)
         for step in range(start_step + 1, train.num_steps + 1):
-            waited = time.perf_counter()
-            if step > start_step + 1:
-                batch = sharding.put_batch(next(batches), run.mesh)
-            started = time.perf_counter()
-            run.log.add_data_wait(started - waited)
-            state, metrics = run.programs(state, batch, key)
-            jax.block_until_ready(metrics)
-            run.log.add_step_time(time.perf_counter() - started)
-            finite = metrics.pop(step_lib.STATE_FINITE)
-            # Before this step's state can reach a checkpoint.
-            run.log.check_finite(
-                step,
-                *jax.device_get(
-                    (metrics["total"], metrics["grad_norm"], finite)
-                ),
-                last_checkpoint=run.ckpt.latest_step(),
-            )
-            run.ckpt.check_saves()  # a failed background save stops here
-            if step % train.log_every == 0 or step == train.num_steps:
-                run.log.write(step, jax.device_get(metrics))
-            progress(step)
+            logged = step % train.log_every == 0 or step == train.num_steps
             saved = (
                 step % train.checkpoint_every == 0 or step == train.num_steps
             )
+            waited = time.perf_counter()
+            batch = next(inputs)
+            run.log.add_data_wait(time.perf_counter() - waited)
+            # A log step is timed alone: the steps before it finish first.
+            _wait(run, in_flight, 0 if logged else RUN_AHEAD - 1)
+            profile.before(step)
+            started = time.perf_counter()
+            state, metrics = run.programs(state, batch, key)
+            guard.update(metrics, state.step)
+            metrics.pop(step_lib.STATE_FINITE)
+            in_flight.append(metrics["total"])
+            profile.after(step, metrics)
+            if logged:
+                jax.block_until_ready(metrics)
+                run.log.set_step_time(time.perf_counter() - started)
+                run.log.add_device_wait(time.perf_counter() - started)
+                in_flight.clear()
+                _check_finite(run, guard)  # before its metrics line
+                run.log.write(step, jax.device_get(metrics))
+            run.ckpt.check_saves()  # a failed background save stops here
+            progress(step)
             if saved:
+                _check_finite(run, guard)  # no NaN reaches a checkpoint
                 run.ckpt.save(step, state_lib.to_tree(state))
-            _stop_if_requested(run, state, step, saved=saved)
+            _stop_if_requested(run, state, step, guard, saved=saved)
             if (
                 run.evaluation is not None
                 and train.eval_every
                 and step % train.eval_every == 0
                 and step < train.num_steps
             ):
-                with run.log.console.paused():  # not in the ETA
+                _check_finite(run, guard)
+                with run.log.paused():  # not in the rates and the ETA
                     _evaluate(run, state, step)
+    _check_finite(run, guard)
     return state
 
 
+def _wait(run: RunContext, in_flight: collections.deque, keep: int) -> None:
+    """Waits until at most `keep` dispatched steps are unfinished."""
+    if len(in_flight) <= keep:
+        return
+    started = time.perf_counter()
+    while len(in_flight) > keep:
+        jax.block_until_ready(in_flight.popleft())
+    run.log.add_device_wait(time.perf_counter() - started)
+
+
+def _check_finite(run: RunContext, guard: finite_guard.FiniteGuard) -> None:
+    """Raises FloatingPointError if a step so far was non-finite, naming
+    it and the newest checkpoint (saved before it)."""
+    started = time.perf_counter()
+    guard.check(last_checkpoint=run.ckpt.latest_step())
+    run.log.add_device_wait(time.perf_counter() - started)
+
+
 def _stop_if_requested(
-    run: RunContext, state: state_lib.TrainState, step: int, *, saved: bool
+    run: RunContext,
+    state: state_lib.TrainState,
+    step: int,
+    guard: finite_guard.FiniteGuard,
+    *,
+    saved: bool,
 ) -> None:
     """On an agreed stop request: checkpoints `step` (unless `saved`),
     waits for the save and raises preemption.Preempted."""
     if run.stop is None or not run.stop.stop_requested():
         return
     if not saved:
+        _check_finite(run, guard)
         run.ckpt.save(step, state_lib.to_tree(state))
     run.ckpt.wait()
     raise preemption.Preempted(step, run.stop.signum)

@@ -1,13 +1,15 @@
 """Training metrics: metrics.jsonl (its fields: docs/training.md), TensorBoard,
 the console line, and the stop on a non-finite loss, gradient or weight."""
 
+import contextlib
 import json
 import math
 import os
 import pathlib
+import time
+from collections.abc import Callable, Iterator
 
 import jax
-import numpy as np
 from absl import logging
 from clu import metric_writers
 from jax.typing import ArrayLike
@@ -49,7 +51,19 @@ def drop_lines_after(path: pathlib.Path, step: int) -> None:
 
 
 class MetricsLog:
-    """Collects step times and writes metrics lines and summaries."""
+    """Collects the times of a log window's steps and writes metrics lines
+    and summaries.
+
+    A window runs from one metrics line to the next. Its rates are wall
+    clock: `images_per_sec` is the window's images over its wall time and
+    `step_wall_ms` its wall time per step (what the ETA uses); beside them
+    `step_time_ms` is the device time of one step (the log step, timed
+    from dispatch to its result after the steps before it finished),
+    `data_wait_ms` the mean time a step waited for its batch and `host_ms`
+    the mean time per step the loop spent neither waiting for a batch nor
+    for the device. Time inside `paused()` (an evaluation) is in none of
+    them.
+    """
 
     def __init__(
         self,
@@ -61,21 +75,27 @@ class MetricsLog:
         deterministic: bool = False,
         resume_step: int = 0,
         num_steps: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
     ):
         """`resume_step`: the step the run starts after (its checkpoint);
         lines of later steps, written before the run stopped, are dropped.
         `num_steps`: the run's last step, for the console's progress and ETA
-        (default: unknown, shown as the step alone).
+        (default: unknown, shown as the step alone). `clock`: seconds,
+        monotonic (tests pass a fake one).
         """
         self.backend = backend
         self.deterministic = deterministic
         self.host_roundtrips = host_roundtrips
         self.images_per_step = images_per_step
-        self._step_times: list[float] = []
-        self._data_waits: list[float] = []
+        self._clock = clock
+        self._window_step = resume_step
+        self._window_start = clock()
+        self._step_time = math.nan
+        self._data_wait = 0.0
+        self._device_wait = 0.0
         self._closed = False
         self._is_main = jax.process_index() == 0
-        self.console = console.StepLine(num_steps, resume_step)
+        self.console = console.StepLine(num_steps)
         # TensorBoard only: clu's logging writer would repeat every field of
         # each step on the console.
         self.writer = metric_writers.AsyncMultiWriter(
@@ -91,12 +111,30 @@ class MetricsLog:
             else None
         )
 
-    def add_step_time(self, seconds: float) -> None:
-        self._step_times.append(seconds)
+    def start_window(self) -> None:
+        """Starts the first window now (after the compile)."""
+        self._window_start = self._clock()
 
     def add_data_wait(self, seconds: float) -> None:
-        """The time one step waited for its batch (next + device_put)."""
-        self._data_waits.append(seconds)
+        """The time one step waited for its batch."""
+        self._data_wait += seconds
+
+    def add_device_wait(self, seconds: float) -> None:
+        """Time the loop waited for the device (steps in flight)."""
+        self._device_wait += seconds
+
+    def set_step_time(self, seconds: float) -> None:
+        """The device time of the window's timed step."""
+        self._step_time = seconds
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Time spent inside (an evaluation) counts in no rate or ETA."""
+        started = self._clock()
+        try:
+            yield
+        finally:
+            self._window_start += self._clock() - started
 
     @staticmethod
     def check_finite(
@@ -138,21 +176,25 @@ class MetricsLog:
 
     def write(self, step: int, metrics: dict) -> dict:
         """Logs the window's metrics and starts a new window."""
-        times = np.asarray(self._step_times or [math.nan]) * 1e3
-        waits = np.asarray(self._data_waits or [math.nan]) * 1e3
-        self._step_times, self._data_waits = [], []
-        median = float(np.median(times))
+        now = self._clock()
+        steps = max(step - self._window_step, 1)
+        wall = max(now - self._window_start, 1e-9)
         line = {"step": step}
         line.update({k: float(v) for k, v in metrics.items()})
         line.update(
-            step_time_ms=median,
-            step_time_p90_ms=float(np.percentile(times, 90)),
-            data_wait_ms=float(np.mean(waits)),
-            images_per_sec=self.images_per_step / (median / 1e3),
+            step_time_ms=self._step_time * 1e3,
+            step_wall_ms=wall / steps * 1e3,
+            data_wait_ms=self._data_wait / steps * 1e3,
+            host_ms=max(wall - self._data_wait - self._device_wait, 0.0)
+            / steps
+            * 1e3,
+            images_per_sec=self.images_per_step * steps / wall,
             nms_backend=self.backend,
             host_roundtrips_per_step=self.host_roundtrips,
             deterministic=self.deterministic,
         )
+        self._window_step, self._window_start = step, now
+        self._step_time, self._data_wait, self._device_wait = math.nan, 0, 0
         scalars = {
             k: v
             for k, v in line.items()

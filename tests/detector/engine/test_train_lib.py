@@ -48,8 +48,9 @@ METRIC_KEYS = {
     "learning_rate",
     "grad_norm",
     "step_time_ms",
-    "step_time_p90_ms",
+    "step_wall_ms",
     "data_wait_ms",
+    "host_ms",
     "images_per_sec",
     "nms_backend",
     "host_roundtrips_per_step",
@@ -154,6 +155,10 @@ def test_metrics_lines_and_config_json(resumed_and_straight, shapes_config):
         assert line["deterministic"] is determinism.enabled() is True
         assert line["step_time_ms"] > 0 and np.isfinite(line["total"])
         assert 0 <= line["data_wait_ms"] < 60e3
+        assert 0 <= line["host_ms"] < line["step_wall_ms"]
+        assert line["images_per_sec"] == pytest.approx(
+            shapes_config.train.batch_size / line["step_wall_ms"] * 1e3
+        )
     saved = config_lib.load_json(resumed / "config.json")
     assert saved.train.deterministic is False
     assert saved.model.fpn_channels == shapes_config.model.fpn_channels
@@ -324,7 +329,8 @@ def test_guard_stops_planted_transfer_and_closes_cleanly(
         train_lib.train_and_evaluate(
             config, tmp_path, hooks=launch_hooks.TRAIN_PY, evaluate=False
         )
-    assert len(calls) == 2  # stopped by the guard at step 2
+    # Stopped by the guard at step 2, its batch put with RUN_AHEAD more.
+    assert len(calls) == 2 + train_lib.RUN_AHEAD
     assert sorted(closed) == ["Checkpointer", "MetricsLog"]
     # Step 1's async save finished before the checkpointer closed.
     assert _params_at(tmp_path, 1)[0]
@@ -388,6 +394,53 @@ def test_nan_loss_stops_the_run_with_its_step(shapes_config, tmp_path):
         if step_dir.name.isdigit():
             params, _ = _params_at(tmp_path, int(step_dir.name))
             assert bool(train_step.all_finite(params))
+
+
+def _nan_loss_at(bad_step):
+    """make_train_step whose step `bad_step` reports a NaN total loss (its
+    weights stay finite): the guard must stop the run on it."""
+    make = train_step.make_train_step
+
+    def poisoned(graphdef, tx, schedule, mesh):
+        step = make(graphdef, tx, schedule, mesh)
+
+        def run(state, batch, key):
+            state, metrics = step(state, batch, key)
+            total = jnp.where(state.step == bad_step, jnp.nan, metrics["total"])
+            return state, {**metrics, "total": total}
+
+        return jax.jit(run, donate_argnums=0)
+
+    return poisoned
+
+
+@pytest.mark.parametrize(
+    "bad_step, saved",
+    [
+        (3, "checkpoint 2, saved before it, is intact"),  # between two
+        (2, "no checkpoint was saved before it"),  # on a checkpoint step
+    ],
+)
+def test_a_nan_at_a_chosen_step_is_named_and_never_checkpointed(
+    shapes_config, tmp_path, monkeypatch, bad_step, saved
+):
+    monkeypatch.setattr(train_step, "make_train_step", _nan_loss_at(bad_step))
+    # No log step before the end: the checkpoint saves alone must check.
+    config = _with(shapes_config, **{"train.log_every": 4})
+    with pytest.raises(
+        FloatingPointError,
+        match=rf"^total loss is nan at step {bad_step}; stopping; {saved}$",
+    ):
+        train_lib.train_and_evaluate(
+            config, tmp_path, hooks=launch_hooks.TRAIN_PY, evaluate=False
+        )
+    kept = sorted(
+        int(p.name)
+        for p in (tmp_path / "checkpoints").glob("*")
+        if p.name.isdigit()
+    )
+    assert kept == [s for s in (2, 4) if s < bad_step]
+    assert not (tmp_path / "metrics.jsonl").read_text()
 
 
 def test_unwritable_workdir_is_one_clear_error(shapes_config, tmp_path):

@@ -1,0 +1,154 @@
+"""JAX's persistent compilation cache for the entry points: a program
+compiled once is loaded from disk by every later run on the machine.
+
+The folder is `$XDG_CACHE_HOME/flax-maskrcnn/jax` (`~/.cache/...` by
+default). `FLAX_MASKRCNN_COMPILE_CACHE=DIR` moves it and
+`FLAX_MASKRCNN_COMPILE_CACHE=off` turns it off; without that variable,
+JAX's own `JAX_COMPILATION_CACHE_DIR` (or a folder already set in
+`jax.config`, as the tests set one) is kept.
+
+Every program is kept, however short its compile: the model's
+initialisation and the small programs around the train step add up to
+a third of a cached start on a 2-core CPU (benchmarks/README.md); JAX's
+`JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS`, where set, is kept. Several
+processes may share the folder: JAX writes an entry only from
+process 0 of a multi-host job and never overwrites one, and an entry it
+cannot read (cut short by a concurrent write, damaged, from another
+build) is compiled again instead: said once, in one log line.
+"""
+
+import os
+import pathlib
+import threading
+import warnings
+from collections.abc import Callable, Mapping
+
+import jax
+from absl import logging
+
+ENV = "FLAX_MASKRCNN_COMPILE_CACHE"
+# JAX's variable for the shortest compile it keeps; unset: every program.
+MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
+OFF_VALUES = ("off", "0", "false", "no", "none")
+_HIT_EVENT = "/jax/compilation_cache/cache_hits"
+# The start of JAX's warnings about an entry it could not read or write.
+_ENTRY_WARNINGS = (
+    "Error reading persistent compilation cache entry",
+    "Error writing persistent compilation cache entry",
+)
+
+_lock = threading.Lock()
+_hits = 0
+_installed = False
+_warned = False
+
+
+def default_folder(env: Mapping[str, str] | None = None) -> pathlib.Path:
+    """$XDG_CACHE_HOME/flax-maskrcnn/jax, `~/.cache` when XDG_CACHE_HOME is
+    unset or empty."""
+    env = os.environ if env is None else env
+    root = env.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    return pathlib.Path(root) / "flax-maskrcnn" / "jax"
+
+
+def chosen_folder(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
+    """The folder `enable` uses under `env`; None: the cache is off.
+
+    FLAX_MASKRCNN_COMPILE_CACHE first (a folder, or one of OFF_VALUES),
+    then a folder already set for JAX, then `default_folder`.
+    """
+    env = os.environ if env is None else env
+    value = env.get(ENV, "").strip()
+    if value.lower() in OFF_VALUES:
+        return None
+    if value:
+        return pathlib.Path(value).expanduser()
+    configured = jax.config.jax_compilation_cache_dir
+    if configured:
+        return pathlib.Path(configured)
+    return default_folder(env)
+
+
+def enable(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
+    """Turns JAX's persistent compilation cache on in `chosen_folder`.
+
+    Call before the first compile. A folder that cannot be created turns
+    the cache off with one warning line (the run compiles as without it).
+
+    Returns:
+      The cache folder, or None where the cache is off.
+    """
+    folder = chosen_folder(env)
+    _install_hooks()
+    if folder is None:
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        logging.warning(
+            "Compilation cache off: %s: %s (set %s to another folder)",
+            folder,
+            e.strerror or e,
+            ENV,
+        )
+        jax.config.update("jax_enable_compilation_cache", False)
+        return None
+    jax.config.update("jax_enable_compilation_cache", True)
+    jax.config.update("jax_compilation_cache_dir", str(folder))
+    if MIN_COMPILE_ENV not in (os.environ if env is None else env):
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    return folder
+
+
+def hits() -> int:
+    """How many compiles this process has loaded from the cache so far."""
+    return _hits
+
+
+def _count(event: str, **kwargs) -> None:
+    global _hits
+    del kwargs
+    if event == _HIT_EVENT:
+        with _lock:
+            _hits += 1
+
+
+def _install_hooks() -> None:
+    """The hit counter and the one-line report of an unusable entry, once
+    per process."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        _installed = True
+    jax.monitoring.register_event_listener(_count)
+    warnings.showwarning = one_line_entry_warnings(warnings.showwarning)
+
+
+def one_line_entry_warnings(shown: Callable) -> Callable:
+    """A `warnings.showwarning` that passes JAX's warnings about a cache
+    entry it could not read or write to `_report_entry`, the rest to
+    `shown`."""
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        if str(message).startswith(_ENTRY_WARNINGS):
+            _report_entry(str(message))
+            return
+        shown(message, category, filename, lineno, file, line)
+
+    return showwarning
+
+
+def _report_entry(message: str) -> None:
+    """One log line, for the first unusable entry of the process only."""
+    global _warned
+    with _lock:
+        first, _warned = not _warned, True
+    if first:
+        reason = message.splitlines()[0].split(": ", 1)[-1]
+        logging.warning(
+            "Compilation cache: an entry could not be used (%s); compiling "
+            "instead",
+            reason[:200],
+        )
