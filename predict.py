@@ -94,7 +94,9 @@ def _in_process_predictor(workdir: pathlib.Path):
     logs.quiet_libraries()
 
     with cli.one_line_errors():
-        config = config_lib.load_json(workdir / "config.json")
+        config = config_lib.load_json(
+            workdir / "config.json", written_by_train=True
+        )
         if _NMS.value:
             cli.set_nms_backend(config, _NMS.value)
         validate.validate(config)

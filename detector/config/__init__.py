@@ -6,11 +6,12 @@ import json
 import pathlib
 
 import ml_collections
+from absl import logging
 
+from detector.config import checks, ranges, structure
 from detector.config import data as data_section
 from detector.config import eval as eval_section
 from detector.config import model as model_section
-from detector.config import ranges, structure
 from detector.config import train as train_section
 from detector.config.checks import check_image_size
 from detector.utils import files
@@ -105,9 +106,14 @@ def check_schema(config: ml_collections.ConfigDict) -> None:
 MAX_JSON_BYTES = 16 * 2**20
 
 
-def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
+def load_json(
+    path: str | pathlib.Path, *, written_by_train: bool = False
+) -> ml_collections.ConfigDict:
     """Reads a JSON config (a workdir's config.json, --print_config's
     output) back into the schema's types, checked whole.
+
+    A config.json that train.py wrote (`written_by_train`) may lack the
+    fields added since: they keep their defaults, named in one log line.
 
     Raises:
       FileNotFoundError: no file at `path`.
@@ -140,4 +146,19 @@ def load_json(path: str | pathlib.Path) -> ml_collections.ConfigDict:
             f"{path}: holds a JSON {type(values).__name__}, not a config "
             "(an object of sections)"
         )
-    return structure.from_json(values, base_config(), str(path))
+    schema = base_config()
+    added = [
+        key
+        for key in structure.missing(values, schema)
+        if not isinstance(checks.get(schema, key), ml_collections.ConfigDict)
+    ]
+    config = structure.from_json(
+        values, schema, str(path), fields_may_be_missing=written_by_train
+    )
+    if added:
+        logging.warning(
+            "%s: written before field(s) %s; their defaults are used",
+            path,
+            ", ".join(added),
+        )
+    return config

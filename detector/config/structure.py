@@ -162,7 +162,11 @@ def unknown(config: Section, schema: Mapping, prefix: str = "") -> str | None:
 
 
 def check(
-    config: Section, schema: ml_collections.ConfigDict, source: str
+    config: Section,
+    schema: ml_collections.ConfigDict,
+    source: str,
+    *,
+    fields_may_be_missing: bool = False,
 ) -> None:
     """Checks that `config` has every section and field of `schema`, no
     other, each of its field's type.
@@ -172,6 +176,8 @@ def check(
       schema: the schema with its defaults (`base_config()`).
       source: what the config came from, first in the error line ('my.json',
         '--config: my.py: get_config() returned a config').
+      fields_may_be_missing: a field (not a section) missing is no error: a
+        workdir's config.json written before the field existed.
 
     Raises:
       ValueError: one line naming `source`, the key and the value as
@@ -184,6 +190,8 @@ def check(
             "version?)"
         )
     gone = missing(config, schema)
+    if fields_may_be_missing:
+        gone = [k for k in gone if _is_section(checks.get(schema, k))]
     if gone:
         raise ValueError(
             f"{source}: missing {_missing_line(gone, schema)}; every field of "
@@ -196,11 +204,16 @@ def check(
 
 
 def from_json(
-    values: Mapping, schema: ml_collections.ConfigDict, source: str
+    values: Mapping,
+    schema: ml_collections.ConfigDict,
+    source: str,
+    *,
+    fields_may_be_missing: bool = False,
 ) -> ml_collections.ConfigDict:
     """`schema` with the values of a JSON config (`check`ed first) in the
-    schema's types: lists as tuples, integers of number fields as floats."""
-    check(values, schema, source)
+    schema's types: lists as tuples, integers of number fields as floats; a
+    field missing keeps its default where `fields_may_be_missing`."""
+    check(values, schema, source, fields_may_be_missing=fields_may_be_missing)
     _merge(schema, values)
     return schema
 

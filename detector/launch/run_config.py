@@ -97,7 +97,8 @@ def load(
         if flag.value is not None:
             return cli.config_value(flag)
         return config_lib.load_json(
-            pathlib.Path(workdir) / config_history.LATEST
+            pathlib.Path(workdir) / config_history.LATEST,
+            written_by_train=True,
         )
 
 

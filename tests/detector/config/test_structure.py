@@ -52,6 +52,28 @@ def test_a_missing_field_is_named(tmp_path):
     )
 
 
+def test_a_workdirs_config_json_takes_the_defaults_of_fields_added_since(
+    tmp_path, caplog
+):
+    """A config.json train.py wrote before a field existed still loads, the
+    field at its default, named in one log line; a section missing is still
+    an error."""
+    values = _printed()
+    del values["train"]["profile_steps"]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(values))
+    with caplog.at_level("WARNING"):
+        config = config_lib.load_json(path, written_by_train=True)
+    assert config == config_lib.base_config()
+    assert f"{path}: written before field(s) train.profile_steps" in (
+        caplog.text
+    )
+    del values["train"]
+    path.write_text(json.dumps(values))
+    with pytest.raises(ValueError, match="missing section"):
+        config_lib.load_json(path, written_by_train=True)
+
+
 @pytest.mark.parametrize(
     "section, key, value, reason",
     [
