@@ -22,22 +22,10 @@ class CocoJsonSource:
     def __init__(
         self, config: ml_collections.ConfigDict, split: str, max_images: int = 0
     ):
-        data = config.data
-        if not data.root:
-            raise ValueError(
-                f"data.root is empty; data.source="
-                f"{data.source!r} reads a COCO-format folder"
-            )
-        self.prepare(config)
-        self.folder = coco_folder.CocoFolder(
-            data.root,
-            split,
-            data.num_classes,
-            max_images,
-            cache=data.cache,
-            allow_outside_images=data.allow_outside_images,
-        )
-        self.num_classes = data.num_classes
+        if config.data.root:  # else of_config names the empty key
+            self.prepare(config)
+        self.folder = coco_folder.of_config(config.data, split, max_images)
+        self.num_classes = config.data.num_classes
         self.has_masks = self.folder.has_masks
         self.category_ids = list(self.folder.category_ids)
 
