@@ -102,24 +102,6 @@ class CocoJsonSource:
     def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
         return self.folder.coco(), self.folder.image_ids
 
-    def eval_images(self, positions: list[int]) -> tf.data.Dataset:
-        """Images at `positions` without targets, decoded inside tf.data."""
-
-        def load(index):
-            image, image_id = tf.numpy_function(
-                self.folder.load_image,
-                [index],
-                [tf.uint8, tf.int64],
-                stateful=False,
-            )
-            return {
-                "image": tf.ensure_shape(image, [None, None, 3]),
-                "image_id": tf.ensure_shape(image_id, []),
-            }
-
-        indices = np.asarray(positions, np.int64).reshape([-1])
-        return tf.data.Dataset.from_tensor_slices(indices).map(load)
-
     def take_error(self) -> Exception | None:
         error, self.folder.error = self.folder.error, None
         return error
