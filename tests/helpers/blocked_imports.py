@@ -15,15 +15,14 @@ def run(
     code: str, *args: str, blocked: tuple[str, ...], timeout: float = 300
 ) -> subprocess.CompletedProcess:
     """Runs `code` (dedented; `sys` imported) with the top-level packages
-    `blocked` unimportable; `args` are its sys.argv[1:]."""
+    `blocked` looking not installed (`requires.block`: `import` raises
+    ModuleNotFoundError, `importlib.util.find_spec` returns None); `args`
+    are its sys.argv[1:]."""
     blocker = f"""
 import sys
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {blocked!r}:
-            raise ImportError(f"{{name}} is blocked")
-sys.meta_path.insert(0, _Block())
 sys.path.insert(0, {str(ROOT)!r})
+from tests.helpers import requires
+requires.block({blocked!r})
 """
     return subprocess.run(
         [sys.executable, "-c", blocker + textwrap.dedent(code), *args],
@@ -46,8 +45,9 @@ def blocked_loaded(
         import importlib
         for name in {modules!r}:
             importlib.import_module(name)
-        print("loaded:", sorted(m for m in sys.modules
-                                if m.split(".")[0] in {blocked!r}))
+        print("loaded:", sorted(m for m, module in sys.modules.items()
+                                if m.split(".")[0] in {blocked!r}
+                                and module is not None))
         """,
         blocked=blocked,
     )
