@@ -7,7 +7,7 @@ long side is 640 in 110, 92 landscape, 34 portrait, 2 square; the common
 sizes 640x480 (35), 640x427 (12), 480x640 (9), 427x640 (6), 640x426 (5),
 width x height), resizes each by the rule of each setup
 (`detector.imaging.images.fitted_size`) onto the canvas the setup's config
-gives it (`detector.imaging.canvases.canvas_of`), and reports per setup: the
+gives it (`detector.imaging.canvases.pick`), and reports per setup: the
 padded fraction of the canvas pixels (the pixels the network runs on that
 hold no image), the canvas pixels per image relative to torchvision's
 (each image padded to a multiple of 32 alone), and the number of compiled
@@ -124,7 +124,7 @@ def _measure_at(sizes, min_size: int) -> dict:
                 )
                 canvas = _round_up(resized)
             else:
-                canvas = canvases.canvas_of(data, *size)
+                canvas = canvases.pick(canvases.canvases(data), *size)
                 resized = images.fitted_size(
                     size, _rule(data, min_size), canvas
                 )

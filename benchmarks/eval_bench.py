@@ -307,7 +307,7 @@ def whole_part() -> dict:
 
     from benchmarks import predict_bench
     from configs import shapes as shapes_config
-    from detector.data import pipeline
+    from detector.data import eval_split
     from detector.data import shapes_writer as shapes
     from detector.evaluation import eval_lib
     from detector.export import in_process
@@ -378,7 +378,7 @@ def whole_part() -> dict:
         workdir = pathlib.Path(tmp) / "run"
         predict_bench.write_untrained_workdir(workdir, config)
         eval_lib.evaluate_checkpoint(config, workdir, split=split)
-        data = pipeline.eval_split(config, split, 0)
+        data = eval_split.eval_split(config, split, 0)
         started = time.perf_counter()
         for _ in data.batches():  # the input pipeline alone
             pass

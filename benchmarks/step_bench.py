@@ -54,6 +54,7 @@ from detector.distributed import determinism, sharding  # noqa: E402
 from detector.engine import train_programs  # noqa: E402
 from detector.engine import train_step as step_lib  # noqa: E402
 from detector.imaging import canvases  # noqa: E402
+from detector.inference import programs as programs_lib  # noqa: E402
 from detector.launch import cli, validate  # noqa: E402
 from detector.state import optimizer  # noqa: E402
 from detector.state import train_state as state_lib  # noqa: E402
@@ -115,7 +116,9 @@ def time_backend(config, backend: str, batches, mesh) -> dict:
         state,
         batches[0],
         key,
-        tuple(dict.fromkeys(map(train_programs.canvas_of, batches))),
+        tuple(
+            dict.fromkeys(programs_lib.canvas_of(b["image"]) for b in batches)
+        ),
         strict=False,
         advice=None,
         name=f"train_step[{backend}]",

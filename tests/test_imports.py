@@ -4,13 +4,12 @@ the modules that read data or evaluate may import them."""
 
 import pathlib
 import subprocess
-import sys
-import textwrap
 
 import numpy as np
 
 from benchmarks import batch_file
 from configs import shapes as shapes_config
+from tests.helpers import blocked_imports
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BLOCKED = ("tensorflow", "tensorflow_datasets", "pycocotools")
@@ -35,39 +34,14 @@ WITHOUT_DATA_LIBRARIES = (
     "benchmarks.step_bench",
 )
 
-_BLOCKER = f"""
-import sys
-class _Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in {BLOCKED!r}:
-            raise ImportError(f"{{name}} is blocked")
-sys.meta_path.insert(0, _Block())
-sys.path.insert(0, {str(ROOT)!r})
-"""
-
 
 def _run_blocked(code: str, *args: str) -> subprocess.CompletedProcess:
     """Runs `code` with BLOCKED unimportable, from the repository root."""
-    return subprocess.run(
-        [sys.executable, "-c", _BLOCKER + textwrap.dedent(code), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return blocked_imports.run(code, *args, blocked=BLOCKED)
 
 
 def test_model_step_configs_and_benchmarks_import_without_tf_or_coco():
-    result = _run_blocked(f"""
-        import importlib
-        for name in {WITHOUT_DATA_LIBRARIES!r}:
-            importlib.import_module(name)
-        print("loaded:", sorted(m for m in sys.modules
-                                if m.split(".")[0] in {BLOCKED!r}))
-    """)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "loaded: []" in result.stdout
+    assert blocked_imports.blocked_loaded(WITHOUT_DATA_LIBRARIES, BLOCKED) == []
 
 
 def test_step_bench_reads_a_batch_file_without_tensorflow(tmp_path):

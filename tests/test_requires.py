@@ -26,7 +26,7 @@ GUARDED = {
     "tests/test_import_graph.py::test_shapes_writer_imports_no_tensorflow": 1,
     "tests/test_import_graph.py::"
     "test_importing_the_pipeline_registers_no_exit_hook": 1,
-    "tests/detector/evaluation/test_postprocess.py": 1,
+    "tests/detector/imaging/test_detections.py": 1,
 }
 
 

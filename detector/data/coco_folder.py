@@ -9,6 +9,7 @@ import json
 import os
 import threading
 
+import ml_collections
 import numpy as np
 from absl import logging
 from pycocotools import coco as coco_lib
@@ -415,3 +416,31 @@ class CocoFolder:
             int(index),
             lambda i: (self._blank_image(i), self._image_id(i)),
         )
+
+
+def of_config(
+    data: ml_collections.ConfigDict, split: str, max_images: int = 0
+) -> CocoFolder:
+    """The folder of a config's data section (data.root, its split).
+
+    Raises:
+      ValueError: data.root is empty (and CocoFolder's errors).
+    """
+    if not data.root:
+        raise ValueError(
+            f"data.root is empty; data.source={data.source!r} reads a "
+            "COCO-format folder"
+        )
+    return CocoFolder(
+        data.root,
+        split,
+        data.num_classes,
+        max_images,
+        cache=data.cache,
+        allow_outside_images=data.allow_outside_images,
+        split_key=(
+            "data.train_split"
+            if split == data.train_split
+            else "data.eval_split"
+        ),
+    )

@@ -3,24 +3,21 @@ each step's batch a function of its position (docs/architecture.md, "Data
 flow" and "Data sources")."""
 
 import atexit
-import dataclasses
 import functools
-import math
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
-import jax
 import ml_collections
 import numpy as np
 import tensorflow as tf
 from absl import logging
-from pycocotools import coco as coco_lib
 
 from detector.config import data as data_config
 from detector.data import (
     augment,
     gt_masks,
     orientation_schedule,
+    shares,
     sources,
     transforms,
 )
@@ -55,27 +52,6 @@ def _set_up_tensorflow() -> None:
                 "pipeline and can see a GPU"
             )
     atexit.register(_NumpyBatches.close_all)
-
-
-def _processes(
-    process_index: int | None, process_count: int | None
-) -> tuple[int, int]:
-    """(index, count) of this process, from JAX unless given."""
-    index = jax.process_index() if process_index is None else process_index
-    count = jax.process_count() if process_count is None else process_count
-    if not 0 <= index < count:
-        raise ValueError(f"process_index={index} is not in [0, {count})")
-    return index, count
-
-
-def _per_process(global_size: int, count: int, key: str) -> int:
-    """The per-process share of a global batch size; it must divide evenly."""
-    if global_size <= 0 or global_size % count:
-        raise ValueError(
-            f"{key}={global_size} must be a positive multiple "
-            f"of the process count {count}"
-        )
-    return global_size // count
 
 
 def _source_class(config: ml_collections.ConfigDict) -> type[source_lib.Source]:
@@ -224,8 +200,8 @@ def train_batches(
     Deterministic given config.seed; see the module docstring for resume.
     """
     source_class = _source_class(config)
-    process = _processes(process_index, process_count)
-    batch = _per_process(
+    process = shares.processes(process_index, process_count)
+    batch = shares.per_process(
         config.train.batch_size, process[1], "train.batch_size"
     )
     if start_step < 0:
@@ -317,148 +293,18 @@ def _grouped_batches(
     return tf.data.Dataset.choose_from_datasets(per_orientation, choices), used
 
 
-@dataclasses.dataclass
-class EvalSplit:
-    """An evaluation split: ground truth and this process's image batches.
-
-    `coco` holds the ground truth of every evaluated image (all processes),
-    crowd regions included; `image_ids` are this process's images in the
-    order its batches yield them. Every process yields `num_batches`
-    batches: with data.group_orientations, the landscape canvas's and then
-    the portrait canvas's, as many of each on every process.
-    """
-
-    coco: coco_lib.COCO
-    category_ids: list[int]
-    image_ids: list[int]
-    has_masks: bool
-    num_batches: int
-    # The canvases its batches are on (canvases.canvases' with images, in
-    # that order): the predict programs to compile.
-    canvases: tuple[canvases.Canvas, ...]
-    _make_dataset: Callable[[], tf.data.Dataset] = dataclasses.field(repr=False)
-    _source: source_lib.Source | None = dataclasses.field(
-        default=None, repr=False
-    )
-
-    def batches(self) -> Iterator[dict[str, np.ndarray]]:
-        """The batches, in order, once; call again for another pass."""
-        return _NumpyBatches(self._make_dataset(), self._source)
-
-
-@dataclasses.dataclass(frozen=True)
-class _EvalBlock:
-    """This process's images of one canvas: positions in ground-truth order,
-    and the batches every process yields on that canvas."""
-
-    canvas: canvases.Canvas
-    positions: list[int]
-    num_batches: int
-
-
-def _eval_blocks(
-    data: ml_collections.ConfigDict,
-    ground_truth: coco_lib.COCO,
-    image_ids: list[int],
-    process: tuple[int, int],
-    batch: int,
-) -> list[_EvalBlock]:
-    """Each canvas's images, split in contiguous per-process blocks.
-
-    An image's canvas follows its size in the ground truth (the size once
-    turned by its EXIF orientation, as decoded).
-    """
-    index, count = process
-    placed = canvases.canvases(data)
-    kinds = [canvases.LANDSCAPE] * len(image_ids)
-    if data.group_orientations:
-        kinds = canvases.orientations(
-            [
-                (ground_truth.imgs[i]["height"], ground_truth.imgs[i]["width"])
-                for i in image_ids
-            ]
-        )
-    blocks = []
-    # Without grouping every image is LANDSCAPE, on the one canvas.
-    for canvas, positions in zip(placed, canvases.group(kinds), strict=False):
-        share = math.ceil(len(positions) / count)
-        begin = min(index * share, len(positions))
-        end = min(begin + share, len(positions))
-        blocks.append(
-            _EvalBlock(canvas, positions[begin:end], math.ceil(share / batch))
-        )
-    return blocks
-
-
-def _eval_dataset(
-    images: tf.data.Dataset,
-    data: ml_collections.ConfigDict,
-    count: int,
-    batch: int,
-    num_batches: int,
-) -> tf.data.Dataset:
-    """Decoded examples -> fixed-size eval batches with padding rows, on
-    `data`'s one canvas."""
-    examples = images.map(
-        lambda e: transforms.transform(e, None, data, False, None),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
-    padding = tf.data.Dataset.from_tensors(
-        transforms.padding_example(data)
-    ).repeat(num_batches * batch - count)
-    return examples.concatenate(padding).batch(batch)
-
-
-def eval_split(
-    config: ml_collections.ConfigDict,
-    split: str | None = None,
-    max_images: int = 0,
-    *,
-    process_index: int | None = None,
-    process_count: int | None = None,
-) -> EvalSplit:
-    """The evaluation split `split` (default data.eval_split), sliceable.
-
-    `max_images` > 0 keeps the first `max_images` images of the split. Each
-    process reads a contiguous block of each canvas's images.
-    """
-    source_class = _source_class(config)
-    split = split or config.data.eval_split
-    process = _processes(process_index, process_count)
-    batch = _per_process(config.eval.batch_size, process[1], "eval.batch_size")
+def eval_source(
+    config: ml_collections.ConfigDict, split: str, max_images: int
+) -> source_lib.Source:
+    """`data.source`'s reader of `split`, TensorFlow set up first (the
+    tfds source's eval images: data/eval_split.py)."""
     _set_up_tensorflow()
-    source = source_class(config, split, max_images)
-    ground_truth, all_ids = source.ground_truth()
-    blocks = [
-        block
-        for block in _eval_blocks(
-            config.data, ground_truth, all_ids, process, batch
-        )
-        if block.num_batches
-    ]
+    return _source_class(config)(config, split, max_images)
 
-    def make_dataset() -> tf.data.Dataset:
-        datasets = [
-            _eval_dataset(
-                source.eval_images(block.positions),
-                canvases.on_canvas(config.data, block.canvas),
-                len(block.positions),
-                batch,
-                block.num_batches,
-            )
-            for block in blocks
-        ]
-        joined = functools.reduce(tf.data.Dataset.concatenate, datasets)
-        return joined.prefetch(config.data.prefetch)
 
-    return EvalSplit(
-        coco=ground_truth,
-        category_ids=source.category_ids,
-        image_ids=[all_ids[k] for block in blocks for k in block.positions],
-        has_masks=source.has_masks,
-        num_batches=sum(block.num_batches for block in blocks),
-        canvases=tuple(block.canvas for block in blocks),
-        _make_dataset=make_dataset,
-        _source=source,
-    )
+def numpy_examples(
+    dataset: tf.data.Dataset, source: source_lib.Source
+) -> Iterator[dict[str, np.ndarray]]:
+    """A dataset's elements as numpy, a loader's error raised as itself
+    (`_NumpyBatches`)."""
+    return _NumpyBatches(dataset, source)

@@ -381,16 +381,3 @@ def targets(
     out["masks"] = padded
     out["mask_valid"] = valid & tf.reduce_any(padded > 0, axis=[1, 2])
     return out
-
-
-def padding_example(data: ml_collections.ConfigDict) -> dict:
-    """An eval padding row: zero image, image_id -1, image_valid False."""
-    height, width = data.image_size
-    return {
-        "image": tf.zeros([height, width, 3], tf.float32),
-        "image_id": tf.constant(-1, tf.int64),
-        "orig_size": tf.zeros([2], tf.int32),
-        "scale": tf.constant(1.0, tf.float32),
-        "image_size": tf.constant(data.image_size, tf.int32),
-        "image_valid": tf.constant(False),
-    }

@@ -1,40 +1,27 @@
-"""The train step compiled and audited once per canvas before step 1; each
-step runs the program of its batch's canvas (docs/training.md)."""
+"""The train step compiled and audited once per canvas before step 1
+(`inference.programs`); each step runs the program of its batch's canvas
+(docs/training.md)."""
 
 from typing import Any
 
 import jax
 
 from detector.imaging.canvases import Canvas
+from detector.inference import programs as programs_lib
 from ops import host_audit
-
-
-def canvas_of(batch: dict[str, Any]) -> Canvas:
-    """The (H, W) of a batch's images."""
-    _, height, width, _ = batch["image"].shape
-    return int(height), int(width)
 
 
 class TrainPrograms:
     """(state, batch, key) -> (state, metrics) by the program of the
     batch's canvas."""
 
-    def __init__(self, programs: dict[Canvas, jax.stages.Compiled]):
-        self.programs = programs
+    def __init__(self, programs: programs_lib.Programs):
+        self.programs = programs.programs
+        self._programs = programs
 
     def __call__(self, state: Any, batch: dict[str, jax.Array], key: jax.Array):
-        canvas = canvas_of(batch)
-        program = self.programs.get(canvas)
-        if program is None:
-            raise ValueError(
-                f"a training batch on {canvas[0]}x{canvas[1]} has no compiled "
-                f"train step (canvases: {', '.join(map(_name, self.programs))})"
-            )
-        return program(state, batch, key)
-
-
-def _name(canvas: Canvas) -> str:
-    return f"{canvas[0]}x{canvas[1]}"
+        canvas = programs_lib.canvas_of(batch["image"])
+        return self._programs.run(canvas, state, batch, key)
 
 
 def _on_canvas(batch: dict[str, jax.Array], canvas: Canvas) -> dict[str, Any]:
@@ -59,28 +46,23 @@ def compile_per_canvas(
     advice: host_audit.Advice | None,
     name: str = "train_step",
 ) -> tuple[TrainPrograms, list[host_audit.HostRoundTrip]]:
-    """Compiles and audits `jitted` for the first batch's canvas, then for
-    each other of `canvases`; `name` is the program's in the audit's log.
-
-    Returns:
-      (programs, the host round-trips of the program with the most).
+    """`programs.compile_per_canvas` of the train step: the first batch's
+    canvas first, then each other of `canvases`.
 
     Raises:
       host_audit.HostRoundTripError: `strict` and a program has one.
     """
-    first = canvas_of(batch)
-    order = [first, *(c for c in map(tuple, canvases) if c != first)]
-    programs, findings = {}, []
-    for canvas in order:
-        compiled, found = host_audit.compile_audited(
-            jitted,
+    first = programs_lib.canvas_of(batch["image"])
+    programs, findings = programs_lib.compile_per_canvas(
+        jitted,
+        lambda canvas: (
             state,
             batch if canvas == first else _on_canvas(batch, canvas),
             key,
-            program=(name if len(order) == 1 else f"{name} on {_name(canvas)}"),
-            strict=strict,
-            advice=advice,
-        )
-        programs[canvas] = compiled
-        findings = max(findings, found, key=len)
+        ),
+        (first, *canvases),
+        name=name,
+        strict=strict,
+        advice=advice,
+    )
     return TrainPrograms(programs), findings

@@ -1,5 +1,7 @@
-"""COCO-subset evaluation: jitted predict, host post-processing, COCOeval;
-results in `<workdir>/eval_<slug>.json` (docs/training.md)."""
+"""COCO-subset evaluation: predict on a split (the one inference function,
+`detector.inference.detect`, and its one host formatter,
+`imaging.detections`), then COCOeval; results in
+`<workdir>/eval_<slug>.json` (docs/training.md)."""
 
 import dataclasses
 import hashlib
@@ -14,22 +16,23 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from absl import logging
-from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 from pycocotools import coco as coco_lib
 
-from detector.data import pipeline
+from detector.data import eval_split as eval_split_lib
 from detector.distributed import determinism, multihost, sharding
 from detector.evaluation import (
     coco_backends,
     overlap,
     per_category,
-    postprocess,
     result_names,
     visualize,
 )
 from detector.imaging import canvases
+from detector.imaging import detections as detections_lib
+from detector.inference import detect
+from detector.inference import programs as programs_lib
 from detector.state import train_state as state_lib
 from detector.utils import files, progress
 from ops import host_audit
@@ -51,91 +54,44 @@ METRIC_NAMES = (
 )
 
 
-def make_predict(graphdef: nnx.GraphDef, mesh: Mesh) -> jax.stages.Wrapped:
-    """jit(shard_map(predict)): (params, rest, images, image_sizes) ->
-    detections."""
-
-    def local_predict(params, rest, images, image_sizes):
-        return nnx.merge(graphdef, params, rest).predict(images, image_sizes)
-
-    return jax.jit(
-        jax.shard_map(
-            local_predict,
-            mesh=mesh,
-            in_specs=(P(), P(), P("data"), P("data")),
-            out_specs=P("data"),
-            check_vma=False,
-        )
-    )
-
-
-@dataclasses.dataclass(frozen=True)
-class CompiledPredict:
-    """The predict program compiled for the eval batch on each canvas
-    (`imaging/canvases.py`), and the audit of one call."""
-
-    # canvas (H, W) -> (params, rest, images, image_sizes) -> detections
-    programs: dict[canvases.Canvas, jax.stages.Compiled]
-    findings: list[host_audit.HostRoundTrip]
-
-    def run(self, params, rest, images, image_sizes):
-        """Runs the program of `images`' canvas (f32[B, H, W, 3])."""
-        canvas = tuple(images.shape[1:3])
-        if canvas not in self.programs:
-            raise ValueError(
-                f"images on a {canvas[0]}x{canvas[1]} canvas: predict is "
-                "compiled for "
-                + ", ".join(f"{h}x{w}" for h, w in self.programs)
-            )
-        return self.programs[canvas](params, rest, images, image_sizes)
-
-
 def compile_predict(
     config: ml_collections.ConfigDict,
-    graphdef: nnx.GraphDef,
-    params: nnx.State,
-    rest: nnx.State,
+    weights: detect.Weights,
+    category_ids: list[int],
     mesh: Mesh,
     *,
     placed: tuple[canvases.Canvas, ...],
     strict: bool = False,
-) -> CompiledPredict:
-    """Compiles predict for f32[eval.batch_size, H, W, 3] images on each
-    canvas of `placed` (those the eval split uses, `EvalSplit.canvases`)
-    and their i32[eval.batch_size, 2] sizes, audited.
+) -> tuple[programs_lib.Programs, list[host_audit.HostRoundTrip]]:
+    """The inference function (`detect.detect_fn`, sharded over the mesh)
+    compiled and audited for eval.batch_size images on each canvas of
+    `placed` (those the eval split uses, `EvalSplit.canvases`).
 
-    `graphdef` is the eval-mode graphdef. Raises HostRoundTripError when
-    `strict` and a program goes through the host.
+    Raises HostRoundTripError when `strict` and a program goes through the
+    host.
     """
     rows = NamedSharding(mesh, P("data"))
-    sizes = jax.ShapeDtypeStruct(
-        (config.eval.batch_size, 2), jnp.int32, sharding=rows
+    batch = config.eval.batch_size
+    sizes = jax.ShapeDtypeStruct((batch, 2), jnp.int32, sharding=rows)
+    jitted = detect.sharded(
+        detect.detect_fn(config, weights.graphdef, category_ids), mesh
     )
-    jitted = make_predict(graphdef, mesh)
-    programs, findings = {}, []
-    for canvas in map(tuple, placed):
-        if canvas in programs:  # a square canvas in both orientations
-            continue
-        images = jax.ShapeDtypeStruct(
-            (config.eval.batch_size, *canvas, 3), jnp.float32, sharding=rows
-        )
-        kind = canvases.NAMES[canvases.orientation(*canvas)]
-        programs[canvas], found = host_audit.compile_audited(
-            jitted,
-            params,
-            rest,
-            images,
-            sizes,
-            program=(
-                f"predict ({kind} canvas)"
-                if config.data.group_orientations
-                else "predict"
+    return programs_lib.compile_per_canvas(
+        jitted,
+        lambda canvas: (
+            weights.params,
+            weights.rest,
+            jax.ShapeDtypeStruct(
+                (batch, *canvas, 3), jnp.float32, sharding=rows
             ),
-            strict=strict,
-            advice=nms_lib.host_advice,
-        )
-        findings = max(findings, found, key=len)
-    return CompiledPredict(programs, findings)
+            sizes,
+            sizes,
+        ),
+        placed,
+        name="predict",
+        strict=strict,
+        advice=nms_lib.host_advice,
+    )
 
 
 def coco_metrics(
@@ -308,8 +264,27 @@ def check_request(split: str | None, max_images: int) -> None:
         )
 
 
+def _image_results(
+    outputs: dict[str, np.ndarray],
+    batch: dict[str, np.ndarray],
+    mask_paste: str | None,
+) -> list[dict]:
+    """COCO results of a batch's valid rows (`detections.image_results`),
+    each with its image id first."""
+    results = []
+    for i in np.flatnonzero(batch["image_valid"]):
+        found, _ = detections_lib.image_results(
+            outputs, i, *(int(v) for v in batch["orig_size"][i]), mask_paste
+        )
+        image_id = int(batch["image_id"][i])
+        results += [{"image_id": image_id, **r} for r in found]
+    return results
+
+
 def _run_predict(
-    context: "EvalContext", predict: CompiledPredict, weights: "Weights"
+    context: "EvalContext",
+    predict: programs_lib.Programs,
+    weights: detect.Weights,
 ):
     """Predicts every batch; returns COCO results, latencies, drawings.
 
@@ -330,23 +305,28 @@ def _run_predict(
             delay_s=progress.SLOW_LOOP_S,
         ):
             inputs = sharding.put_batch(
-                batch, mesh, keys=("image", "image_size")
+                batch, mesh, keys=("image", "image_size", "orig_size")
             )
             started = time.perf_counter()
             outputs = jax.block_until_ready(
-                predict.run(params, rest, inputs["image"], inputs["image_size"])
+                predict.run(
+                    programs_lib.canvas_of(batch["image"]),
+                    params,
+                    rest,
+                    inputs["image"],
+                    inputs["image_size"],
+                    inputs["orig_size"],
+                )
             )
             latencies.append(
                 (time.perf_counter() - started) * 1e3 / len(batch["image"])
             )
             outputs = sharding.local_rows(outputs, mesh)
             host.submit(
-                postprocess.coco_results,
+                _image_results,
                 outputs,
                 batch,
-                data.category_ids,
-                with_masks=data.has_masks,
-                mask_paste=config.eval.mask_paste,
+                config.eval.mask_paste if data.has_masks else None,
             )
             drawn.add(batch, outputs)
         results = [r for part in host.results() for r in part]
@@ -365,16 +345,8 @@ def _write_result(stem: pathlib.Path, summary: dict, detections: str) -> None:
         files.write_bytes(path, data)
 
 
-@dataclasses.dataclass(frozen=True)
-class Weights:
-    """The model evaluated, and what it is (recorded in the result)."""
-
-    graphdef: nnx.GraphDef  # eval mode
-    params: nnx.State
-    rest: nnx.State
-    step: int | None = None
-    # The checkpoint folder or file it came from; None: unsaved weights.
-    checkpoint: str | None = None
+# The model evaluated, and what it is (recorded in the result).
+Weights = detect.Weights
 
 
 @dataclasses.dataclass
@@ -387,20 +359,23 @@ class EvalContext:
     mesh: Mesh
     workdir: pathlib.Path
     split: str
-    data: pipeline.EvalSplit
+    data: eval_split_lib.EvalSplit
     strict: bool = False  # a host round-trip in predict raises
-    predict: CompiledPredict | None = None
+    # Predict compiled (on first use), and its host round-trips.
+    predict: programs_lib.Programs | None = None
+    findings: list[host_audit.HostRoundTrip] = dataclasses.field(
+        default_factory=list
+    )
     # Settings that differ from the run's own (`result_names`): in the name.
     settings: dict = dataclasses.field(default_factory=dict)
 
-    def compiled(self, weights: Weights) -> CompiledPredict:
+    def compiled(self, weights: Weights) -> programs_lib.Programs:
         """Predict for `weights`' model, compiled once per context."""
         if self.predict is None:
-            self.predict = compile_predict(
+            self.predict, self.findings = compile_predict(
                 self.config,
-                weights.graphdef,
-                weights.params,
-                weights.rest,
+                weights,
+                self.data.category_ids,
                 self.mesh,
                 placed=self.data.canvases,
                 strict=self.strict,
@@ -428,7 +403,7 @@ def eval_context(
     check_request(split, max_images)
     split = config.data.eval_split if split is None else split
     sharding.check_divisible("eval.batch_size", config.eval.batch_size, mesh)
-    data = pipeline.eval_split(
+    data = eval_split_lib.eval_split(
         config, split, max_images or config.eval.max_images
     )
     return EvalContext(
@@ -499,7 +474,7 @@ def evaluate(
         nms_backend=nms_lib.backend_name(
             config.model.rpn.nms_backend, config.model.detection.nms_backend
         ),
-        host_roundtrips_per_predict=len(predict.findings),
+        host_roundtrips_per_predict=len(context.findings),
         deterministic=determinism.enabled(),
     )
     if jax.process_index() == 0:
@@ -509,9 +484,7 @@ def evaluate(
                 drawn,
                 config,
                 stem.with_suffix(".png"),
-                class_names=[
-                    data.coco.cats[c]["name"] for c in data.category_ids
-                ],
+                names={c: data.coco.cats[c]["name"] for c in data.category_ids},
             )
     logging.info(
         "Eval %s: bbox AP %.3f%s, %.1f ms/image",
@@ -660,17 +633,8 @@ def evaluate_checkpoints(
             logging.info(
                 "Evaluating step %d (%d of %d)", named, position, len(steps)
             )
-        graphdef, state = state_lib.restore_latest(
+        weights = state_lib.restore_weights(
             config, workdir, context.mesh, step=named
-        )
-        step = int(jax.device_get(state.step))
-        checkpoint = (
-            pathlib.Path(workdir).absolute() / "checkpoints" / str(step)
-            if step
-            else config.model.init_checkpoint  # no checkpoint: what it starts
-        )
-        weights = Weights(
-            graphdef, state.params, state.rest, step, str(checkpoint)
         )
         results.append(evaluate(context, weights, step_named=named is not None))
     return results

@@ -43,45 +43,46 @@ class LowestIds:
         return [(batch, outputs) for _, batch, outputs in self._rows]
 
 
-def _input_image(
-    batch: dict, i: int, config: ml_collections.ConfigDict
-) -> np.ndarray:
-    """The i-th model input as u8[h, w, 3], un-normalised and cut to its
-    unpadded region."""
-    image = batch["image"][i] * np.asarray(config.data.pixel_std) + np.asarray(
-        config.data.pixel_mean
-    )
+def _input_image(batch: dict, i: int) -> np.ndarray:
+    """The i-th model input as u8[h, w, 3], cut to its unpadded region."""
     height, width = (int(v) for v in batch["image_size"][i])
-    return np.clip(np.round(image[:height, :width]), 0, 255).astype(np.uint8)
+    image = batch["image"][i][:height, :width]
+    return np.clip(np.round(image), 0, 255).astype(np.uint8)
 
 
 def drawn_image(
     image: np.ndarray,
     outputs: dict,
     i: int,
-    class_names: list[str],
+    names: dict[int, str],
     score_threshold: float,
+    orig_size: tuple[int, int] | None = None,
 ):
-    """Row i's detections of `score_threshold` and up over `image`
-    (u8[h, w, 3]), drawn by `imaging.overlay` (predict.py's rule: labels
-    never cover each other or leave the image); a PIL image."""
-    count = int(outputs["num_detections"][i])
+    """Row i's detections (`imaging.detections.OUTPUTS`, boxes in pixels of
+    an `orig_size` image: None, `image`'s own) of `score_threshold` and up
+    over `image` (u8[h, w, 3]), drawn by `imaging.overlay` (predict.py's
+    rule: labels never cover each other or leave the image); a PIL image.
+    `names` maps category ids to names."""
+    count = int(outputs["num_valid"][i])
     keep = [
         d for d in range(count) if outputs["scores"][i, d] >= score_threshold
     ]
-    boxes = np.asarray(outputs["boxes"][i, keep], np.float64)
+    height, width = image.shape[:2]
+    factor = np.asarray([width, height] * 2, np.float64) / np.asarray(
+        [*(orig_size or (height, width))[::-1]] * 2, np.float64
+    )
+    boxes = np.asarray(outputs["boxes"][i, keep], np.float64) * factor
     masks = mask_paste.paste_masks(
-        outputs["masks"][i, keep], boxes, image.shape[0], image.shape[1]
+        outputs["masks"][i, keep], boxes, height, width
     )
     detections = [
         {
             "bbox": [x1, y1, x2 - x1, y2 - y1],
-            "category_id": int(outputs["classes"][i, d]),
+            "category_id": int(outputs["category_ids"][i, d]),
             "score": float(outputs["scores"][i, d]),
         }
         for d, (x1, y1, x2, y2) in zip(keep, boxes.tolist(), strict=True)
     ]
-    names = {c + 1: name for c, name in enumerate(class_names)}
     return overlay.overlay(image, detections, np.asarray(masks, bool), names)
 
 
@@ -90,10 +91,11 @@ def draw_predictions(
     config: ml_collections.ConfigDict,
     path: pathlib.Path,
     *,
-    class_names: list[str],
+    names: dict[int, str],
     score_threshold: float = 0.5,
 ) -> None:
-    """Draws up to config.eval.num_visualized images from (batch, outputs)."""
+    """Draws up to config.eval.num_visualized images from (batch, outputs),
+    over the model's input; `names` maps category ids to names."""
     items = [
         (batch, outputs, i)
         for batch, outputs in drawn
@@ -109,11 +111,12 @@ def draw_predictions(
     for ax, (batch, outputs, i) in zip(axes[0], items, strict=True):
         ax.imshow(
             drawn_image(
-                _input_image(batch, i, config),
+                _input_image(batch, i),
                 outputs,
                 i,
-                class_names,
+                names,
                 score_threshold,
+                tuple(int(v) for v in batch["orig_size"][i]),
             )
         )
         ax.set_axis_off()

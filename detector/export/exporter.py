@@ -16,6 +16,8 @@ from detector.distributed import sharding
 from detector.export import categories as categories_lib
 from detector.export import serving
 from detector.imaging import canvases as canvases_lib
+from detector.imaging import images as images_lib
+from detector.inference import detect
 from detector.predict import artifact as artifact_lib
 from detector.predict import artifact_meta
 from detector.state import train_state
@@ -29,16 +31,6 @@ PLATFORMS = ("cpu", "cuda", "tpu")
 # CUDA GPUs wherever JAX has it (ops/nms/pallas.py, CUDA_KERNELS).
 _TRITON_CALL = "__gpu$xla.gpu.triton"
 _NMS_SITES = ("rpn", "detection")  # config.model.<site>.nms_backend
-
-
-@dataclasses.dataclass(frozen=True)
-class Weights:
-    """A restored model: eval-mode graphdef, weights on the host, step."""
-
-    graphdef: object
-    params: object
-    rest: object
-    step: int
 
 
 def check_platforms(platforms: tuple[str, ...]) -> None:
@@ -88,12 +80,11 @@ def nms_per_platform(
 
 def restore(
     config: ml_collections.ConfigDict, workdir: pathlib.Path
-) -> Weights:
+) -> detect.Weights:
     """The newest intact checkpoint of `workdir`, weights as numpy."""
-    mesh = sharding.make_mesh()
-    graphdef, state = train_state.restore_latest(config, workdir, mesh)
-    params, rest, step = jax.device_get((state.params, state.rest, state.step))
-    return Weights(graphdef, params, rest, int(step))
+    weights = train_state.restore_weights(config, workdir, sharding.make_mesh())
+    params, rest = jax.device_get((weights.params, weights.rest))
+    return dataclasses.replace(weights, params=params, rest=rest)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +213,7 @@ def export_workdir(
         "canvases": [list(canvas) for canvas in canvases],
         "canvas_bytes": [len(blob) for blob in sections.blobs],
         "weights_bytes": len(sections.weights),
-        "resize": serving.resize_of(config)._asdict(),
+        "resize": images_lib.Resize.of(config.data)._asdict(),
         "batch_sizes": artifact_lib.SYMBOLIC_BATCH,
         "pixel_mean": list(config.data.pixel_mean),
         "pixel_std": list(config.data.pixel_std),

@@ -7,8 +7,9 @@ import pathlib
 import jax
 import ml_collections
 
-from detector.export import exporter, serving
+from detector.export import exporter
 from detector.imaging import canvases
+from detector.imaging import images as images_lib
 from detector.predict import runner
 
 
@@ -26,7 +27,7 @@ def predictor(
     fn = jax.jit(model.fn)  # compiled once per canvas
     weights = jax.device_put(model.weights)  # passed as the artifact's are
     return runner.Predictor(
-        serving.resize_of(config),
+        images_lib.Resize.of(config.data),
         canvases.canvases(config.data),
         model.categories,
         lambda images, resized, sizes: jax.device_get(

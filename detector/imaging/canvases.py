@@ -59,13 +59,6 @@ def pick(choices: Sequence[Canvas], height: int, width: int) -> Canvas:
     return choices[orientation(height, width) % len(choices)]
 
 
-def canvas_of(
-    data: "ml_collections.ConfigDict", height: int, width: int
-) -> Canvas:
-    """The canvas an h x w image is placed on."""
-    return pick(canvases(data), height, width)
-
-
 def on_canvas(
     data: "ml_collections.ConfigDict", canvas: Canvas
 ) -> "ml_collections.ConfigDict":

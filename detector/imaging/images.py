@@ -4,12 +4,15 @@ predict's inputs are eval's (tests/detector/imaging/)."""
 
 import pathlib
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
 # numpy and PIL only, like this package.
 from detector.imaging import canvases, image_file, resize
+
+if TYPE_CHECKING:  # predict.py --exported runs without ml_collections
+    import ml_collections
 
 # The rule names, for predict/ (which imports only imaging/ of detector/).
 RESIZE_RULES = resize.RULES
@@ -77,6 +80,12 @@ class Resize(NamedTuple):
     rule: str  # a key of resize.RULES
     min_size: int = 800  # shortest_edge: the short side (eval's)
     max_size: int = 1333  # shortest_edge: the long side at most
+
+    @classmethod
+    def of(cls, data: "ml_collections.ConfigDict") -> "Resize":
+        """The rule of a config's data section as inference applies it
+        (eval's: the last of data.min_size)."""
+        return cls(data.resize, int(data.min_size[-1]), int(data.max_size))
 
 
 def fitted_size(

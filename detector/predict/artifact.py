@@ -11,14 +11,14 @@ import pathlib
 import jax
 import numpy as np
 
+from detector.imaging import detections, masks
 from detector.imaging import images as images_lib
-from detector.imaging import masks
 from detector.predict import artifact_meta
 from detector.utils import files
 
 ARTIFACT_FILE = "predict.jax"
 META_FILE = "predict.json"
-OUTPUTS = ("boxes", "scores", "category_ids", "masks", "num_valid")
+OUTPUTS = detections.OUTPUTS  # the contract: imaging/detections.py
 # The arguments after the weights: images, image_sizes, orig_sizes.
 _INPUTS = 3
 # The artifact's batch dimension: symbolic, so one artifact takes any size.

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from detector.imaging import images, masks, rle
+from detector.imaging import detections, images
 from detector.predict import (
     artifact,
     draw,
@@ -40,8 +40,8 @@ class Predictor:
     `run(images f32[b, H, W, 3], image_sizes i32[b, 2], orig_sizes
     i32[b, 2])` takes a batch on one of `canvases` (in the config's order:
     one, or landscape and portrait) and returns the outputs of
-    `detector.predict.artifact.OUTPUTS` as numpy arrays; `mask_paste` names
-    the rule of `masks.MASK_PASTERS` (the config's eval.mask_paste).
+    `detector.imaging.detections.OUTPUTS` as numpy arrays; `mask_paste` names
+    the rule of `imaging.masks.MASK_PASTERS` (the config's eval.mask_paste).
     `identity` names the model (artifact sha256, checkpoint): results of
     another identity in predictions.jsonl are not reused.
     """
@@ -106,35 +106,6 @@ def list_images(args: list[str]) -> list[pathlib.Path]:
     # Each file once, however it is named (`photos/../photos/a.jpg`).
     unique = {os.path.realpath(path): path for path in reversed(found)}
     return [path for path in found if unique[os.path.realpath(path)] is path]
-
-
-def image_detections(
-    outputs: dict[str, np.ndarray],
-    i: int,
-    height: int,
-    width: int,
-    mask_paste: str = "centres",
-) -> tuple[list[dict], masks.BoxMasks]:
-    """(COCO results, pasted masks) of row i of a batch, masks pasted by the
-    rule `mask_paste` of `masks.MASK_PASTERS`."""
-    count = int(outputs["num_valid"][i])
-    boxes = np.asarray(outputs["boxes"][i][:count], np.float64)
-    pasted = masks.MASK_PASTERS[mask_paste](
-        outputs["masks"][i][:count], boxes, height, width
-    )
-    segmentations = rle.encode(pasted)
-    results = []
-    for d in range(count):
-        x1, y1, x2, y2 = (float(v) for v in boxes[d])
-        results.append(
-            {
-                "bbox": [x1, y1, x2 - x1, y2 - y1],
-                "score": float(outputs["scores"][i][d]),
-                "category_id": int(outputs["category_ids"][i][d]),
-                "segmentation": segmentations[d],
-            }
-        )
-    return results, pasted
 
 
 def _file_bytes(path: pathlib.Path) -> bytes:
@@ -318,7 +289,7 @@ def _predict_batch(
     outputs = predictor.run(inputs, resized, sizes)
     finished = []
     for i, (path, decoded) in enumerate(batch):
-        found, pasted = image_detections(
+        found, pasted = detections.image_results(
             outputs, i, *decoded.size, predictor.mask_paste
         )
         results = [r for r in found if filters.keeps(r)]

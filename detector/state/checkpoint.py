@@ -395,7 +395,8 @@ class Checkpointer:
         return f"checkpoint {self.directory}/{step}"
 
     def _check_shapes(self, abstract_tree: dict, step: int) -> None:
-        """Raises ValueError naming the first array that does not fit."""
+        """Raises ValueError naming the first array that does not fit (of
+        the top-level parts `abstract_tree` holds)."""
         try:
             with _quiet_orbax():
                 stored = _flat_shapes(self._manager.item_metadata(step).tree)
@@ -403,6 +404,11 @@ class Checkpointer:
             raise DamagedCheckpointError(
                 f"its array metadata is unreadable ({_damage_reason(e)})"
             ) from None
+        stored = {
+            name: shape
+            for name, shape in stored.items()
+            if name.split("/")[0] in abstract_tree
+        }
         wanted = _flat_shapes(abstract_tree)
         where = self._where(step)
         # Report model arrays before optimizer slots of the same shape.
@@ -440,6 +446,9 @@ class Checkpointer:
     def restore(self, abstract_tree: dict, step: int | None = None) -> dict:
         """Restores `step` (default: the latest) into `abstract_tree`'s shapes.
 
+        `abstract_tree` may hold some of the saved tree's top-level parts
+        (the weights without "opt_state"): only those are read.
+
         Raises:
           ValueError: the checkpoint was written for a different config (a
             missing, extra or differently shaped array), naming the first
@@ -467,9 +476,7 @@ class Checkpointer:
         self._check_shapes(abstract_tree, step)
         try:
             with _quiet_orbax(collect=True), jax.transfer_guard("allow"):
-                tree = self._manager.restore(
-                    step, args=ocp.args.StandardRestore(abstract_tree)
-                )
+                tree = self._read(abstract_tree, step)
         except Exception as e:  # noqa: BLE001 (any failure: unreadable)
             raise DamagedCheckpointError(
                 f"its data is unreadable ({_damage_reason(e)})"
@@ -485,6 +492,32 @@ class Checkpointer:
             )
             tree = legacy_paths.to_current(tree, layout)
         return tree
+
+    def _read(self, abstract_tree: dict, step: int) -> dict:
+        """The arrays of `abstract_tree` read from `step`: the whole
+        tree, or those of its parts alone (a partial PyTree restore of the
+        step's one item)."""
+        stored = self._manager.item_metadata(step).tree
+        if set(abstract_tree) == set(stored):
+            return self._manager.restore(
+                step, args=ocp.args.StandardRestore(abstract_tree)
+            )
+        item = (
+            self.directory
+            / str(step)
+            / ocp.checkpoint_manager.DEFAULT_ITEM_NAME
+        )
+        with ocp.PyTreeCheckpointer() as reader:
+            return reader.restore(
+                item,
+                args=ocp.args.PyTreeRestore(
+                    item=abstract_tree,
+                    restore_args=ocp.checkpoint_utils.construct_restore_args(
+                        abstract_tree
+                    ),
+                    partial_restore=True,
+                ),
+            )
 
     def _layout(self, step: int) -> str | None:
         """The older head layout `step` was written in, or None."""

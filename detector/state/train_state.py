@@ -19,8 +19,9 @@ from jax.sharding import PartitionSpec as P
 from detector import factory
 from detector.config import config_diff
 from detector.distributed import sharding
+from detector.inference import detect
 from detector.modeling import model as model_lib
-from detector.state import checkpoint, optimizer, warm_start
+from detector.state import checkpoint, warm_start
 
 
 @flax.struct.dataclass
@@ -139,17 +140,11 @@ def restore_or_init(
     mesh: Mesh,
     ckpt: checkpoint.Checkpointer,
     tx: optax.GradientTransformation,
-    *,
-    read_only: bool = False,
-    step: int | None = None,
 ) -> tuple[nnx.GraphDef, TrainState]:
-    """(graphdef, state): the newest intact checkpoint (or `step`'s, which
-    must be kept and intact), else a fresh model (warm-started from
-    model.backbone_init or model.init_checkpoint).
-
-    The restore is logged as `Resumed from <checkpoints>/<step>` (training)
-    or, `read_only` (eval.py, export.py, predict.py), `Restored
-    <checkpoints>/<step> (step N)`.
+    """(graphdef, state) of training: the newest intact checkpoint, else a
+    fresh model (warm-started from model.backbone_init or
+    model.init_checkpoint); the restore is logged as `Resumed from
+    <checkpoints>/<step>`.
 
     A checkpoint is restored into the state's shapes: the initialisers
     neither compile nor run (seconds of a resume or an evaluation on CPU).
@@ -164,39 +159,52 @@ def restore_or_init(
         template = jax.eval_shape(
             lambda p, r: init_state(p, r, tx), params, rest
         )
-        replicated = NamedSharding(mesh, P())
-        abstract = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(
-                x.shape, x.dtype, sharding=replicated
-            ),
-            to_tree(template),
-        )
-        # The newest intact checkpoint (damaged ones are logged and
-        # skipped), or the one named.
-        try:
-            restored = (
-                ckpt.restore_latest(abstract)
-                if step is None
-                else (step, _restore_step(ckpt, abstract, step))
-            )
-        except checkpoint.ConfigMismatchError as e:
-            saved = ckpt.directory.parent / "config.json"
-            raise checkpoint.ConfigMismatchError(
-                f"{e}{_differences(config, saved)}"
-            ) from None
+        restored = _restore_tree(config, ckpt, to_tree(template), mesh)
         if restored is not None:
-            step, tree = restored
-            if read_only:
-                logging.info(
-                    "Restored %s/%d (step %d)", ckpt.directory, step, step
-                )
-            else:
-                logging.info("Resumed from %s/%d", ckpt.directory, step)
-            return graphdef, from_tree(template, tree)
+            return graphdef, from_tree(template, restored)
     graphdef, params, rest = create_model(config, config.seed)
     if not resuming:  # a resumed run keeps its own weights
         params, rest = warm_start.apply(config, params, rest)
     return graphdef, sharding.replicate(init_state(params, rest, tx), mesh)
+
+
+def _restore_tree(
+    config: ml_collections.ConfigDict,
+    ckpt: checkpoint.Checkpointer,
+    template: dict,
+    mesh: Mesh,
+    step: int | None = None,
+    read_only: bool = False,
+) -> dict | None:
+    """The parts of `template` (a tree of shapes) read from the newest
+    intact checkpoint (damaged ones are logged and skipped), or from
+    `step`'s, replicated on `mesh`; None where none is kept. Logged as
+    `Resumed from <checkpoints>/<step>`, or `read_only` (eval.py,
+    export.py, predict.py) `Restored <checkpoints>/<step> (step N)`."""
+    replicated = NamedSharding(mesh, P())
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
+        template,
+    )
+    try:
+        restored = (
+            ckpt.restore_latest(abstract)
+            if step is None
+            else (step, _restore_step(ckpt, abstract, step))
+        )
+    except checkpoint.ConfigMismatchError as e:
+        saved = ckpt.directory.parent / "config.json"
+        raise checkpoint.ConfigMismatchError(
+            f"{e}{_differences(config, saved)}"
+        ) from None
+    if restored is None:
+        return None
+    step, tree = restored
+    if read_only:
+        logging.info("Restored %s/%d (step %d)", ckpt.directory, step, step)
+    else:
+        logging.info("Resumed from %s/%d", ckpt.directory, step)
+    return tree
 
 
 def _restore_step(
@@ -261,7 +269,7 @@ def _check_restorable(
 def check_restorable(
     config: ml_collections.ConfigDict, workdir: pathlib.Path
 ) -> None:
-    """Raises restore_latest's FileNotFoundError, without reading any
+    """Raises restore_weights' FileNotFoundError, without reading any
     checkpoint: a quick check before slower ones."""
     ckpt_dir = pathlib.Path(workdir) / "checkpoints"
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
@@ -271,17 +279,18 @@ def check_restorable(
         ckpt.close()
 
 
-def restore_latest(
+def restore_weights(
     config: ml_collections.ConfigDict,
     workdir: pathlib.Path,
     mesh: Mesh,
     step: int | None = None,
-) -> tuple[nnx.GraphDef, TrainState]:
-    """(eval-mode graphdef, state) of the newest intact checkpoint of
-    `workdir` (or of `step`, one of `kept_steps`), replicated on `mesh`;
-    reads only (creates nothing). A workdir without checkpoints gives the
-    model `model.init_checkpoint` starts from, where one is set (a
-    torchvision Mask R-CNN file, say).
+) -> detect.Weights:
+    """The weights (params and norm statistics, never the optimizer state)
+    of the newest intact checkpoint of `workdir` (or of `step`, one of
+    `kept_steps`), replicated on `mesh`, with an eval-mode graphdef; reads
+    only (creates nothing). A workdir without checkpoints gives the model
+    `model.init_checkpoint` starts from, where one is set (a torchvision
+    Mask R-CNN file, say).
 
     Raises:
       FileNotFoundError: `workdir` has no checkpoint and the config no
@@ -293,17 +302,34 @@ def restore_latest(
     ckpt = checkpoint.Checkpointer(ckpt_dir, max_to_keep=1, create=False)
     try:
         _check_restorable(config, ckpt, ckpt_dir)
-        if ckpt.latest_step() is None:
-            logging.info(
-                "%s: no checkpoint; using the model started from "
-                "model.init_checkpoint=%s",
-                ckpt_dir,
-                config.model.init_checkpoint,
-            )
-        tx, _ = optimizer.make_optimizer(config)
-        graphdef, state = restore_or_init(
-            config, mesh, ckpt, tx, read_only=True, step=step
-        )
+        graphdef, params, rest = abstract_model(config, config.seed)
+        template = {
+            "step": jax.ShapeDtypeStruct((), jnp.int32),
+            "params": nnx.to_pure_dict(params),
+            "rest": nnx.to_pure_dict(rest),
+        }
+        tree = None
+        if ckpt.latest_step() is not None:
+            tree = _restore_tree(config, ckpt, template, mesh, step, True)
     finally:
         ckpt.close()
-    return eval_graphdef(graphdef, state.params, state.rest), state
+    if tree is None:
+        logging.info(
+            "%s: no checkpoint; using the model started from "
+            "model.init_checkpoint=%s",
+            ckpt_dir,
+            config.model.init_checkpoint,
+        )
+        graphdef, params, rest = create_model(config, config.seed)
+        params, rest = sharding.replicate(
+            warm_start.apply(config, params, rest), mesh
+        )
+        step, source = 0, config.model.init_checkpoint
+    else:
+        nnx.replace_by_pure_dict(params, tree["params"])
+        nnx.replace_by_pure_dict(rest, tree["rest"])
+        step = int(jax.device_get(tree["step"]))
+        source = str(ckpt_dir.absolute() / str(step))
+    return detect.Weights(
+        eval_graphdef(graphdef, params, rest), params, rest, step, source
+    )

@@ -70,10 +70,6 @@ class Source(Protocol):
     def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
         """COCOeval ground truth (crowd regions too) and image ids in order."""
 
-    def eval_images(self, positions: list[int]) -> tf.data.Dataset:
-        """Eval examples of the images at `positions` (ascending) of
-        `ground_truth`'s order, in that order."""
-
     def take_error(self) -> Exception | None:
         """The first Python error a loader raised inside tf.data (cleared)."""
 

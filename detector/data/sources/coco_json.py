@@ -22,27 +22,10 @@ class CocoJsonSource:
     def __init__(
         self, config: ml_collections.ConfigDict, split: str, max_images: int = 0
     ):
-        data = config.data
-        if not data.root:
-            raise ValueError(
-                f"data.root is empty; data.source="
-                f"{data.source!r} reads a COCO-format folder"
-            )
-        self.prepare(config)
-        self.folder = coco_folder.CocoFolder(
-            data.root,
-            split,
-            data.num_classes,
-            max_images,
-            cache=data.cache,
-            allow_outside_images=data.allow_outside_images,
-            split_key=(
-                "data.train_split"
-                if split == data.train_split
-                else "data.eval_split"
-            ),
-        )
-        self.num_classes = data.num_classes
+        if config.data.root:  # else of_config names the empty key
+            self.prepare(config)
+        self.folder = coco_folder.of_config(config.data, split, max_images)
+        self.num_classes = config.data.num_classes
         self.has_masks = self.folder.has_masks
         self.category_ids = list(self.folder.category_ids)
 
@@ -118,24 +101,6 @@ class CocoJsonSource:
 
     def ground_truth(self) -> tuple[coco_lib.COCO, list[int]]:
         return self.folder.coco(), self.folder.image_ids
-
-    def eval_images(self, positions: list[int]) -> tf.data.Dataset:
-        """Images at `positions` without targets, decoded inside tf.data."""
-
-        def load(index):
-            image, image_id = tf.numpy_function(
-                self.folder.load_image,
-                [index],
-                [tf.uint8, tf.int64],
-                stateful=False,
-            )
-            return {
-                "image": tf.ensure_shape(image, [None, None, 3]),
-                "image_id": tf.ensure_shape(image_id, []),
-            }
-
-        indices = np.asarray(positions, np.int64).reshape([-1])
-        return tf.data.Dataset.from_tensor_slices(indices).map(load)
 
     def take_error(self) -> Exception | None:
         error, self.folder.error = self.folder.error, None

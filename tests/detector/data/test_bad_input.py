@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from pycocotools import cocoeval
 
-from detector.data import coco_folder, pipeline, splits
+from detector.data import coco_folder, eval_split, pipeline, splits
 from tests.detector.data import helpers
 
 
@@ -59,7 +59,7 @@ def test_missing_folder(config, tmp_path):
 
 def test_missing_annotation_file(config):
     with pytest.raises(FileNotFoundError) as error:
-        pipeline.eval_split(config, "val2017")
+        eval_split.eval_split(config, "val2017")
     assert str(error.value).endswith(
         "holds no annotations/instances_val2017.json (nor "
         "val2017/_annotations.coco.json); splits there: train, val; name "
@@ -73,9 +73,9 @@ def test_missing_image_folder_and_file(config, folder):
         FileNotFoundError,
         match=r"val/0002.png: image listed in .*instances_val",
     ):
-        pipeline.eval_split(config)
+        eval_split.eval_split(config)
     # A slice without the missing image is fine.
-    assert pipeline.eval_split(config, "val[2:]").image_ids == [3]
+    assert eval_split.eval_split(config, "val[2:]").image_ids == [3]
     os.rename(folder / "train", folder / "moved")
     with pytest.raises(FileNotFoundError, match=r"train: image folder"):
         pipeline.train_batches(config)
@@ -88,7 +88,7 @@ def test_corrupt_image_names_the_file(config, folder, capfd):
     data = bytearray(path.read_bytes())
     data[60:-20] = b"\xff" * (len(data) - 80)
     path.write_bytes(bytes(data))
-    split = pipeline.eval_split(config)
+    split = eval_split.eval_split(config)
     with pytest.raises(ValueError, match=r"val/0002.png: cannot decode image"):
         list(split.batches())
     # No header at all: found when the folder loads.
@@ -115,7 +115,7 @@ def test_image_size_differs_from_json(config, folder):
         match=r"tiny/0001.png: image is 12x10 but "
         r".*instances_tiny.json says 12x11$",
     ):
-        pipeline.eval_split(config, "tiny")
+        eval_split.eval_split(config, "tiny")
 
 
 def test_many_image_sizes_differ_named_first_few_in_one_line(config, folder):
@@ -128,7 +128,7 @@ def test_many_image_sizes_differ_named_first_few_in_one_line(config, folder):
 
     _edit_json(folder / "annotations" / "instances_tiny.json", wrong)
     with pytest.raises(ValueError) as info:
-        pipeline.eval_split(config, "tiny")
+        eval_split.eval_split(config, "tiny")
     line = str(info.value)
     assert "\n" not in line
     assert "tiny/0001.png: image is 12x10 but " in line
@@ -199,10 +199,10 @@ def test_json_problems(config, folder):
     with pytest.raises(
         ValueError, match="instances_val.json: missing the 'categories' list"
     ):
-        pipeline.eval_split(config)
+        eval_split.eval_split(config)
     path.write_text("{ not json")
     with pytest.raises(ValueError, match="instances_val.json: not valid JSON"):
-        pipeline.eval_split(config)
+        eval_split.eval_split(config)
     _edit_json(
         folder / "annotations" / "instances_train.json",
         lambda d: d["images"][0].pop("width"),
@@ -223,12 +223,12 @@ def test_config_problems(config):
         r"--config.data.num_classes=3, or 0 to take the count from the "
         "annotation file$",
     ):
-        pipeline.eval_split(config)
+        eval_split.eval_split(config)
     config.data.num_classes = 3
     with pytest.raises(ValueError, match=r"split 'val\[:5': expected NAME"):
-        pipeline.eval_split(config, "val[:5")
+        eval_split.eval_split(config, "val[:5")
     with pytest.raises(ValueError, match="selects no images"):
-        pipeline.eval_split(config, "val[5:]")
+        eval_split.eval_split(config, "val[5:]")
 
 
 def test_empty_slice_is_one_error_without_a_mask_warning(config, caplog):
@@ -240,7 +240,7 @@ def test_empty_slice_is_one_error_without_a_mask_warning(config, caplog):
             r"selects no images \(of 3\)$",
         ),
     ):
-        pipeline.eval_split(config, "val[5:2]")
+        eval_split.eval_split(config, "val[5:2]")
     assert not caplog.records  # no "no instance segmentations" warning
     with pytest.raises(
         ValueError,

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from detector.data import coco_folder, gt_boxes, pipeline
+from detector.data import coco_folder, eval_split, gt_boxes, pipeline
 from detector.data.sources import tfds as tfds_coco
 from detector.evaluation import eval_lib
 from tests.detector.data import helpers
@@ -49,7 +49,7 @@ def test_string_image_id_names_file_key_and_value(root, records, index, key):
     config = helpers.small_config(str(root))
     config.data.eval_split = "val"
     with pytest.raises(ValueError) as error:
-        pipeline.eval_split(config)
+        eval_split.eval_split(config)
     assert str(error.value) == (
         f"{path}: {records}[{index}] {key} 'img_3' is not an integer"
     )

@@ -5,7 +5,7 @@ orientation on every process."""
 import numpy as np
 import pytest
 
-from detector.data import pipeline
+from detector.data import eval_split
 from tests.helpers import mixed_orientations
 
 COUNT = 7  # images 2 and 5 are portrait
@@ -25,7 +25,7 @@ def _ids(batches) -> list[list[int]]:
 
 
 def test_one_process_yields_landscape_then_portrait_batches(config):
-    split = pipeline.eval_split(config)
+    split = eval_split.eval_split(config)
     batches = list(split.batches())
     assert _ids(batches) == [[1, 3], [4, 6], [7, -1], [2, 5]]
     assert split.num_batches == len(batches)
@@ -42,7 +42,7 @@ def test_one_process_yields_landscape_then_portrait_batches(config):
 
 def test_processes_run_as_many_batches_of_each_canvas(config):
     parts = [
-        pipeline.eval_split(config, process_index=p, process_count=2)
+        eval_split.eval_split(config, process_index=p, process_count=2)
         for p in range(2)
     ]
     batches = [list(part.batches()) for part in parts]
@@ -64,6 +64,6 @@ def test_without_grouping_one_canvas_holds_every_image(config):
     single = config.copy_and_resolve_references()
     single.data.group_orientations = False
     single.data.image_size = (128, 128)
-    batches = list(pipeline.eval_split(single).batches())
+    batches = list(eval_split.eval_split(single).batches())
     assert _ids(batches) == [[1, 2], [3, 4], [5, 6], [7, -1]]
     assert {b["image"].shape[1:3] for b in batches} == {(128, 128)}

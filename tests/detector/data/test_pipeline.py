@@ -7,8 +7,7 @@ import time
 import numpy as np
 import pytest
 
-from detector.data import pipeline
-from detector.data.sources import shapes as shapes_source
+from detector.data import eval_split, pipeline, shapes_dataset
 from tests.detector.data import helpers
 
 H, W, M, S = 64, 80, 4, 16
@@ -173,7 +172,7 @@ def test_processes_split_each_global_batch(shapes_config):
 
 
 def test_eval_split_pads_the_last_batch(shapes_config):
-    split = pipeline.eval_split(shapes_config)
+    split = eval_split.eval_split(shapes_config)
     assert split.has_masks and split.category_ids == [1, 2, 3]
     assert split.image_ids == [1, 2, 3, 4, 5] == sorted(split.coco.imgs)
     batches = list(split.batches())
@@ -186,8 +185,10 @@ def test_eval_split_pads_the_last_batch(shapes_config):
     assert ids[ids >= 0].tolist() == split.image_ids
     first = batches[0]
     assert first["image"].shape == (2, H, W, 3)
-    assert first["scale"].tolist() == [1.0, 1.0]  # 64x64 fits 64x80
-    # Padding sits at the bottom/right and is zero after normalisation.
+    # 64x64 fits 64x80 unscaled.
+    assert first["image_size"].tolist() == first["orig_size"].tolist()
+    assert first["image_size"].tolist() == [[64, 64], [64, 64]]
+    # Padding sits at the bottom/right and is zero.
     assert (first["image"][:, :, 64:] == 0).all()
     assert not (first["image"][:, :, :64] == 0).all()
     # A second pass yields the same batches.
@@ -196,14 +197,14 @@ def test_eval_split_pads_the_last_batch(shapes_config):
 
 
 def test_eval_split_slicing_and_processes(shapes_config):
-    split = pipeline.eval_split(shapes_config, "val[1:]", max_images=3)
+    split = eval_split.eval_split(shapes_config, "val[1:]", max_images=3)
     assert split.image_ids == [2, 3, 4]
     assert sorted(split.coco.imgs) == [2, 3, 4]
     assert all(a["image_id"] in (2, 3, 4) for a in split.coco.anns.values())
-    percent = pipeline.eval_split(shapes_config, "val[:40%]")
+    percent = eval_split.eval_split(shapes_config, "val[:40%]")
     assert percent.image_ids == [1, 2]
     parts = [
-        pipeline.eval_split(shapes_config, process_index=p, process_count=2)
+        eval_split.eval_split(shapes_config, process_index=p, process_count=2)
         for p in range(2)
     ]
     assert [p.image_ids for p in parts] == [[1, 2, 3], [4, 5]]
@@ -248,7 +249,7 @@ def test_ensure_shapes_dataset_writes_when_missing_or_stale(tmp_path):
     config.data.shapes.num_train = 4
     pipeline.prepare(config)  # stale: rewritten
     assert len(list((tmp_path / "train").glob("*.png"))) == 4
-    assert pipeline.eval_split(config).image_ids == [1, 2]
+    assert eval_split.eval_split(config).image_ids == [1, 2]
     config.data.source = "coco_json"  # only the shapes source writes
     config.data.root = str(tmp_path / "elsewhere")
     pipeline.prepare(config)
@@ -284,11 +285,11 @@ def test_ensure_shapes_dataset_other_processes_wait(tmp_path):
         match=r"instances_train.json: process 0 "
         r"did not write the shapes train split within 0.2 s$",
     ):
-        shapes_source.ensure_dataset(config, process_index=1, timeout_s=0.2)
+        shapes_dataset.ensure_dataset(config, process_index=1, timeout_s=0.2)
     assert not (tmp_path / "train").exists()  # only process 0 writes
-    shapes_source.ensure_dataset(config, process_index=0)
+    shapes_dataset.ensure_dataset(config, process_index=0)
     started = time.monotonic()
-    shapes_source.ensure_dataset(config, process_index=1, timeout_s=60)
+    shapes_dataset.ensure_dataset(config, process_index=1, timeout_s=60)
     assert time.monotonic() - started < 5
     config.data.shapes.image_size = 16
     with pytest.raises(
@@ -312,6 +313,6 @@ def test_training_canvas_of_its_own(shapes_config):
         assert batch["image"].shape == (4, 96, 128, 3)
         assert batch["masks"].shape == (4, M, 96, 16)
         assert (batch["image_size"] <= [96, 128]).all()
-    split = pipeline.eval_split(config, max_images=4)
+    split = eval_split.eval_split(config, max_images=4)
     assert split.canvases == ((H, W),)
     assert next(split.batches())["image"].shape[1:3] == (H, W)

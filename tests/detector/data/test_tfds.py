@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from detector.data import pipeline
+from detector.data import eval_split, pipeline
 from detector.data.sources import tfds as tfds_coco
 from tests.detector.data import helpers, tfds_mock
 
@@ -109,7 +109,7 @@ def test_each_of_two_processes_reads_only_its_share_and_resumes(tmp_path):
 
 
 def test_eval_split_from_tfds(tfds_config):
-    split = pipeline.eval_split(tfds_config)
+    split = eval_split.eval_split(tfds_config)
     assert not split.has_masks
     assert split.image_ids == [201, 202, 203, 204]
     assert split.category_ids == list(tfds_coco.COCO_2017_CATEGORY_IDS)
@@ -140,7 +140,7 @@ def test_grouped_eval_reads_each_orientation_in_order(tfds_config):
     config.data.resize = "shortest_edge"
     config.data.min_size, config.data.max_size = (32,), 64
     config.data.group_orientations = True
-    split = pipeline.eval_split(config)
+    split = eval_split.eval_split(config)
     # 201 is 40 x 60, 202 50 x 30, 203 square (landscape), 204 60 x 40.
     assert split.image_ids == [201, 203, 202, 204]
     batches = list(split.batches())
@@ -157,7 +157,7 @@ def test_grouped_eval_reads_each_orientation_in_order(tfds_config):
 def test_tfds_config_errors(tfds_config):
     tfds_config.data.num_classes = 3
     with pytest.raises(ValueError, match="80 labels but data.num_classes"):
-        pipeline.eval_split(tfds_config)
+        eval_split.eval_split(tfds_config)
 
 
 def test_tfds_not_prepared_is_a_clear_error(tmp_path):
@@ -165,35 +165,35 @@ def test_tfds_not_prepared_is_a_clear_error(tmp_path):
     config.data.tfds_data_dir = str(tmp_path)
     config.data.num_classes = 80
     with pytest.raises(FileNotFoundError, match="is not prepared there"):
-        pipeline.eval_split(config, "validation")
+        eval_split.eval_split(config, "validation")
 
 
 def test_eval_split_slices_like_tfds(tfds_config):
     """Slices pick the leading / trailing records of the named split only."""
-    first_two = pipeline.eval_split(tfds_config, "validation[:2]")
+    first_two = eval_split.eval_split(tfds_config, "validation[:2]")
     assert first_two.image_ids == [201, 202]
     assert sorted(first_two.coco.imgs) == [201, 202]
     ids = [int(i) for b in first_two.batches() for i in b["image_id"]]
     assert ids == [201, 202]
-    assert pipeline.eval_split(tfds_config, "validation[1:3]").image_ids == [
+    assert eval_split.eval_split(tfds_config, "validation[1:3]").image_ids == [
         202,
         203,
     ]
-    assert pipeline.eval_split(tfds_config, "validation[-1:]").image_ids == [
+    assert eval_split.eval_split(tfds_config, "validation[-1:]").image_ids == [
         204
     ]
-    assert pipeline.eval_split(tfds_config, "validation[50%:]").image_ids == [
+    assert eval_split.eval_split(tfds_config, "validation[50%:]").image_ids == [
         203,
         204,
     ]
-    assert pipeline.eval_split(tfds_config, "train[:1]").image_ids == [101]
+    assert eval_split.eval_split(tfds_config, "train[:1]").image_ids == [101]
     # As in TFDS, a slice past the end of the split is an error.
     with pytest.raises(
         ValueError,
         match=r"split 'validation\[:10\]' of tfds "
         r"coco/2017: .*\[:10\] incompatible with 4 examples",
     ):
-        pipeline.eval_split(tfds_config, "validation[:10]")
+        eval_split.eval_split(tfds_config, "validation[:10]")
 
 
 def test_corrupt_image_names_the_record(tmp_path):
@@ -206,11 +206,11 @@ def test_corrupt_image_names_the_record(tmp_path):
     mocked = tfds_mock.as_dataset_fn(corrupt=2)
     with tfds.testing.mock_data(as_dataset_fn=mocked):
         with pytest.raises(ValueError, match=expected.format(203)):
-            pipeline.eval_split(config)
+            eval_split.eval_split(config)
         with pytest.raises(ValueError, match=expected.format(103)):
             next(pipeline.train_batches(config))
         # Records before the corrupt one still load.
-        assert pipeline.eval_split(config, "validation[:2]").image_ids == [
+        assert eval_split.eval_split(config, "validation[:2]").image_ids == [
             201,
             202,
         ]
@@ -260,4 +260,4 @@ def test_features_without_labels_name_the_builder_and_key(tmp_path):
             r"reads image, image/id, objects/bbox",
         ),
     ):
-        pipeline.eval_split(config)
+        eval_split.eval_split(config)

@@ -174,7 +174,7 @@ def test_limit_instances_keeps_the_largest_in_order():
     assert log.count == 1  # within the limit: nothing logged
 
 
-def test_eval_transform_has_no_randomness_and_pads():
+def test_eval_transform_has_no_randomness():
     data = _data(True, (0.5, 2.0))
     example = {
         "image": _example()["image"],
@@ -191,9 +191,6 @@ def test_eval_transform_has_no_randomness_and_pads():
     }
     assert np.isclose(out["scale"], 4 / 3)
     assert out["image_size"].numpy().tolist() == [53, 80]
-    pad = transforms.padding_example(data)
-    assert pad["image_id"] == -1 and not pad["image_valid"]
-    assert pad["image"].shape == out["image"].shape
 
 
 def _shortest_edge(min_size=(800,), max_size=1333, canvas=(1344, 1344)):

@@ -18,11 +18,12 @@ from tests.helpers import requires
 requires.module_or_skip(*requires.TRAIN_LOOP)
 
 from detector import config as config_lib
-from detector.data import orientation_schedule, pipeline
+from detector.data import eval_split, orientation_schedule
 from detector.distributed import determinism, sharding
 from detector.engine import train_lib, train_metrics, train_programs, train_step
 from detector.evaluation import curves, eval_lib
 from detector.imaging import canvases
+from detector.inference import programs as programs_lib
 from detector.launch import cli, validate
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
@@ -245,7 +246,7 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
     # The detections file is COCO results: COCOeval of it gives the summary.
     path = eval_lib.detections_path(straight / "eval_val")
     assert path.name == "eval_val.detections.json"
-    coco = pipeline.eval_split(config).coco
+    coco = eval_split.eval_split(config).coco
     image_ids = sorted(coco.getImgIds())
     segm = json.loads(path.read_text())
     assert segm and all(
@@ -876,7 +877,7 @@ def grouped_runs_fixture(grouped_config, tmp_path_factory):
         return compile_audited(*args, program=program, **kwargs)
 
     def call_spy(self, state, batch, key):
-        ran.append(train_programs.canvas_of(batch))
+        ran.append(programs_lib.canvas_of(batch["image"]))
         return call(self, state, batch, key)
 
     straight = tmp_path_factory.mktemp("straight")

@@ -8,6 +8,7 @@ import pytest
 
 from detector.distributed import sharding
 from detector.engine import train_programs
+from detector.inference import programs as programs_lib
 
 
 def _sharded_batch(canvas):
@@ -56,11 +57,13 @@ def test_each_canvas_gets_a_program_of_its_own_shape():
 
 
 def test_a_batch_on_no_compiled_canvas_is_one_clear_error():
-    programs = train_programs.TrainPrograms({(64, 128): None})
+    programs = train_programs.TrainPrograms(
+        programs_lib.Programs({(64, 128): None}, "train_step")
+    )
     batch = {"image": np.zeros((2, 96, 96, 3), np.float32)}
     with pytest.raises(
         ValueError,
-        match=r"^a training batch on 96x96 has no compiled train step "
+        match=r"^images on 96x96 have no compiled train_step "
         r"\(canvases: 64x128\)$",
     ):
         programs(None, batch, None)

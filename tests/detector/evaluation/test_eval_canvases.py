@@ -74,8 +74,12 @@ def test_one_program_per_canvas(runs):
     (_, _, grouped), (_, _, single) = runs
     assert list(grouped.programs) == [(64, 128), (128, 64)]
     assert list(single.programs) == [(128, 128)]
-    with pytest.raises(ValueError, match="on a 32x32 canvas: predict is"):
-        grouped.run(None, None, np.zeros((2, 32, 32, 3)), None)
+    with pytest.raises(
+        ValueError,
+        match=r"^images on 32x32 have no compiled predict "
+        r"\(canvases: 64x128, 128x64\)$",
+    ):
+        grouped.run((32, 32))
 
 
 def test_detections_come_in_image_id_order(runs):

@@ -20,7 +20,7 @@ def test_a_split_that_does_not_exist_fails_before_the_checkpoint_loads(
     def never(*args, **kwargs):
         raise AssertionError("the checkpoint was read")
 
-    monkeypatch.setattr(train_state, "restore_latest", never)
+    monkeypatch.setattr(train_state, "restore_weights", never)
     monkeypatch.setattr(train_state, "check_restorable", lambda *a: None)
     with pytest.raises(FileNotFoundError) as error:
         eval_lib.evaluate_checkpoint(config, tmp_path / "run", split="test")

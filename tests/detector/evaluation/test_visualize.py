@@ -40,16 +40,18 @@ def test_eval_drawings_place_labels_by_predicts_rule(monkeypatch):
     monkeypatch.setattr(overlay, "place_labels", recorded)
     k = 12
     outputs = {
-        "num_detections": np.asarray([k]),
+        "num_valid": np.asarray([k]),
         "scores": np.linspace(0.99, 0.6, k)[None],
         "boxes": np.asarray(
             [[[8 + i, 10 + i, 60 + i, 50 + i] for i in range(k)]], np.float32
         ),
-        "classes": np.asarray([[1 + i % 2 for i in range(k)]]),
+        "category_ids": np.asarray([[1 + i % 2 for i in range(k)]]),
         "masks": np.zeros((1, k, 28, 28), np.float32),
     }
     image = np.zeros((96, 128, 3), np.uint8)
-    drawn = visualize.drawn_image(image, outputs, 0, ["square", "circle"], 0.5)
+    drawn = visualize.drawn_image(
+        image, outputs, 0, {1: "square", 2: "circle"}, 0.5
+    )
     assert drawn.size == (128, 96)
     ((origins, sizes),) = placed
     rects = [

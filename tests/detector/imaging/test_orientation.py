@@ -12,7 +12,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from PIL import Image, ImageOps
 
-from detector.data import coco_folder, pipeline
+from detector.data import coco_folder, eval_split
 from detector.data.sources import tfds as tfds_coco
 from detector.imaging import orientation
 from tests.detector.data import helpers
@@ -184,7 +184,7 @@ def test_tfds_eval_split_sizes_and_pixels_are_turned(tmp_path):
     config.data.eval_split = "validation"
     config.eval.batch_size = 1
     with tfds.testing.mock_data(as_dataset_fn=as_dataset):
-        split = pipeline.eval_split(config)
+        split = eval_split.eval_split(config)
         batch = next(split.batches())
     (image,) = split.coco.dataset["images"]
     assert (image["height"], image["width"]) == (40, 24)

@@ -12,7 +12,7 @@ from flax import nnx
 
 from configs import shapes
 from detector import factory
-from detector.export import serving
+from detector.inference import detect
 from detector.modeling import anchors as anchors_lib
 from detector.modeling import extents, roi_heads, rpn
 
@@ -136,7 +136,7 @@ def test_serving_drops_boxes_empty_in_original_pixels():
         "masks": jnp.arange(5.0).reshape(1, 5, 1, 1),
         "num_valid": jnp.asarray([4]),  # slot 4 is past the detections
     }
-    out = jax.tree.map(np.asarray, jax.jit(serving.drop_empty)(outputs))
+    out = jax.tree.map(np.asarray, jax.jit(detect.drop_empty)(outputs))
     assert out["num_valid"].tolist() == [2]
     np.testing.assert_array_equal(
         out["boxes"][0], [[1, 1, 4, 4], [0, 0, 3, 2]] + [[0] * 4] * 3
