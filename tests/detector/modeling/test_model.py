@@ -5,11 +5,11 @@ Compiled programs are built once per module and shared: one train step
 on the other NMS backends. The overfitting check trains on one synthetic
 image with three objects and then predicts it back.
 
-Each NMS backend equals the numpy reference index for index at the
-operator (tests/ops/nms/test_backends.py), and only the cpu backend goes
-through the host (tests/ops/nms/test_api.py); here, by default, what only
-the whole model shows: both NMS sites call the backend the config names
-(traced, not compiled), and the program around NMS stays on the device.
+At the operator (tests/ops/nms/test_backends.py) each NMS backend equals
+the numpy reference index for index, and only the cpu backend goes
+through the host; here, by default, what only the whole model shows:
+both NMS sites call the backend the config names (traced, not compiled),
+and the program around NMS stays on the device.
 The whole-model repeats of the operator's proofs (identical proposals,
 detections, losses and gradients on every backend; the host audit of each
 backend's programs) run with `-m slow`.
@@ -116,6 +116,17 @@ class _TrainStep:
         self.step(new_params, rest, opt_state, batch, jax.random.key(1))
         traces.append(self.traces)
         self.first_calls = {"traces": traces, "terms": terms, "grads": grads}
+
+    def audit(self, params, rest, batch) -> list[host_audit.HostRoundTrip]:
+        """The host round-trips of the step compiled for these inputs."""
+        return host_audit.audit(
+            self.step,
+            params,
+            rest,
+            self.optimizer.init(params),
+            batch,
+            jax.random.key(0),
+        )
 
 
 @pytest.fixture(name="train_step", scope="module")
@@ -414,14 +425,7 @@ def test_no_host_round_trips_around_a_device_nms_backend(
     above compile) hold no host callback or transfer anywhere."""
     _, params, rest = initial
     batch = _device_batch(helpers.synthetic_example())
-    findings = host_audit.audit(
-        train_step.step,
-        params,
-        rest,
-        train_step.optimizer.init(params),
-        batch,
-        jax.random.key(0),
-    )
+    findings = train_step.audit(params, rest, batch)
     assert not findings, findings
     findings = host_audit.audit(
         predictors["while_loop"], params, rest, batch["image"]
@@ -471,7 +475,7 @@ def test_nms_backends_give_identical_train_step_losses_and_gradients(
     assert terms["mask"] > 0.0  # the sampled rois reach every head
 
 
-@pytest.mark.slow  # test_api's audit of each backend, through the model
+@pytest.mark.slow  # test_backends' audit of each backend, through the model
 def test_no_host_round_trips_unless_the_nms_backend_is_cpu(
     initial, backend_train_steps, predictors
 ):
@@ -479,14 +483,7 @@ def test_no_host_round_trips_unless_the_nms_backend_is_cpu(
     batch = _device_batch(helpers.synthetic_example())
     # Audits reuse the programs the other tests compile (same shapes).
     for backend, train_step in backend_train_steps.items():
-        findings = host_audit.audit(
-            train_step.step,
-            params,
-            rest,
-            train_step.optimizer.init(params),
-            batch,
-            jax.random.key(0),
-        )
+        findings = train_step.audit(params, rest, batch)
         if backend == "cpu":
             # Training runs only the RPN's NMS.
             assert findings and all("rpn/nms" in f.op_name for f in findings), (
