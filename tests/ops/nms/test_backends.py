@@ -28,14 +28,14 @@ from tests.ops.nms.helpers import (
 # many tiles, and the interpret-mode kernels take most of a minute at 3000.
 THRESHOLDS = (0.1, 0.5, 0.7, 0.9)
 SIZES = (
-    (0, (0.5,)),
-    (1, (0.5,)),
-    (7, (0.1, 0.7)),
-    (127, (0.5, 0.9)),
-    (128, (0.1, 0.7)),
-    (129, (0.5, 0.9)),
-    (1000, THRESHOLDS),
-    pytest.param(3000, THRESHOLDS, marks=pytest.mark.slow),
+    pytest.param(0, (0.5,), id="0"),
+    pytest.param(1, (0.5,), id="1"),
+    pytest.param(7, (0.1, 0.7), id="7"),
+    pytest.param(127, (0.5, 0.9), id="127"),
+    pytest.param(128, (0.1, 0.7), id="128"),
+    pytest.param(129, (0.5, 0.9), id="129"),
+    pytest.param(1000, THRESHOLDS, id="1000"),
+    pytest.param(3000, THRESHOLDS, id="3000", marks=pytest.mark.slow),
 )
 
 
