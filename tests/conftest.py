@@ -19,8 +19,10 @@ unimportable for the session (tests/helpers/requires.py), as on an image
 that lacks them: the tests that need them skip.
 
 Several tests compile the same programs (a train step resumed from a
-checkpoint, the same model under another test); JAX's persistent cache in a
-per-worker temporary folder makes the second compile a lookup.
+checkpoint, the same model under another test, the smoke config in the
+processes tests start); one JAX persistent cache for the session, shared by
+the xdist workers and the processes they start, makes every compile after
+the first a lookup (tests/helpers/compilation_cache.py).
 """
 
 import json
@@ -32,8 +34,9 @@ from tests.helpers import quiet_run, requires, torch_process
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ["XLA_FLAGS"] = determinism.with_flag(os.environ.get("XLA_FLAGS"))
 
-import jax
 import pytest
+
+from tests.helpers import compilation_cache as compilation_cache_lib
 
 # $DETECTOR_TEST_BLOCK=tensorflow,pycocotools,clu: the session runs as on an
 # image without them. Here, before the conftest files below this folder and
@@ -87,12 +90,10 @@ def pytest_runtest_call(item):
 
 @pytest.fixture(scope="session", autouse=True)
 def compilation_cache(tmp_path_factory):
-    jax.config.update(
-        "jax_compilation_cache_dir", str(tmp_path_factory.mktemp("jax_cache"))
+    """The session's one compilation cache (module docstring)."""
+    compilation_cache_lib.install(
+        compilation_cache_lib.session_dir(tmp_path_factory)
     )
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    yield
-    jax.config.update("jax_compilation_cache_dir", None)
 
 
 @pytest.fixture(scope="session")

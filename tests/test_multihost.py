@@ -100,7 +100,7 @@ def _first_leg_beside_one_process(
             *(data or [f"--config.data.root={tmp_path}/shapes_ref"]),
             f"--config.train.num_steps={ref_steps}",
         ],
-        processes.env(tmp_path, devices=2),
+        processes.env(devices=2),
     )
     leg = [
         *SMOKE,
@@ -109,7 +109,7 @@ def _first_leg_beside_one_process(
     ]
     # The 1-process run shares the two cores with the first leg.
     first_leg = processes.two_processes(
-        "train.py", [*leg, "--config.train.num_steps=2"], tmp_path
+        "train.py", [*leg, "--config.train.num_steps=2"]
     )
     *results, reference = processes.run(
         [*first_leg, one_process], tmp_path / "logs_first"
@@ -167,7 +167,7 @@ def test_two_processes_train_resume_and_evaluate_like_one(tmp_path):
     outputs = _succeeded(
         processes.run(
             processes.two_processes(
-                "train.py", [*leg, "--config.train.num_steps=4"], tmp_path
+                "train.py", [*leg, "--config.train.num_steps=4"]
             ),
             tmp_path / "logs_second",
         )
@@ -207,7 +207,6 @@ def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
                     f"--workdir={run}",
                     f"--config.data.root={tmp_path}/shapes",
                 ],
-                tmp_path,
                 extra=["", "--config.train.num_steps=3"],
             ),
             tmp_path / "logs",
@@ -233,7 +232,6 @@ def test_batch_not_divisible_by_the_processes_is_one_line(tmp_path):
                     f"--config.data.root={tmp_path}/shapes",
                     "--config.train.batch_size=3",
                 ],
-                tmp_path,
             ),
             tmp_path / "logs",
         )
@@ -260,7 +258,7 @@ def test_process_0_whose_peer_never_joins_fails_in_one_line(tmp_path):
             "--process_id=0",
             "--coordinator_timeout_s=3",
         ],
-        processes.env(tmp_path),
+        processes.env(),
     )
     results = processes.run([alone], tmp_path / "logs")
     assert _error_lines(results) == [
@@ -297,7 +295,7 @@ def test_a_killed_peer_ends_the_survivor_in_one_line_and_resumes(tmp_path):
     ]
     logs = tmp_path / "logs_killed"
     commands = processes.two_processes(
-        "train.py", [*leg, "--config.train.num_steps=200"], tmp_path
+        "train.py", [*leg, "--config.train.num_steps=200"]
     )
     with processes.started(commands, logs) as (survivor, victim):
         _wait_for_line(logs / "0.log", r"^.*step 5/200", survivor, 300)
@@ -325,7 +323,6 @@ def test_a_killed_peer_ends_the_survivor_in_one_line_and_resumes(tmp_path):
             processes.two_processes(
                 "train.py",
                 [*leg, f"--config.train.num_steps={last + 2}"],
-                tmp_path,
             ),
             tmp_path / "logs_resumed",
         )

@@ -63,13 +63,23 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def env(tmp_path: pathlib.Path, devices: int = 1) -> dict[str, str]:
-    """CPU only, a compilation cache shared by the test's runs.
+def env(
+    tmp_path: pathlib.Path | None = None, *, devices: int = 1
+) -> dict[str, str]:
+    """CPU only, `devices` of them.
 
-    The programs are compiled without backend optimisation (every run of a
-    test alike): the runs are a few steps long, and the processes of a leg
-    compile at the same time on the same cores.
+    The programs are compiled without backend optimisation (every run of
+    every test alike), through the session's compilation cache, which
+    os.environ names (tests/helpers/compilation_cache.py): the runs are a
+    few steps long, and the processes of a leg compile at the same time on
+    the same cores.
+
+    Args:
+      tmp_path: ignored; callers written when the cache was each test's own
+        (under its tmp_path) still pass it.
+      devices: the number of CPU devices.
     """
+    del tmp_path
     return {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
@@ -77,8 +87,6 @@ def env(tmp_path: pathlib.Path, devices: int = 1) -> dict[str, str]:
             f"--xla_force_host_platform_device_count={devices} "
             "--xla_backend_optimization_level=0"
         ),
-        "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0.5",
     }
 
 
@@ -133,13 +141,13 @@ def finish(
 def two_processes(
     script: str,
     args: Sequence[str],
-    tmp_path: pathlib.Path,
+    tmp_path: pathlib.Path | None = None,
     extra: Sequence[str] = (),
 ) -> list[tuple[list[str], dict[str, str]]]:
     """Commands for processes 0 and 1 of a job on localhost.
 
     `extra` entries (one per process, '' for none) are added to process
-    i's arguments.
+    i's arguments; `tmp_path` is ignored, as by `env`.
     """
     address = f"localhost:{free_port()}"
     extra = list(extra) or ["", ""]
@@ -153,7 +161,7 @@ def two_processes(
                 f"--process_id={index}",
                 *filter(None, [extra[index]]),
             ],
-            env(tmp_path),
+            env(),
         )
         for index in range(2)
     ]

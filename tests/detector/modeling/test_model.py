@@ -1,9 +1,18 @@
 """modeling/model.py end to end on the tiny config (64 x 64, CPU-sized).
 
 Compiled programs are built once per module and shared: one train step
-(batch of one) per NMS backend, one predict per NMS backend. The overfitting
-check trains on one synthetic image with three objects and then predicts it
-back.
+(batch of one) and one predict on while_loop, and, for the `slow` checks,
+on the other NMS backends. The overfitting check trains on one synthetic
+image with three objects and then predicts it back.
+
+At the operator (tests/ops/nms/test_backends.py) each NMS backend equals
+the numpy reference index for index, and only the cpu backend goes
+through the host; here, by default, what only the whole model shows:
+both NMS sites call the backend the config names (traced, not compiled),
+and the program around NMS stays on the device.
+The whole-model repeats of the operator's proofs (identical proposals,
+detections, losses and gradients on every backend; the host audit of each
+backend's programs) run with `-m slow`.
 """
 
 import copy
@@ -22,6 +31,7 @@ from detector.launch.validate import validate
 from detector.modeling import losses as losses_lib
 from detector.modeling.model import MaskRCNN
 from ops import box_ops, host_audit
+from ops import nms as nms_lib
 from tests.detector import helpers
 from tests.helpers import groups
 
@@ -106,6 +116,17 @@ class _TrainStep:
         self.step(new_params, rest, opt_state, batch, jax.random.key(1))
         traces.append(self.traces)
         self.first_calls = {"traces": traces, "terms": terms, "grads": grads}
+
+    def audit(self, params, rest, batch) -> list[host_audit.HostRoundTrip]:
+        """The host round-trips of the step compiled for these inputs."""
+        return host_audit.audit(
+            self.step,
+            params,
+            rest,
+            self.optimizer.init(params),
+            batch,
+            jax.random.key(0),
+        )
 
 
 @pytest.fixture(name="train_step", scope="module")
@@ -331,6 +352,88 @@ def _assert_identical_to_while_loop(results: dict) -> dict:
     return reference
 
 
+@pytest.fixture(name="nms_calls")
+def nms_calls_fixture(monkeypatch):
+    """Records (backend, max_output_size) of each NMS backend call traced
+    while the test runs."""
+    calls = []
+    for name, impl in list(nms_lib._IMPLEMENTATIONS.items()):
+
+        def recording(boxes, scores, classes, params, name=name, impl=impl):
+            calls.append((name, params.max_output_size))
+            return impl(boxes, scores, classes, params)
+
+        monkeypatch.setitem(nms_lib._IMPLEMENTATIONS, name, recording)
+    nms_lib._batched_call.cache_clear()  # its calls hold the backends
+    yield calls
+    nms_lib._batched_call.cache_clear()
+
+
+@pytest.mark.parametrize(
+    "rpn, detection",
+    [
+        ("while_loop", "while_loop"),
+        ("pallas", "pallas"),
+        ("cpu", "cpu"),
+        ("cpu", "pallas"),
+    ],
+)
+def test_both_nms_sites_call_the_backend_the_config_names(
+    config, initial, nms_calls, rpn, detection
+):
+    """predict runs the RPN's NMS (K = post_nms_top_k_test) on
+    model.rpn.nms_backend and the detections' (K = max_detections) on
+    model.detection.nms_backend; training runs only the RPN's (K =
+    post_nms_top_k_train). Traced with eval_shape: nothing compiles."""
+    _, params, rest = initial
+    variant = copy.deepcopy(config)
+    variant.model.rpn.nms_backend = rpn
+    variant.model.detection.nms_backend = detection
+    model = nnx.eval_shape(lambda: build_model(variant, rngs=nnx.Rngs(0)))
+    model.eval()
+    graphdef = nnx.graphdef(model)
+    example = helpers.synthetic_example()
+    jax.eval_shape(
+        lambda p, r, x: nnx.merge(graphdef, p, r).predict(x),
+        params,
+        rest,
+        jnp.asarray(example["image"]),
+    )
+    assert sorted(nms_calls) == sorted(
+        [
+            (rpn, config.model.rpn.post_nms_top_k_test),
+            (detection, config.model.detection.max_detections),
+        ]
+    )
+    nms_calls.clear()
+    model.train()
+    graphdef = nnx.graphdef(model)
+    jax.eval_shape(
+        lambda p, r, x, k: nnx.merge(graphdef, p, r).losses(x, k),
+        params,
+        rest,
+        _device_batch(example),
+        jax.random.key(0),
+    )
+    assert nms_calls == [(rpn, config.model.rpn.post_nms_top_k_train)]
+
+
+def test_no_host_round_trips_around_a_device_nms_backend(
+    initial, train_step, predictors
+):
+    """The train step and predict on while_loop (the programs the tests
+    above compile) hold no host callback or transfer anywhere."""
+    _, params, rest = initial
+    batch = _device_batch(helpers.synthetic_example())
+    findings = train_step.audit(params, rest, batch)
+    assert not findings, findings
+    findings = host_audit.audit(
+        predictors["while_loop"], params, rest, batch["image"]
+    )
+    assert not findings, findings
+
+
+@pytest.mark.slow  # the operator's proof (tests/ops/nms), through the model
 def test_nms_backends_give_identical_proposals_and_detections(
     initial, predictors
 ):
@@ -349,6 +452,7 @@ def test_nms_backends_give_identical_proposals_and_detections(
     assert 3 < test_valid.sum() <= train_valid.sum()
 
 
+@pytest.mark.slow  # the operator's proof (tests/ops/nms), through the model
 def test_nms_backends_give_identical_train_step_losses_and_gradients(
     initial, backend_train_steps
 ):
@@ -371,6 +475,7 @@ def test_nms_backends_give_identical_train_step_losses_and_gradients(
     assert terms["mask"] > 0.0  # the sampled rois reach every head
 
 
+@pytest.mark.slow  # test_backends' audit of each backend, through the model
 def test_no_host_round_trips_unless_the_nms_backend_is_cpu(
     initial, backend_train_steps, predictors
 ):
@@ -378,14 +483,7 @@ def test_no_host_round_trips_unless_the_nms_backend_is_cpu(
     batch = _device_batch(helpers.synthetic_example())
     # Audits reuse the programs the other tests compile (same shapes).
     for backend, train_step in backend_train_steps.items():
-        findings = host_audit.audit(
-            train_step.step,
-            params,
-            rest,
-            train_step.optimizer.init(params),
-            batch,
-            jax.random.key(0),
-        )
+        findings = train_step.audit(params, rest, batch)
         if backend == "cpu":
             # Training runs only the RPN's NMS.
             assert findings and all("rpn/nms" in f.op_name for f in findings), (

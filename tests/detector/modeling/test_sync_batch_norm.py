@@ -24,7 +24,7 @@ def _probe(tmp_path, norm: str) -> dict:
         [
             (
                 [*PROBE, f"--out={out}", f"--norm={norm}"],
-                processes.env(tmp_path, devices=2),
+                processes.env(devices=2),
             )
         ],
         tmp_path / f"logs_{norm}",
@@ -57,9 +57,7 @@ def test_two_processes_normalise_as_one_device_with_the_whole_batch(
     tmp_path,
 ):
     out = tmp_path / "result.json"
-    commands = processes.two_processes(
-        PROBE[0], [PROBE[1], f"--out={out}"], tmp_path
-    )
+    commands = processes.two_processes(PROBE[0], [PROBE[1], f"--out={out}"])
     for code, output in processes.run(commands, tmp_path / "logs"):
         assert code == 0, output[-3000:]
     result = json.loads(out.read_text())

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ops import host_audit
 from ops import nms as nms_lib
 from ops.nms import reference
 from tests.ops.nms.helpers import (
@@ -17,19 +18,25 @@ from tests.ops.nms.helpers import (
     random_boxes,
 )
 
-# 3000 boxes (47 tiles) runs behind -m slow: 1000 already walks many
-# tiles, and the interpret-mode kernels take most of a minute at 3000.
-SIZES = (
-    0,
-    1,
-    7,
-    127,
-    128,
-    129,
-    1000,
-    pytest.param(3000, marks=pytest.mark.slow),
-)
+# Each size with the IoU thresholds it is checked at. Every (backend, size,
+# threshold, K) is a compile of its own (the threshold is static), and on
+# the Pallas backends in interpret mode a compile takes seconds: each
+# threshold is checked at several sizes and each size at a dense and a
+# light suppression, all four at 1000 boxes (many tiles). 0 boxes never
+# reach a backend and 1 box is kept at any threshold: one each. 3000 boxes
+# (47 tiles) run behind -m slow at every threshold: 1000 already walk
+# many tiles, and the interpret-mode kernels take most of a minute at 3000.
 THRESHOLDS = (0.1, 0.5, 0.7, 0.9)
+SIZES = (
+    pytest.param(0, (0.5,), id="0"),
+    pytest.param(1, (0.5,), id="1"),
+    pytest.param(7, (0.1, 0.7), id="7"),
+    pytest.param(127, (0.5, 0.9), id="127"),
+    pytest.param(128, (0.1, 0.7), id="128"),
+    pytest.param(129, (0.5, 0.9), id="129"),
+    pytest.param(1000, THRESHOLDS, id="1000"),
+    pytest.param(3000, THRESHOLDS, id="3000", marks=pytest.mark.slow),
+)
 
 
 @functools.cache
@@ -57,11 +64,11 @@ def _check(boxes, scores, backend, classes=None, **params):
     )
 
 
-@pytest.mark.parametrize("n", SIZES)
-def test_random_inputs(backend, n):
+@pytest.mark.parametrize("n, thresholds", SIZES)
+def test_random_inputs(backend, n, thresholds):
     # Dense boxes, so every threshold suppresses a lot; two images per call
     # and a fresh seed per size.
-    for iou_threshold in THRESHOLDS:
+    for iou_threshold in thresholds:
         rng = np.random.default_rng([n, int(iou_threshold * 10)])
         for _ in range(2):
             boxes, scores = random_boxes(rng, (2, n), extent=100.0)
@@ -74,20 +81,19 @@ def test_random_inputs(backend, n):
             )
 
 
-@pytest.mark.parametrize("n", (129, 1000))
-def test_random_class_aware(backend, n):
+@pytest.mark.parametrize("n, iou_threshold", ((129, 0.3), (1000, 0.6)))
+def test_random_class_aware(backend, n, iou_threshold):
     rng = np.random.default_rng(n)
     boxes, scores = random_boxes(rng, (3, n))
     classes = rng.integers(0, 5, (3, n)).astype(np.int32)
-    for iou_threshold in (0.3, 0.6):
-        _check(
-            boxes,
-            scores,
-            backend,
-            classes=classes,
-            max_output_size=200,
-            iou_threshold=iou_threshold,
-        )
+    _check(
+        boxes,
+        scores,
+        backend,
+        classes=classes,
+        max_output_size=200,
+        iou_threshold=iou_threshold,
+    )
 
 
 def test_pair_just_above_and_below_threshold(backend):
@@ -195,7 +201,7 @@ def test_max_output_size_larger_than_n(backend):
 
 def test_max_output_size_stops_early(backend):
     rng = np.random.default_rng(6)
-    boxes, scores = random_boxes(rng, (2, 2000), extent=1000.0)
+    boxes, scores = random_boxes(rng, (2, 1000), extent=1000.0)
     for k in (1, 5, 129):
         _check(boxes, scores, backend, max_output_size=k, iou_threshold=0.5)
 
@@ -255,6 +261,28 @@ def test_vmap_and_jit(backend):
         iou_threshold=0.5,
     )
     np.testing.assert_array_equal(np.asarray(got[0]), want[0])
+
+
+def test_only_the_cpu_backend_goes_through_the_host(backend):
+    """The compiled program of a jitted call: the cpu backend's
+    pure_callback in the nms scope; no host callback or transfer on the
+    device backends. (On CPU, pallas_mosaic_gpu's GPU interpret mode runs
+    the kernel through io_callbacks: host work by design, there only.)"""
+    rng = np.random.default_rng(5)
+    boxes, scores = random_boxes(rng, (2, 40))
+    jitted = _jitted(backend, max_output_size=64, iou_threshold=0.5)
+    findings = host_audit.audit(jitted, boxes, scores)
+    if backend == "cpu":
+        assert findings, "the cpu backend runs on the host"
+        assert all(f.op_name == "nms/pure_callback" for f in findings), findings
+    elif backend == "pallas_mosaic_gpu" and jax.default_backend() == "cpu":
+        assert all(
+            f.op_name.startswith("nms/nms_tiled_mosaic_gpu/")
+            and f.op_type == "io_callback"
+            for f in findings
+        ), findings
+    else:
+        assert not findings, findings
 
 
 def test_stays_out_of_autodiff(backend):
