@@ -20,7 +20,7 @@ UNUSABLE = "Compilation cache: an entry could not be used"
 
 def _train(tmp_path: pathlib.Path, cache: pathlib.Path, name: str) -> str:
     """train.py's smoke run into a new workdir; its console."""
-    env = {**processes.env(tmp_path), compile_cache.ENV: str(cache)}
+    env = {**processes.env(), compile_cache.ENV: str(cache)}
     result = subprocess.run(
         [
             sys.executable,

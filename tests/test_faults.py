@@ -59,7 +59,7 @@ def _train(tmp_path, workdir, *args):
             f"--config.data.root={tmp_path}/shapes",
             *args,
         ],
-        processes.env(tmp_path),
+        processes.env(),
     )
 
 
@@ -217,7 +217,7 @@ def test_resume_after_sigkill_on_two_canvases_equals_an_uninterrupted_run(
                 f"--config.train.num_steps={steps}",
                 "--config.train.log_every=1",
             ],
-            processes.env(tmp_path),
+            processes.env(),
         )
 
     workdir, logs = tmp_path / "run", tmp_path / "logs"

@@ -63,9 +63,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def env(
-    tmp_path: pathlib.Path | None = None, *, devices: int = 1
-) -> dict[str, str]:
+def env(*, devices: int = 1) -> dict[str, str]:
     """CPU only, `devices` of them.
 
     The programs are compiled without backend optimisation (every run of
@@ -75,11 +73,8 @@ def env(
     the same cores.
 
     Args:
-      tmp_path: ignored; callers written when the cache was each test's own
-        (under its tmp_path) still pass it.
       devices: the number of CPU devices.
     """
-    del tmp_path
     return {
         **os.environ,
         "JAX_PLATFORMS": "cpu",
@@ -141,13 +136,12 @@ def finish(
 def two_processes(
     script: str,
     args: Sequence[str],
-    tmp_path: pathlib.Path | None = None,
     extra: Sequence[str] = (),
 ) -> list[tuple[list[str], dict[str, str]]]:
     """Commands for processes 0 and 1 of a job on localhost.
 
     `extra` entries (one per process, '' for none) are added to process
-    i's arguments; `tmp_path` is ignored, as by `env`.
+    i's arguments.
     """
     address = f"localhost:{free_port()}"
     extra = list(extra) or ["", ""]
