@@ -1,10 +1,13 @@
 """train.py's refusal of a batch that does not fit a TPU chip's HBM, from
 a fit table, with a device kind given rather than attached."""
 
+import types
+
+import jax
 import pytest
 
 from configs import coco_r50_fpn
-from detector.launch import tpu_fit
+from detector.launch import tpu_fit, tpu_fit_table
 
 KIND = "TPU v5 lite"
 
@@ -74,3 +77,17 @@ def test_the_stored_rows_name_known_chips_and_fitting_batches():
             row.fixed_bytes, row.per_image_bytes, row.device_kind
         )
         assert 0 <= row.max_batch_per_chip <= max(line, 2)
+
+
+def test_check_reads_the_attached_chips_kind_and_count(monkeypatch):
+    """train.py's call: the devices are TPUs of KIND (faked), 8 of them."""
+    config = coco_r50_fpn.get_config()
+    monkeypatch.setattr(tpu_fit_table, "FITS", _table(config, max_batch=2))
+    chip = types.SimpleNamespace(platform="tpu", device_kind=KIND)
+    monkeypatch.setattr(jax, "devices", lambda: [chip] * 8)
+    monkeypatch.setattr(jax, "device_count", lambda: 8)
+    config.train.batch_size = 16
+    tpu_fit.check(config)
+    config.train.batch_size = 24
+    with pytest.raises(ValueError, match=r"is 3 images per chip on 8 TPU v5"):
+        tpu_fit.check(config)
