@@ -18,12 +18,14 @@ cost model per chip: GFLOP, GB accessed and `optimal_seconds` (the
 compiler's estimate, not a measurement), with the Mosaic kernel calls the
 compiled program holds. Writes tpu_aot.json under --out.
 
-`--fit` finds the largest train batch per chip that fits each topology's
-chip (detector/launch/tpu_fit.py's rule: two compiles fit a line, a third
-checks its answer) and checks the config's own batch against it;
-`--write_fit` stores the rows in detector/launch/tpu_fit_table.py, which
-train.py reads on a TPU. `--collectives` lists the collectives XLA
-inserted into the compiled train step and their bytes.
+`--fit` gives the largest train batch per chip that fits each topology's
+chip (detector/launch/tpu_fit.py's rule, from the train step compiled at
+--batch_per_chip, or from a saved tpu_aot.json with --fit_from) and checks
+the config's own batch against it; `--write_fit` stores the rows in
+detector/launch/tpu_fit_table.py, which train.py reads on a TPU.
+`--collectives` lists the collectives XLA inserted into the compiled train
+step and their bytes; `--nms_alone` also compiles ops.nms by itself (2
+images x 4000 boxes, K=1000) per backend.
 """
 
 import json
@@ -35,15 +37,19 @@ import time
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_REPO))
 
+from detector.launch.console import logs  # noqa: E402
+
+if __name__ == "__main__":  # before TensorFlow and libtpu load
+    logs.quiet_libraries(0)
+
 import jax  # noqa: E402
 import jaxlib  # noqa: E402
 from absl import app, flags  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
-from benchmarks import collectives, tpu_compile  # noqa: E402
+from benchmarks import batch_file, collectives, tpu_compile  # noqa: E402
 from detector.imaging import canvases  # noqa: E402
 from detector.launch import cli, tpu_fit, tpu_fit_table  # noqa: E402
-from detector.launch.console import logs  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config", str(_REPO / "configs" / "shapes.py"), "Config to compile."
@@ -66,13 +72,24 @@ _BATCH_PER_CHIP = flags.DEFINE_integer(
     "the topology's chips).",
 )
 _FIT = flags.DEFINE_bool(
-    "fit", False, "Find the largest train batch per chip that fits HBM."
+    "fit",
+    False,
+    "The largest train batch per chip that fits HBM, from the train step.",
+)
+_FIT_FROM = flags.DEFINE_string(
+    "fit_from",
+    None,
+    "With --fit: take the train step's memory from this tpu_aot.json of "
+    "the same config instead of compiling.",
 )
 _WRITE_FIT = flags.DEFINE_bool(
     "write_fit", False, "With --fit: store the rows for train.py."
 )
 _COLLECTIVES = flags.DEFINE_bool(
     "collectives", False, "List the compiled train step's collectives."
+)
+_NMS_ALONE = flags.DEFINE_bool(
+    "nms_alone", False, "Also compile ops.nms alone per backend."
 )
 _OUT = flags.DEFINE_string("out", "benchmarks/out", "Output folder.")
 
@@ -148,6 +165,13 @@ def compile_all(config, topology: str, backend: str) -> list[dict]:
     kind = tpu_compile.device_kind(mesh)
     print(f"\n{topology} ({mesh.size} x {kind}), NMS {backend}\n{HEADER}")
     results = []
+    if _NMS_ALONE.value:
+        r = tpu_compile.compile_nms(mesh, backend)
+        print(line(r), flush=True)
+        results.append(
+            {"topology": topology, "device_kind": kind, "backend": backend}
+            | r.summary()
+        )
     for program in _PROGRAMS.value:
         found_canvases = program_canvases(config, program)
         if _CANVASES.value == "first":
@@ -179,52 +203,63 @@ def compile_all(config, topology: str, backend: str) -> list[dict]:
     return results
 
 
-def fit_rows(config, topology: str, backend: str) -> list[dict]:
-    """The fit row of the train step on topology's chip kind (the first
-    training canvas, the largest where there are two of equal area)."""
-    mesh = tpu_compile.topology_mesh(topology)
-    kind = tpu_compile.device_kind(mesh)
-    canvas = canvases.training(config.data)[0]
-
-    def peak(per_chip: int) -> int:
-        c = tpu_compile.for_tpu(
-            with_batch(config, mesh.size, per_chip), backend
-        )
-        r = tpu_compile.compile_train_step(c, mesh, canvas)
-        print(
-            f"  {topology} {kind}: batch {per_chip}/chip -> "
-            f"{r.hbm_bytes / 2**30:.2f} GiB",
-            flush=True,
-        )
-        return r.hbm_bytes
-
-    one, two = peak(1), peak(2)
-    per_image, fixed = two - one, 2 * one - two
+def fit_row(config, result: dict) -> dict:
+    """The fit row (launch/tpu_fit.py's rule) of a compiled train step's
+    result, for `config` compiled at that batch."""
+    chips, batch = result["chips"], result["batch"] // result["chips"]
+    spec = batch_file.abstract_batch(
+        with_batch(config, chips, batch), tuple(result["canvas"])
+    )
+    batch_bytes = sum(s.size * s.dtype.itemsize for s in spec.values())
+    fixed, per_image = tpu_fit.line(
+        result["memory"], batch_bytes // chips, batch
+    )
+    kind = result["device_kind"]
     best = tpu_fit.largest_batch(fixed, per_image, kind)
-    usable = tpu_fit.usable_bytes(kind)
-    while best > 2 and peak(best) > usable:  # the line was optimistic
-        best -= 1
-    if best <= 2:
-        best = 2 if two <= usable else 1 if one <= usable else 0
-    own = config.train.batch_size // mesh.size
+    own = config.train.batch_size / chips
     print(
         f"{config_label()} on {kind}: at most {best} images per chip "
-        f"(config: {own} per chip on {mesh.size} chips: "
-        f"{'fits' if own <= best else 'does NOT fit'})"
+        f"(line from batch {batch}/chip: {fixed / 2**30:.2f} GiB + "
+        f"{per_image / 2**30:.3f} GiB/image, {tpu_fit.HEADROOM:.0%} of "
+        f"{tpu_fit.HBM_GIB[kind]} GiB); the config's batch "
+        f"{config.train.batch_size} on {chips} chips is {own:g}/chip: "
+        f"{'fits' if own <= best else 'does NOT fit'}"
     )
-    return [
-        {
-            "config": config_label(),
-            "device_kind": kind,
-            "fixed_bytes": fixed,
-            "per_image_bytes": per_image,
-            "max_batch_per_chip": best,
-            "signature": tpu_fit.signature(
-                tpu_compile.for_tpu(config, backend)
-            ),
-            "versions": versions(),
-        }
-    ]
+    return {
+        "config": config_label(),
+        "device_kind": kind,
+        "fixed_bytes": fixed,
+        "per_image_bytes": per_image,
+        "max_batch_per_chip": best,
+        "measured_batch": batch,
+        "signature": tpu_fit.signature(config),
+        "versions": versions(),
+    }
+
+
+def fit_rows(config, results: list[dict]) -> list[dict]:
+    """A fit row per chip kind, from its first train step result."""
+    rows = {}
+    for result in results:
+        kind = result["device_kind"]
+        if result["program"] == "train_step" and kind not in rows:
+            rows[kind] = fit_row(config, result)
+    return list(rows.values())
+
+
+def saved_results(path: str) -> list[dict]:
+    """The results of a tpu_aot.json of this --config.
+
+    Raises:
+      ValueError: naming --fit_from, for another config's file.
+    """
+    saved = json.loads(pathlib.Path(path).read_text())
+    if saved["config"] != config_label():
+        raise ValueError(
+            f"--fit_from={path}: compiled for {saved['config']}, "
+            f"not {config_label()}"
+        )
+    return saved["results"]
 
 
 def config_label() -> str:
@@ -252,7 +287,6 @@ def write_table(rows: list[dict]) -> None:
 
 def main(argv) -> None:
     del argv
-    logs.quiet_libraries()  # before libtpu loads: its notes of no TPU
     config = cli.config_value(_CONFIG)
     print(versions())
     if _CHECK_LIBTPU.value:
@@ -268,16 +302,17 @@ def main(argv) -> None:
             raise ValueError(
                 f"--programs: unknown {', '.join(sorted(unknown))}"
             )
-        for topology in _TOPOLOGY.value:
-            if _FIT.value:
-                rows += fit_rows(config, topology, _BACKENDS.value[0])
-                continue
-            for backend in _BACKENDS.value:
-                results += compile_all(config, topology, backend)
+        if _FIT_FROM.value:
+            results = saved_results(_FIT_FROM.value)
+        else:
+            for topology in _TOPOLOGY.value:
+                for backend in _BACKENDS.value:
+                    results += compile_all(config, topology, backend)
+        if _FIT.value:
+            rows = fit_rows(config, results)
     out = pathlib.Path(_OUT.value)
     out.mkdir(parents=True, exist_ok=True)
-    path = out / ("tpu_fit.json" if _FIT.value else "tpu_aot.json")
-    path.write_text(
+    (out / "tpu_aot.json").write_text(
         json.dumps(
             {
                 "versions": versions(),

@@ -34,7 +34,7 @@ from detector.engine import train_step as step_lib
 from detector.evaluation import eval_lib
 from detector.export import exporter, serving
 from detector.imaging.canvases import Canvas
-from detector.launch import cli, validate
+from detector.launch import cli, tpu_fit, validate
 from detector.state import optimizer
 from detector.state import train_state as state_lib
 from ops import nms as nms_lib
@@ -94,16 +94,8 @@ class Report:
 
     @property
     def hbm_bytes(self) -> int:
-        """Peak HBM of one chip: arguments, outputs not aliased to an
-        argument (donated state), temporaries and the program's code."""
-        m = self.memory
-        return (
-            m["argument_size_in_bytes"]
-            + m["output_size_in_bytes"]
-            - m["alias_size_in_bytes"]
-            + m["temp_size_in_bytes"]
-            + m["generated_code_size_in_bytes"]
-        )
+        """Peak HBM of one chip (tpu_fit.peak_bytes)."""
+        return tpu_fit.peak_bytes(self.memory)
 
     def summary(self) -> dict[str, Any]:
         """The report as JSON-ready numbers (without the HLO)."""

@@ -3,13 +3,16 @@ memory analysis (benchmarks/tpu_aot.py --fit writes the numbers into
 tpu_fit_table.py; docs/tpu.md), so that train.py refuses a batch that
 cannot fit before it compiles anything.
 
-The rule: a chip holds a train step whose peak HBM (arguments, outputs not
-aliased to donated arguments, temporaries and code, as `memory_analysis`
-reports for the compiled per-chip program) is at most HEADROOM of its HBM;
-the rest is left to the runtime, the input batches prefetched onto the
-device and fragmentation. The peak is linear in the batch per chip (fixed
-+ per image x batch), fitted from two compiles and checked by a third at
-the largest batch the line allows.
+The rule: a chip holds a train step whose peak HBM (`peak_bytes`:
+arguments, outputs not aliased to donated arguments, temporaries and code,
+as `memory_analysis` reports the compiled per-chip program) is at most
+HEADROOM of its HBM; the rest is left to the runtime, the input batch
+prefetched onto the device and fragmentation. The peak is taken as a line
+in the batch per chip b, fixed + per_image x b, from one compile at a batch
+b0: fixed is the state (the arguments but the batch) and the code, and
+every other byte (the batch, the temporaries) is counted as growing with
+b. Temporaries that do not grow make the line steeper than the truth, so
+the largest batch it allows is a lower bound for b > b0.
 """
 
 import dataclasses
@@ -56,9 +59,39 @@ class Fit:
     device_kind: str
     fixed_bytes: int  # peak HBM at batch 0 per chip (the line's intercept)
     per_image_bytes: int
-    max_batch_per_chip: int  # checked by a compile at this batch
+    max_batch_per_chip: int  # largest_batch of the line
+    measured_batch: int  # the batch per chip of the compile
     signature: Mapping[str, Any]
     versions: str = ""  # JAX and libtpu that compiled it
+
+
+def peak_bytes(memory: Mapping[str, int]) -> int:
+    """Peak HBM of one chip from `memory_analysis` fields (bytes)."""
+    return (
+        memory["argument_size_in_bytes"]
+        + memory["output_size_in_bytes"]
+        - memory["alias_size_in_bytes"]
+        + memory["temp_size_in_bytes"]
+        + memory["generated_code_size_in_bytes"]
+    )
+
+
+def line(
+    memory: Mapping[str, int], batch_bytes: int, batch: int
+) -> tuple[int, int]:
+    """(fixed, per_image) of the rule's line from one compile.
+
+    Args:
+      memory: the compiled train step's `memory_analysis` fields.
+      batch_bytes: the bytes of one chip's share of the batch arguments.
+      batch: the images per chip it was compiled for.
+    """
+    fixed = (
+        memory["argument_size_in_bytes"]
+        - batch_bytes
+        + memory["generated_code_size_in_bytes"]
+    )
+    return fixed, -(-(peak_bytes(memory) - fixed) // batch)
 
 
 def usable_bytes(device_kind: str) -> int:

@@ -20,6 +20,7 @@ def _table(config, max_batch: int = 6) -> list[dict]:
             "fixed_bytes": 2 * 2**30,
             "per_image_bytes": 2 * 2**30,
             "max_batch_per_chip": max_batch,
+            "measured_batch": 8,
             "signature": tpu_fit.signature(config),
         }
     ]
@@ -59,6 +60,21 @@ def test_no_row_for_the_chip_or_the_config_checks_nothing(kind, change):
         config[section][key] = value
     config.train.batch_size = 64
     tpu_fit.check_batch(config, kind, 4, table)
+
+
+def test_the_line_of_one_compile_counts_the_state_and_code_as_fixed():
+    memory = {
+        "argument_size_in_bytes": 1000 + 8 * 50,  # state, 8 images' batch
+        "output_size_in_bytes": 1000,
+        "alias_size_in_bytes": 1000,  # the donated state
+        "temp_size_in_bytes": 8 * 300 + 100,
+        "generated_code_size_in_bytes": 200,
+    }
+    assert tpu_fit.peak_bytes(memory) == 1400 + 2500 + 200
+    fixed, per_image = tpu_fit.line(memory, batch_bytes=8 * 50, batch=8)
+    assert fixed == 1200
+    assert per_image == -(-(400 + 2500) // 8)  # the 100 counted as growing
+    assert fixed + 8 * per_image >= tpu_fit.peak_bytes(memory)
 
 
 def test_largest_batch_follows_the_line_under_the_headroom():
