@@ -28,11 +28,14 @@ step and their bytes; `--nms_alone` also compiles ops.nms by itself (2
 images x 4000 boxes, K=1000) per backend.
 """
 
+import functools
 import json
 import pathlib
 import pprint
 import sys
 import time
+from collections.abc import Iterator
+from typing import Any
 
 _REPO = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(_REPO))
@@ -156,51 +159,52 @@ HEADER = (
 )
 
 
-def compile_all(config, topology: str, backend: str) -> list[dict]:
-    """Each program of --programs on each of its canvases; prints rows."""
+def compile_all(
+    config, topology: str, backend: str
+) -> Iterator[dict[str, Any]]:
+    """Each program of --programs on each of its canvases (and ops.nms
+    alone with --nms_alone): prints a row and yields a result per compile,
+    writing each program's HLO under --out/hlo."""
     mesh = tpu_compile.topology_mesh(topology)
     config = tpu_compile.for_tpu(
         with_batch(config, mesh.size, _BATCH_PER_CHIP.value), backend
     )
     kind = tpu_compile.device_kind(mesh)
     print(f"\n{topology} ({mesh.size} x {kind}), NMS {backend}\n{HEADER}")
-    results = []
+    runs = []
     if _NMS_ALONE.value:
-        r = tpu_compile.compile_nms(mesh, backend)
-        print(line(r), flush=True)
-        results.append(
-            {"topology": topology, "device_kind": kind, "backend": backend}
-            | r.summary()
+        runs.append(
+            ("nms", functools.partial(tpu_compile.compile_nms, mesh, backend))
         )
     for program in _PROGRAMS.value:
         found_canvases = program_canvases(config, program)
         if _CANVASES.value == "first":
             found_canvases = found_canvases[:1]
-        for canvas in found_canvases:
-            started = time.perf_counter()
-            r = tpu_compile.COMPILERS[program](config, mesh, canvas)
-            print(line(r), flush=True)
-            hlo = pathlib.Path(_OUT.value).joinpath(
-                "hlo",
-                f"{topology}_{backend}_{program}_"
-                f"{canvas[0]}x{canvas[1]}.hlo.txt".replace(":", "-"),
-            )
-            hlo.parent.mkdir(parents=True, exist_ok=True)
-            hlo.write_text(r.hlo)
-            results.append(
-                {
-                    "topology": topology,
-                    "device_kind": kind,
-                    "backend": backend,
-                    "compile_s": time.perf_counter() - started,
-                    **r.summary(),
-                }
-            )
-            if _COLLECTIVES.value and program == "train_step":
-                found = collectives.collectives(r.hlo)
-                print(collectives.table(found))
-                results[-1]["collectives"] = [c._asdict() for c in found]
-    return results
+        compile_fn = tpu_compile.COMPILERS[program]
+        runs += [
+            (program, functools.partial(compile_fn, config, mesh, c))
+            for c in found_canvases
+        ]
+    for program, run in runs:
+        started = time.perf_counter()
+        r = run()
+        print(line(r), flush=True)
+        name = f"{topology}_{backend}_{r.program}_{r.canvas[0]}x{r.canvas[1]}"
+        hlo = pathlib.Path(_OUT.value, "hlo", name.replace(":", "-") + ".txt")
+        hlo.parent.mkdir(parents=True, exist_ok=True)
+        hlo.write_text(r.hlo)
+        result = {
+            "topology": topology,
+            "device_kind": kind,
+            "backend": backend,
+            "compile_s": time.perf_counter() - started,
+            **r.summary(),
+        }
+        if _COLLECTIVES.value and program == "train_step":
+            found = collectives.collectives(r.hlo)
+            print(collectives.table(found))
+            result["collectives"] = [c._asdict() for c in found]
+        yield result
 
 
 def fit_row(config, result: dict) -> dict:
@@ -245,6 +249,23 @@ def fit_rows(config, results: list[dict]) -> list[dict]:
         if result["program"] == "train_step" and kind not in rows:
             rows[kind] = fit_row(config, result)
     return list(rows.values())
+
+
+def save(results: list[dict], rows: list[dict]) -> None:
+    """Writes tpu_aot.json under --out."""
+    out = pathlib.Path(_OUT.value)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "tpu_aot.json").write_text(
+        json.dumps(
+            {
+                "versions": versions(),
+                "config": config_label(),
+                "results": results,
+                "fits": rows,
+            },
+            indent=2,
+        )
+    )
 
 
 def saved_results(path: str) -> list[dict]:
@@ -307,22 +328,12 @@ def main(argv) -> None:
         else:
             for topology in _TOPOLOGY.value:
                 for backend in _BACKENDS.value:
-                    results += compile_all(config, topology, backend)
+                    for result in compile_all(config, topology, backend):
+                        results.append(result)
+                        save(results, rows)  # what a stopped run finished
         if _FIT.value:
             rows = fit_rows(config, results)
-    out = pathlib.Path(_OUT.value)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "tpu_aot.json").write_text(
-        json.dumps(
-            {
-                "versions": versions(),
-                "config": config_label(),
-                "results": results,
-                "fits": rows,
-            },
-            indent=2,
-        )
-    )
+    save(results, rows)
     if _FIT.value and _WRITE_FIT.value:
         write_table(rows)
 
