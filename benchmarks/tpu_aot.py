@@ -31,7 +31,6 @@ images x 4000 boxes, K=1000) per backend.
 import functools
 import json
 import pathlib
-import pprint
 import sys
 import time
 from collections.abc import Iterator
@@ -299,10 +298,9 @@ def write_table(rows: list[dict]) -> None:
         if (r["config"], r["device_kind"]) not in new
     ]
     table = sorted(kept + rows, key=lambda r: (r["config"], r["device_kind"]))
-    head = _TABLE_FILE.read_text().split("FITS:")[0]
-    _TABLE_FILE.write_text(
-        f"{head}FITS: list[dict] = {pprint.pformat(table, width=72)}\n"
-    )
+    head = _TABLE_FILE.read_text().split('    """\n')[0]
+    rows_json = json.dumps(table, indent=2, sort_keys=True)
+    _TABLE_FILE.write_text(f'{head}    """\n{rows_json}\n"""\n)\n')
     print(f"wrote {len(rows)} rows to {_TABLE_FILE.relative_to(_REPO)}")
 
 
