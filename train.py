@@ -122,9 +122,10 @@ def _train(
 ) -> dict:
     """Validates `config`, then trains and evaluates it into `workdir`."""
     from detector.engine import train_lib
-    from detector.launch import config_history, validate
+    from detector.launch import config_history, tpu_fit, validate
 
     validate.validate(config)  # before anything is built or written
+    tpu_fit.check(config)  # a batch over a TPU chip's HBM, before compiling
     for line in validate.warnings(config):
         logging.warning("%s", line)
     return train_lib.train_and_evaluate(

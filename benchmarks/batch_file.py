@@ -22,6 +22,7 @@ canvas in `canvas` [num_batches, 2], and cut back on loading.
 import pathlib
 from collections.abc import Sequence
 
+import jax
 import ml_collections
 import numpy as np
 
@@ -149,6 +150,29 @@ def expected_shapes(
         "valid": (b, m),
         "masks": (b, *masks),
         "mask_valid": (b, m),
+    }
+
+
+# The pipeline's dtypes of the model inputs (detector/data/pipeline.py).
+DTYPES = {
+    "image": np.float32,
+    "image_size": np.int32,
+    "boxes": np.float32,
+    "classes": np.int32,
+    "valid": np.bool_,
+    "masks": np.uint8,
+    "mask_valid": np.bool_,
+}
+
+
+def abstract_batch(
+    config: ml_collections.ConfigDict,
+    canvas: tuple[int, int] | None = None,
+) -> dict[str, jax.ShapeDtypeStruct]:
+    """The model inputs of a batch of `config` on `canvas`, as shapes."""
+    return {
+        k: jax.ShapeDtypeStruct(shape, DTYPES[k])
+        for k, shape in expected_shapes(config, canvas).items()
     }
 
 

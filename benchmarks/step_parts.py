@@ -333,17 +333,6 @@ def run_parts(
     }
 
 
-_BATCH_DTYPES = {
-    "image": jnp.float32,
-    "image_size": jnp.int32,
-    "boxes": jnp.float32,
-    "classes": jnp.int32,
-    "valid": jnp.bool_,
-    "masks": jnp.uint8,
-    "mask_valid": jnp.bool_,
-}
-
-
 def count_parts(
     config: ml_collections.ConfigDict,
     mesh: jax.sharding.Mesh,
@@ -360,10 +349,7 @@ def count_parts(
     # _Stages closes over `rest` (BatchNorm statistics, a few MB at most),
     # and a closed-over abstract value cannot be read inside a trace.
     rest = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), rest)
-    batch = {
-        k: jax.ShapeDtypeStruct(shape, _BATCH_DTYPES[k])
-        for k, shape in batch_file.expected_shapes(config, canvas).items()
-    }
+    batch = batch_file.abstract_batch(config, canvas)
     key = jax.eval_shape(lambda: jax.random.key(0))
     stages = _Stages(graphdef, rest)
     inputs = jax.eval_shape(stages.forward, params, batch, key)

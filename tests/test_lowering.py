@@ -56,16 +56,6 @@ from ops.nms import dispatch, pallas
 BATCH = 2  # global: one image per device of the mesh
 DEVICES = 2  # the data-parallel mesh
 R50_IMAGE_SIZE = (256, 256)
-# The pipeline's dtypes of the model inputs (detector/data/pipeline.py).
-BATCH_DTYPES = {
-    "image": jnp.float32,
-    "image_size": jnp.int32,
-    "boxes": jnp.float32,
-    "classes": jnp.int32,
-    "valid": jnp.bool_,
-    "masks": jnp.uint8,
-    "mask_valid": jnp.bool_,
-}
 TRITON_CALL = "__gpu$xla.gpu.triton"
 # Each NMS kernel: custom-call target, how the call names its kernel
 # (Mosaic GPU: a NUL-terminated string of the serialized kernel module),
@@ -219,10 +209,7 @@ def lower_train_step(
     state = jax.eval_shape(
         lambda p, r: state_lib.init_state(p, r, tx), model.params, model.rest
     )
-    batch = {
-        k: jax.ShapeDtypeStruct(shape, BATCH_DTYPES[k])
-        for k, shape in batch_file.expected_shapes(config).items()
-    }
+    batch = batch_file.abstract_batch(config)
     key = jax.eval_shape(lambda: jax.random.key(config.seed))
 
     def placed(tree, spec):

@@ -22,13 +22,18 @@ MODEL_INPUTS = (
 )
 
 
-def make_mesh() -> Mesh:
+def make_mesh(devices: Sequence[Any] | None = None) -> Mesh:
     """A one-axis ('data') mesh over every device of every process.
 
     The devices are listed process by process, so each process's devices
     hold one contiguous block of the batch.
+
+    Args:
+      devices: the devices to lay out (default: `jax.devices()`), e.g. a
+        TPU topology's for a compile ahead of time (docs/tpu.md).
     """
-    devices = sorted(jax.devices(), key=lambda d: (d.process_index, d.id))
+    devices = jax.devices() if devices is None else devices
+    devices = sorted(devices, key=lambda d: (d.process_index, d.id))
     return Mesh(np.asarray(devices), ("data",))
 
 

@@ -15,7 +15,16 @@ DROPPED = re.compile(
     rb"^(?:I\d{4} [\d:.]+ +\d+ [\w.+-]+:\d+\] "
     rb"|WARNING: All log messages before absl::InitializeLog\(\) is called"
     rb"|W\d{4} [\d:.]+ +\d+ op_level_cost_estimator\.cc:\d+\] "
-    rb"Error in PredictCost\(\))"
+    rb"Error in PredictCost\(\)"
+    # libtpu loaded where no TPU is attached, to compile for a topology
+    # (benchmarks/tpu_aot.py): it cannot find the host's TPU or workers.
+    rb"|Failed to find host bounds for accelerator type: WARNING: could not "
+    rb"determine TPU"
+    rb"|WARNING: Logging before InitGoogle\(\) is written to STDERR"
+    rb"|E\d{4} [\d:.]+ +\d+ common_lib\.cc:\d+\] INVALID_ARGUMENT: Error: "
+    rb"unexpected worker hostname 'WARNING: could not determine TPU"
+    rb"|=== Source Location Trace: === ?$"
+    rb"|learning/[\w/]+/libtpu_init_utils\.cc:\d+$)"
 )
 # XLA's slow-compile banner, four lines: the log line of
 # slow_operation_alarm.cc (its text starts on the next line), a row of
@@ -93,7 +102,8 @@ def install() -> subprocess.Popen | None:
     The child (this file as a script) drops native INFO lines (absl's
     `I<mmdd> <time> <thread> <file>:<line>]`), absl's "before
     InitializeLog" notice and Grappler's `op_level_cost_estimator`
-    warnings, and passes every other byte on. It ignores SIGINT, SIGTERM
+    warnings and libtpu's notes of a host without a TPU, and passes every
+    other byte on. It ignores SIGINT, SIGTERM
     and SIGHUP and ends when the last writer closes the pipe, so a crash's
     last native lines still come out; at exit descriptor 2 is put back.
 

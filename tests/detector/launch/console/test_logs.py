@@ -116,6 +116,25 @@ def test_stderr_filter_drops_native_noise_and_passes_the_rest():
     assert _filtered(b"\n".join(lines)) == b"\n".join(NATIVE_KEPT)
 
 
+def test_stderr_filter_drops_libtpus_notes_of_a_host_without_a_tpu():
+    """What libtpu 0.0.42 prints when it loads to compile for a topology."""
+    notes = [
+        b"Failed to find host bounds for accelerator type: WARNING: could "
+        b"not determine TPU accelerator type, please set env var "
+        b"`TPU_ACCELERATOR_TYPE` manually, otherwise libtpu.so may not "
+        b"properly initialize.",
+        b"WARNING: Logging before InitGoogle() is written to STDERR",
+        b"E0000 00:00:1795914241.604410    9501 common_lib.cc:554] "
+        b"INVALID_ARGUMENT: Error: unexpected worker hostname 'WARNING: "
+        b"could not determine TPU worker hostnames or IP addresses' from "
+        b"env var TPU_WORKER_HOSTNAMES.",
+        b"=== Source Location Trace: === ",
+        b"learning/45eac/tfrc/runtime/libtpu_init_utils.cc:327",
+    ]
+    kept = b"E0000 00:00:1795914241.6 9501 common_lib.cc:554] NOT_FOUND: x"
+    assert _filtered(b"\n".join([*notes, kept, b""])) == kept + b"\n"
+
+
 def test_stderr_filter_passes_a_partial_line_on_without_its_end():
     """A prompt or progress text without a newline is not held back."""
     read_in, write_in = os.pipe()
