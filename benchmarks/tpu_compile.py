@@ -6,7 +6,7 @@ topology's devices (the train step's own `sharding.make_mesh`), lowered
 for "tpu" and compiled by libtpu's XLA and Mosaic compilers:
 - the train step (engine/train_step.py, data-parallel over every chip,
   state replicated, batch sharded) on one training canvas;
-- predict (evaluation/eval_lib.make_predict, as the evaluations run it);
+- predict (inference/detect.detect_fn sharded, as the evaluations run it);
 - the exported artifact's function (export/exporter.export_fn, batch
   symbolic, weights as arguments) called on one chip.
 Nothing is initialised: the model, optimizer state and batch are shapes.
@@ -31,9 +31,9 @@ from benchmarks import batch_file
 from detector import config as config_lib
 from detector.distributed import sharding
 from detector.engine import train_step as step_lib
-from detector.evaluation import eval_lib
 from detector.export import exporter, serving
 from detector.imaging.canvases import Canvas
+from detector.inference import detect
 from detector.launch import cli, tpu_fit, validate
 from detector.state import optimizer
 from detector.state import train_state as state_lib
@@ -189,17 +189,21 @@ def _eval_model(config: ml_collections.ConfigDict) -> tuple:
 def compile_predict(
     config: ml_collections.ConfigDict, mesh: Mesh, canvas: Canvas
 ) -> Report:
-    """Predict as the evaluations run it: config.eval.batch_size images on
-    `canvas`, sharded over the chips of `mesh`, weights replicated."""
+    """The inference function as the evaluations run it: config.eval.
+    batch_size images on `canvas`, sharded over the chips of `mesh`,
+    weights replicated."""
     graphdef, params, rest = _eval_model(config)
     replicated, rows = NamedSharding(mesh, P()), NamedSharding(mesh, P("data"))
     b = config.eval.batch_size
+    category_ids = list(range(1, config.data.num_classes + 1))
+    sizes = jax.ShapeDtypeStruct((b, 2), jnp.int32, sharding=rows)
     compiled = _compile(
-        eval_lib.make_predict(graphdef, mesh),
+        detect.sharded(detect.detect_fn(config, graphdef, category_ids), mesh),
         _placed(params, replicated),
         _placed(rest, replicated),
         jax.ShapeDtypeStruct((b, *canvas, 3), jnp.float32, sharding=rows),
-        jax.ShapeDtypeStruct((b, 2), jnp.int32, sharding=rows),
+        sizes,
+        sizes,
     )
     return report("predict", canvas, b, mesh.size, compiled)
 
