@@ -251,7 +251,6 @@ def test_two_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path):
             f"--workdir={workdir}",
             f"--config.data.root={tmp_path}/shapes",
         ],
-        tmp_path,
     )
     with processes.started(commands, logs) as (zero, one):
         _wait_for(logs / "0.log", r"step 2/", zero)

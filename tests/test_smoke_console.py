@@ -152,5 +152,10 @@ def test_eval_from_another_folder_reuses_the_run_config(smoke):
     for pattern in NOISE:
         assert not [line for line in lines if pattern in line], pattern
     assert list(elsewhere.iterdir()) == []
-    summary = json.loads((home / "w" / "eval_val.json").read_text())
+    # The run's own result is kept; the override names the new one.
+    own = json.loads((home / "w" / "eval_val.json").read_text())
+    assert own["images"] != 2
+    summary = json.loads(
+        (home / "w" / "eval_val_max_images-2.json").read_text()
+    )
     assert summary["images"] == 2

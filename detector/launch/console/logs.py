@@ -63,11 +63,12 @@ class LibraryFilter(logging.Filter):
 
 class EscapingFilter(logging.Filter):
     """Escapes control characters in each record's text (file names in
-    data's log lines, `text.printable`); drops nothing."""
+    data's log lines, `text.printable`), line by line: a report of several
+    lines (the host audit's) keeps its line breaks; drops nothing."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        escaped = text.printable(message)
+        escaped = "\n".join(map(text.printable, message.split("\n")))
         if escaped != message:
             record.msg, record.args = escaped, None
         return True

@@ -951,7 +951,7 @@ def test_a_portrait_only_set_compiles_no_landscape_program(
     train_lib.train_and_evaluate(config, workdir, hooks=launch_hooks.TRAIN_PY)
     portrait = canvases.canvases(config.data)[canvases.PORTRAIT]
     assert compiled == [
-        ("predict (portrait canvas)", portrait),
+        ("predict", portrait),
         ("train_step", portrait),
     ]
     compiled.clear()

@@ -350,6 +350,7 @@ def test_eval_runs_on_converted_weights_through_the_variant(tmp_path):
         "eval.num_visualized": 1,
         **{f"model.{k}": v for k, v in parity.REDUCED.items()},
     }
+    (tmp_path / "run").mkdir()  # eval.py evaluates into a workdir there
     result = subprocess.run(
         [
             sys.executable,

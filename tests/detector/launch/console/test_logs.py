@@ -168,6 +168,14 @@ def test_control_characters_in_logged_file_names_are_escaped(monkeypatch):
     assert any(isinstance(f, logs.EscapingFilter) for f in handler.filters)
 
 
+def test_a_logged_report_of_several_lines_keeps_its_line_breaks():
+    record = logging.LogRecord(
+        "absl", logging.INFO, __file__, 1, "%s", ("a:\n  - b\r",), None
+    )
+    assert logs.EscapingFilter().filter(record)
+    assert record.getMessage() == "a:\n  - b\\r"
+
+
 def test_one_line_errors_escape_control_characters(capsys):
     from detector.launch import cli
 
