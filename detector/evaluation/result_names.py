@@ -20,6 +20,8 @@ NAMED_ELSEWHERE = {
     "data.tfds_data_dir",
     "data.eval_split",
 }
+# Fields that change what is drawn, not the result: never in the name.
+NOT_IN_RESULT = {"eval.num_visualized"}
 # The two NMS sites, which --nms sets together: named once.
 _NMS_SITES = ("model.rpn.nms_backend", "model.detection.nms_backend")
 # The longest settings part of a name; more is named by a digest.
@@ -63,13 +65,16 @@ def changed_settings(
     return {
         key: value
         for key, value in sorted(_flat(used).items())
-        if key in mine and mine[key] != value and key not in NAMED_ELSEWHERE
+        if key in mine
+        and mine[key] != value
+        and key not in NAMED_ELSEWHERE | NOT_IN_RESULT
     }
 
 
 def _part(key: str, value: object) -> str:
     shown = value if not isinstance(value, list) else "x".join(map(str, value))
-    return re.sub(r"[^A-Za-z0-9.-]+", "_", f"{key}-{shown}")
+    # No '.': the stem takes .json and .png (pathlib's with_suffix).
+    return re.sub(r"[^A-Za-z0-9-]+", "_", f"{key}-{shown}")
 
 
 def suffix(settings: dict[str, object]) -> str:

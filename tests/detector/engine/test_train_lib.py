@@ -231,7 +231,7 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
     )
     assert "rpn/nms/pure_callback" in caplog.text
     assert "detection/nms/pure_callback" in caplog.text
-    written = json.loads((straight / "eval_val.json").read_text())
+    written = json.loads((straight / "eval_val_nms-cpu.json").read_text())
     assert written["images"] == 4 and written["nms_backend"] == "cpu"
     assert written["step"] == 4
     assert written["checkpoint"] == str(straight / "checkpoints" / "4")
@@ -242,10 +242,10 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
     for task in ("bbox", "segm"):
         assert set(written[task]) == set(eval_lib.METRIC_NAMES)
     assert written["predict_latency_ms_per_image"] > 0
-    assert (straight / "eval_val.png").stat().st_size > 0
+    assert (straight / "eval_val_nms-cpu.png").stat().st_size > 0
     # The detections file is COCO results: COCOeval of it gives the summary.
-    path = eval_lib.detections_path(straight / "eval_val")
-    assert path.name == "eval_val.detections.json"
+    path = eval_lib.detections_path(straight / "eval_val_nms-cpu")
+    assert path.name == "eval_val_nms-cpu.detections.json"
     coco = eval_split.eval_split(config).coco
     image_ids = sorted(coco.getImgIds())
     segm = json.loads(path.read_text())
@@ -692,7 +692,11 @@ def test_resume_drops_metrics_lines_past_the_restored_step(tmp_path):
             0,
             r"config.train.checkpoint_every=0: must be >= 1",
         ),
-        ("train.num_steps", -1, r"config.train.num_steps=-1: must be >= 1"),
+        (
+            "train.num_steps",
+            -1,
+            r"config.train.num_steps=-1: must be in \[1, 2147483647\]",
+        ),
         ("eval.max_images", -5, r"config.eval.max_images=-5: must be >= 0"),
         (
             "data.image_size",
@@ -729,7 +733,9 @@ def test_failed_start_leaves_no_new_workdir(shapes_config, tmp_path):
         shapes_config,
         **{"data.source": "coco_json", "data.root": str(tmp_path / "none")},
     )
-    with pytest.raises(FileNotFoundError, match="does not exist"):
+    with pytest.raises(
+        FileNotFoundError, match="no such folder; a COCO folder holds"
+    ):
         train_lib.train_and_evaluate(
             config, tmp_path / "new" / "run", hooks=launch_hooks.TRAIN_PY
         )

@@ -127,6 +127,7 @@ def _config(**changes):
     [
         (0, {}, {}, "eval_val2017"),
         (2, {}, {"eval.max_images": 2}, "eval_val2017_max_images-2"),
+        (0, {"eval.num_visualized": 0}, {}, "eval_val2017"),
         (
             0,
             {
@@ -146,7 +147,7 @@ def _config(**changes):
                 "eval.max_images": 3,
                 "model.detection.score_threshold": 0.5,
             },
-            "eval_val2017_max_images-3_score_threshold-0.5",
+            "eval_val2017_max_images-3_score_threshold-0_5",
         ),
     ],
 )
@@ -161,6 +162,7 @@ def test_a_setting_that_changes_the_result_enters_its_name(
     assert found == settings
     stem = eval_lib.result_stem(tmp_path, "val2017", config.data, None, found)
     assert stem.name == name
+    assert stem.with_suffix(".json").name == f"{name}.json"
 
 
 def test_many_changed_settings_name_a_digest():
