@@ -962,7 +962,7 @@ def test_a_portrait_only_set_compiles_no_landscape_program(
     ]
     compiled.clear()
     eval_lib.evaluate_checkpoint(config, workdir)
-    assert compiled == [("predict (portrait canvas)", portrait)]
+    assert compiled == [("predict", portrait)]
 
 
 def test_the_compiling_line_counts_the_programs():
