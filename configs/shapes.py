@@ -89,6 +89,12 @@ def _shrink_to_runlocal(config: ml_collections.ConfigDict) -> None:
     config.data.shapes.num_train = 16
     config.data.shapes.num_val = 8
     config.data.root = "data/shapes_runlocal"
+    smoke_schedule(config)
+
+
+def smoke_schedule(config: ml_collections.ConfigDict) -> None:
+    """4 steps of batch 2, a log line every 2 and one checkpoint; eval
+    batches of 4 (the `:runlocal` variants' schedule)."""
     config.train.batch_size = 2
     config.train.num_steps = 4
     config.train.warmup_steps = 2

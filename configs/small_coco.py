@@ -51,13 +51,8 @@ def _shrink_to_runlocal(config: ml_collections.ConfigDict) -> None:
     """The smoke run: 4 steps of batch 2, the first 8 images of each split."""
     config.data.train_split += "[:8]"
     config.data.eval_split += "[:8]"
-    config.train.batch_size = 2
-    config.train.num_steps = 4
-    config.train.warmup_steps = 2
-    config.train.log_every = 2
-    config.train.checkpoint_every = 4
+    shapes.smoke_schedule(config)
     config.train.eval_every = 0
-    config.eval.batch_size = 4
 
 
 VARIANTS = {"roboflow": _roboflow, "runlocal": _shrink_to_runlocal}
