@@ -87,9 +87,13 @@ def main(argv: list[str]) -> None:
     # replaces: from here on a signal exits at once, from step 1 it saves.
     stop = preemption.Watch.install()
     workdir = _WORKDIR.value or default_workdir()
+    from detector.state import checkpoint  # orbax: after JAX starts
+
     try:
         with cli.one_line_errors(
-            FloatingPointError, host_audit.HostRoundTripError
+            FloatingPointError,
+            host_audit.HostRoundTripError,
+            at_once=(checkpoint.CheckpointSaveError,),
         ):
             cli.check_nms_under_guard(config, jax.default_backend(), _NMS.value)
             files.check_writable_folder(workdir, "--workdir")

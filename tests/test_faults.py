@@ -3,12 +3,13 @@
 Each test starts train.py as a real process (tests/helpers/processes.py) on
 the smoke config and delivers the fault from outside: a signal with
 os.kill, a second process on the same workdir, a file-size limit that makes
-the checkpoint writes fail.
+the checkpoint writes fail, checkpoints/ a file.
 """
 
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -280,6 +281,23 @@ def _limit_file_size(limit: int):
     return apply
 
 
+def _save_failed(
+    code: int, output: str, workdir: pathlib.Path, step: int, reason: str
+) -> None:
+    """Asserts exit 1 and the one line of a failed save of `step` into a
+    workdir without an earlier checkpoint."""
+    assert code == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [x for x in output.splitlines() if x.startswith("error: ")]
+    assert len(errors) == 1, output[-3000:]
+    assert re.fullmatch(
+        rf"error: the checkpoint of step {step} could not be written to "
+        rf"{workdir}/checkpoints: {reason}; \d+ MiB free there; no "
+        r"earlier checkpoint",
+        errors[0],
+    ), errors
+
+
 @pytest.mark.slow
 def test_a_failed_checkpoint_write_is_one_line_at_the_next_step(tmp_path):
     workdir = tmp_path / "run"
@@ -296,21 +314,42 @@ def test_a_failed_checkpoint_write_is_one_line_at_the_next_step(tmp_path):
     )
     assert first[0][0] == 0, first[0][1][-3000:]
     result = _run_once(command, env, preexec_fn=_limit_file_size(1_000_000))
-    output = result.stdout + result.stderr
-    assert result.returncode == 1, output[-3000:]
-    assert "Traceback" not in output, output[-3000:]
-    errors = [x for x in output.splitlines() if x.startswith("error: ")]
-    assert len(errors) == 1, output[-3000:]
-    assert re.fullmatch(
-        rf"error: the checkpoint of step 2 could not be written to "
-        rf"{workdir}/checkpoints: File too large; \d+ MiB free there; no "
-        r"earlier checkpoint",
-        errors[0],
-    ), errors
+    _save_failed(
+        result.returncode,
+        result.stdout + result.stderr,
+        workdir,
+        2,
+        "File too large",
+    )
     # Noticed within a step or two, not at the end of the run.
     logged = [x["step"] for x in processes.train_lines(workdir)]
     assert 2 <= max(logged) <= 4, logged
     assert not any((workdir / "checkpoints").glob("*"))  # no partial save
+
+
+@pytest.mark.slow
+def test_a_save_into_a_checkpoints_file_ends_the_process_in_one_line(
+    tmp_path,
+):
+    """checkpoints/ replaced by a file mid-run: the save of step 20 fails
+    in one line and the process ends within seconds, though orbax's
+    threads of that save wait minutes for the folder."""
+    workdir = tmp_path / "run"
+    command, env = _train(
+        tmp_path, workdir, "--config.train.checkpoint_every=20"
+    )
+    logs = tmp_path / "logs"
+    with processes.started([(command, env)], logs) as (process,):
+        _wait_for(logs / "0.log", r"step 2/", process)
+        shutil.rmtree(workdir / "checkpoints", ignore_errors=True)
+        (workdir / "checkpoints").write_text("")
+        _wait_for(logs / "0.log", r"(?m)^error: ", process)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("still running 30 s after its error line")
+    output = (logs / "0.log").read_text()
+    _save_failed(process.returncode, output, workdir, 20, "Not a directory")
 
 
 def test_a_checkpoints_file_is_refused_before_metrics_are_touched(tmp_path):

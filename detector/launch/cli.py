@@ -177,14 +177,22 @@ def os_error_message(error: OSError) -> str:
 
 
 @contextlib.contextmanager
-def one_line_errors(*errors: type[Exception]) -> Iterator[None]:
+def one_line_errors(
+    *errors: type[Exception], at_once: tuple[type[Exception], ...] = ()
+) -> Iterator[None]:
     """Ends the program with one error line on ValueError, OSError, `errors`.
 
     An OSError names its path (`error: /data/shapes: Permission denied`);
-    the others print their message.
+    the others print their message. An error of `at_once` ends the process
+    at once (`fail_now`): threads it left behind cannot hold the exit (a
+    failed checkpoint save's, which wait minutes for a folder that will
+    never exist).
     """
     try:
         yield
+    except at_once as e:
+        sys.stdout.flush()
+        fail_now(_one_line(e))
     except OSError as e:
         fail(os_error_message(e))
     except (ValueError, *errors) as e:

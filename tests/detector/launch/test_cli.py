@@ -229,6 +229,14 @@ def test_one_line_errors(error, line):
     assert exit_info.value.code == line
 
 
+def test_an_at_once_error_ends_the_process_without_cleanup(monkeypatch):
+    ended = []
+    monkeypatch.setattr(cli, "fail_now", ended.append)
+    with cli.one_line_errors(at_once=(FloatingPointError,)):
+        raise FloatingPointError("the checkpoint of step 2 could not\n be")
+    assert ended == ["the checkpoint of step 2 could not be"]
+
+
 def test_one_line_errors_lets_other_errors_through():
     with pytest.raises(KeyError), cli.one_line_errors():
         raise KeyError("not a user error")
