@@ -2,7 +2,7 @@ r"""Evaluates the latest checkpoint of a workdir (or a kept one) on a COCO
 subset.
 
   python eval.py --workdir=workdirs/shapes
-  python eval.py --workdir=workdirs/shapes --step=500    # or --all_steps
+  python eval.py --workdir=workdirs/shapes --step=1000   # or --all_steps
   python eval.py --workdir=DIR --config=configs/coco_r50_fpn.py \
       --split='val2017[:500]' --nms=pallas --max_images=100
 
