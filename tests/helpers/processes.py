@@ -87,9 +87,12 @@ def env(*, devices: int = 1) -> dict[str, str]:
 
 @contextlib.contextmanager
 def started(
-    commands: Sequence[tuple[list[str], dict[str, str]]], logs: pathlib.Path
+    commands: Sequence[tuple[list[str], dict[str, str]]],
+    logs: pathlib.Path,
+    cwd: pathlib.Path = ROOT,
 ) -> Iterator[list[subprocess.Popen]]:
-    """Starts (argv, env) commands; kills their process groups at exit."""
+    """Starts (argv, env) commands in `cwd`; kills their process groups at
+    exit."""
     logs.mkdir(parents=True, exist_ok=True)
     processes = []
     try:
@@ -98,7 +101,7 @@ def started(
                 processes.append(
                     subprocess.Popen(
                         [sys.executable, *argv],
-                        cwd=ROOT,
+                        cwd=cwd,
                         env=env,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -161,8 +164,10 @@ def two_processes(
     ]
 
 
-def run(commands, logs: pathlib.Path) -> list[tuple[int, str]]:
-    with started(commands, logs) as processes:
+def run(
+    commands, logs: pathlib.Path, cwd: pathlib.Path = ROOT
+) -> list[tuple[int, str]]:
+    with started(commands, logs, cwd) as processes:
         return finish(processes, logs)
 
 
