@@ -3,7 +3,7 @@ sizes by detector/imaging/resize.py, pixels by TensorFlow's bilinear kernel, so
 predict's inputs are eval's (tests/detector/imaging/)."""
 
 import pathlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -52,7 +52,7 @@ def read_decoded(
     path: str | pathlib.Path,
     *,
     max_pixels: int | None = None,
-    needed: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
+    needed: image_file.Needed | None = None,
     data: bytes | None = None,
 ) -> DecodedImage:
     """`read_image` with predict's options (`image_file.read_rgb`): refuse
@@ -95,6 +95,15 @@ def fitted_size(
     options = resize.Options(1.0, rule.min_size, rule.max_size)
     _, size = resize.scale_and_size(rule.rule, orig_size, canvas, options)
     return int(size[0]), int(size[1])
+
+
+def fitted_on(
+    orig_size: tuple[int, int], rule: Resize, choices: Sequence[Canvas]
+) -> tuple[int, int]:
+    """(h', w') of a whole h x w image by `rule` on its canvas of `choices`:
+    the size the model reads it at, and at least the size a JPEG is decoded
+    at (`read_decoded`'s `needed`), in predict and evaluation alike."""
+    return fitted_size(orig_size, rule, pick_canvas(choices, *orig_size))
 
 
 def place(
