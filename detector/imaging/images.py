@@ -35,19 +35,6 @@ class ImageReadError(ValueError):
     """A file that is not a readable image; the message names it."""
 
 
-def read_image(path: str | pathlib.Path) -> np.ndarray:
-    """Reads a JPEG/PNG (any mode) as u8[h, w, 3], EXIF orientation applied.
-
-    The reading of training and evaluation (`detector.imaging.image_file`):
-    grayscale, palette, CMYK and RGBA files become RGB; 16-bit samples keep
-    their high byte, as TensorFlow's PNG decoder reads them.
-
-    Raises:
-      ImageReadError: the file cannot be opened or decoded (named).
-    """
-    return read_decoded(path).pixels
-
-
 def read_decoded(
     path: str | pathlib.Path,
     *,
@@ -55,11 +42,12 @@ def read_decoded(
     needed: image_file.Needed | None = None,
     data: bytes | None = None,
 ) -> DecodedImage:
-    """`read_image` with predict's options (`image_file.read_rgb`): refuse
-    images over `max_pixels` (0: no limit) in one line, and decode a JPEG
-    reduced, at least to the (h, w) `needed` returns for its whole turned
-    (h, w); `.size` is the whole image's (h, w). `data`, where given, are
-    the file's bytes already read: those are decoded.
+    """The file `path` as u8[h, w, 3] pixels, EXIF-turned
+    (`image_file.read_rgb`, the reading of training and evaluation):
+    images over `max_pixels` (0: no limit) refused in one line, a JPEG
+    decoded reduced, at least to the (h, w) `needed` returns for its whole
+    turned (h, w); `.size` is the whole image's (h, w). `data`, where
+    given, are the file's bytes already read: those are decoded.
 
     Raises:
       ImageReadError: the file cannot be opened or decoded, or is over

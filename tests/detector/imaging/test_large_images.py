@@ -72,7 +72,7 @@ def test_a_large_jpeg_is_decoded_reduced_as_resize_would_see_it(
 ):
     path = tmp_path / "photo.jpg"
     Image.fromarray(_smooth(*hw)).save(path, quality=95)
-    full = images.read_image(path)
+    full = images.read_decoded(path).pixels
     decoded = images.read_decoded(path, needed=lambda size: needed)
     assert decoded.pixels.shape[:2] == drafted
     assert decoded.size == hw
