@@ -22,11 +22,14 @@ pytestmark = groups.GROUPED_EXPORTED  # shares grouped_workdir
 
 
 # A JPEG this many times a val image's size: decoded reduced (a quarter,
-# no less than the 64-pixel short side it is resized to) by both roads.
+# no less than the 64-pixel short side it is resized to) by eval.py and
+# predict.py alike.
 JPEG_SCALE = 4
 
 
-def _with_large_jpeg(root: pathlib.Path, copy: pathlib.Path, split: str):
+def _with_large_jpeg(
+    root: pathlib.Path, copy: pathlib.Path, split: str
+) -> None:
     """`root` copied to `copy`, with the first `split` image enlarged
     JPEG_SCALE times into large.jpg, an image of its own."""
     shutil.copytree(root, copy)
