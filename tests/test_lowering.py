@@ -4,7 +4,7 @@ Lowered on any machine, without a TPU or GPU, and never compiled:
 - the data-parallel train step (detector/engine/train_step.py) with the
   config's optimizer, its state replicated and its batch sharded over an
   abstract two-device 'data' mesh, as train_lib places them;
-- the served predict function (detector/export/serving.py) exported as
+- the inference function (detector/inference/detect.py) exported as
   exporter.export_fn exports it (symbolic batch; each kernel lowered for
   its platform's device, ops/nms/dispatch.py), with the weights as
   arguments rather than constants.
@@ -45,7 +45,7 @@ from configs import shapes as shapes_config
 from detector import config as config_lib
 from detector import factory
 from detector.engine import train_step as step_lib
-from detector.export import serving
+from detector.inference import detect
 from detector.launch import cli, validate
 from detector.predict import artifact as artifact_lib
 from detector.state import optimizer
@@ -234,10 +234,7 @@ def export_predict(model: Model, platform: str) -> str:
     graphdef = state_lib.eval_graphdef(model.graphdef, model.params, model.rest)
     category_ids = list(range(1, config.data.num_classes + 1))
 
-    def predict(params, rest, images, image_sizes, orig_sizes):
-        return serving.serving_fn(config, graphdef, params, rest, category_ids)(
-            images, image_sizes, orig_sizes
-        )
+    predict = detect.detect_fn(config, graphdef, category_ids)
 
     (b,) = jax.export.symbolic_shape(artifact_lib.SYMBOLIC_BATCH)
     args = (

@@ -121,7 +121,7 @@ def _misses(path: str, stats: dict) -> list[str]:
 def test_photos_decode_as_the_fixture_saw_them(tmp_path):
     theirs = np.load(FIXTURE.with_suffix(".npz"))
     for name, path in photos.write(tmp_path).items():
-        pixels = images.read_image(path)
+        pixels = images.read_decoded(path).pixels
         assert tuple(theirs[f"{name}_size"]) == pixels.shape[:2]
         assert int(theirs[f"{name}_pixel_sum"]) == int(
             pixels.astype(np.int64).sum()
@@ -135,7 +135,9 @@ def test_every_path_gives_torchvisions_detections(tmp_path):
     root, workdir = tmp_path / "coco", tmp_path / "run"
     paths = photos.write_coco_folder(root, SPLIT, _categories())
     _write_config(workdir, root)
-    sizes = {n: images.read_image(p).shape[:2] for n, p in paths.items()}
+    sizes = {
+        n: images.read_decoded(p).pixels.shape[:2] for n, p in paths.items()
+    }
     results = {}
 
     _run(

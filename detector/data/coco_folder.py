@@ -111,6 +111,9 @@ class CocoFolder:
         self._check_image_sizes()
         self._index_annotations(dataset["annotations"], dataset)
         self._cache: dict[int, tuple] | None = {} if cache else None
+        self._images: dict[int, image_file.DecodedImage] | None = (
+            {} if cache else None
+        )
         self._lock = threading.Lock()
         # The first error raised inside a tf.data worker, re-raised by the
         # pipeline in place of TensorFlow's wrapped error.
@@ -269,18 +272,22 @@ class CocoFolder:
         """Ground truth of the selected images, crowd regions included."""
         return build_coco(self.ground_truth)
 
-    def _decode_image(self, index: int) -> np.ndarray:
-        """Image `index` as uint8 RGB, turned by its EXIF orientation.
+    def read_image(
+        self, index: int, needed: image_file.Needed | None = None
+    ) -> image_file.DecodedImage:
+        """Image `index` decoded as uint8 RGB, turned by its EXIF
+        orientation; a JPEG reduced where `needed` allows
+        (`image_file.read_rgb`).
 
         ValueError names a file that cannot be decoded or whose size is not
         the annotation file's.
         """
         info = self.images[index]
         path = os.path.join(self.image_dir, info["file_name"])
-        decoded = image_file.read_rgb(path)
+        decoded = image_file.read_rgb(path, needed=needed)
         if decoded.size != (info["height"], info["width"]):
             raise ValueError(self._size_error(path, decoded, info))
-        return decoded.pixels
+        return decoded
 
     def _size_error(
         self, path: str, header: image_file.ImageHeader, info: dict
@@ -369,7 +376,7 @@ class CocoFolder:
             image, packed, shape = self._cache[index]
             masks = np.unpackbits(packed, count=int(np.prod(shape)))
             return image, masks.reshape(shape)
-        image = self._decode_image(index)
+        image = self.read_image(index).pixels
         masks = self._decode_masks(index)
         if self._cache is not None:
             self._cache[index] = (image, np.packbits(masks), masks.shape)
@@ -401,21 +408,16 @@ class CocoFolder:
 
         return self._record_errors(load, int(index), blank)
 
-    def load_image(self, index: np.int64) -> tuple[np.ndarray, np.ndarray]:
-        """(image, image_id) of image `index`, for evaluation."""
-
-        def load(i):
-            if self._cache is not None:
-                image = self._decoded(i)[0]
-            else:
-                image = self._decode_image(i)
-            return image, self._image_id(i)
-
-        return self._record_errors(
-            load,
-            int(index),
-            lambda i: (self._blank_image(i), self._image_id(i)),
-        )
+    def load_image(
+        self, index: int, needed: image_file.Needed | None = None
+    ) -> image_file.DecodedImage:
+        """Image `index` for evaluation (`read_image`), kept in memory with
+        `cache` (as first decoded: evaluation asks with one `needed`)."""
+        if self._images is None:
+            return self.read_image(index, needed)
+        if index not in self._images:
+            self._images[index] = self.read_image(index, needed)
+        return self._images[index]
 
 
 def of_config(

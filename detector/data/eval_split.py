@@ -1,6 +1,7 @@
 """An evaluation split read as predict.py reads files: each image decoded
-(by imaging's decoder for a COCO-format folder and the shapes set, by the
-source's tf.data for TFDS), resized by the config's rule and placed on
+(by imaging's decoder for a COCO-format folder and the shapes set, a large
+JPEG reduced as predict reduces it; by the source's tf.data for TFDS),
+resized by the config's rule and placed on
 the canvas of its orientation in numpy (`imaging.images`), in threads;
 this process's blocks of each canvas, in fixed-size batches. No TensorFlow
 but for the TFDS source (docs/architecture.md, "Inference")."""
@@ -18,7 +19,7 @@ import numpy as np
 from pycocotools import coco as coco_lib
 
 from detector.data import coco_folder, shapes_dataset, shares, sources
-from detector.imaging import canvases, images
+from detector.imaging import canvases, image_file, images
 from detector.imaging.canvases import Canvas
 
 # Threads that decode, resize and place eval images (PIL and numpy, much
@@ -26,7 +27,8 @@ from detector.imaging.canvases import Canvas
 _THREADS = 4
 
 
-# An image to read: a call that returns {"image": u8[h, w, 3], "image_id"}.
+# An image to read: a call that returns {"image": u8[h', w', 3] (a large
+# JPEG decoded reduced), "size": the whole image's (h, w), "image_id"}.
 Read = Callable[[], dict[str, np.ndarray]]
 
 
@@ -42,32 +44,40 @@ class Images:
     reads: Callable[[list[int]], Iterator[Read]]
 
 
-def _folder_read(folder: coco_folder.CocoFolder, position: int) -> dict:
-    """Image `position` of a COCO-format folder; its error raised (one
-    line naming the file)."""
-    image, image_id = folder.load_image(position)
-    error, folder.error = folder.error, None
-    if error is not None:
-        raise error
-    return {"image": image, "image_id": image_id}
+def _folder_read(
+    folder: coco_folder.CocoFolder, position: int, needed: image_file.Needed
+) -> dict:
+    """Image `position` of a COCO-format folder; an error raises one line
+    naming the file."""
+    decoded = folder.load_image(position, needed)
+    return {
+        "image": decoded.pixels,
+        "size": decoded.size,
+        "image_id": folder.images[position]["id"],
+    }
 
 
-def _folder_images(folder: coco_folder.CocoFolder) -> Images:
+def _coco_json(
+    config: ml_collections.ConfigDict, split: str, max_images: int
+) -> Images:
+    """A COCO-format folder's images, a JPEG decoded reduced to no less than
+    the size it is resized to, as predict.py decodes a file."""
+    folder = coco_folder.of_config(config.data, split, max_images)
+    needed = functools.partial(
+        images.fitted_on,
+        rule=images.Resize.of(config.data),
+        choices=canvases.canvases(config.data),
+    )
     return Images(
         folder.coco(),
         folder.image_ids,
         list(folder.category_ids),
         folder.has_masks,
         lambda positions: (
-            functools.partial(_folder_read, folder, p) for p in positions
+            functools.partial(_folder_read, folder, p, needed)
+            for p in positions
         ),
     )
-
-
-def _coco_json(
-    config: ml_collections.ConfigDict, split: str, max_images: int
-) -> Images:
-    return _folder_images(coco_folder.of_config(config.data, split, max_images))
 
 
 def _shapes(
@@ -93,7 +103,10 @@ def _tfds(
             source.eval_images(positions).prefetch(config.data.prefetch),
             source,
         )
-        return ((lambda e=example: e) for example in decoded)
+        return (
+            (lambda e=example: {**e, "size": e["image"].shape[:2]})
+            for example in decoded
+        )
 
     return Images(coco, image_ids, source.category_ids, source.has_masks, reads)
 
@@ -188,7 +201,7 @@ def _placed(read: Read, resize: images.Resize, canvas: Canvas) -> dict:
     """An eval image read and placed on `canvas` as predict places a file
     (`images.fitted_size`, `images.place`): float pixels, not normalised."""
     example = read()
-    size = example["image"].shape[:2]
+    size = tuple(int(v) for v in example["size"])
     fitted = images.fitted_size(size, resize, canvas)
     return {
         "image": images.place(example["image"], fitted, canvas),

@@ -36,6 +36,7 @@ from detector.engine import (
 from detector.engine import train_step as step_lib
 from detector.evaluation import curves, eval_lib
 from detector.imaging import canvases as canvases_lib
+from detector.inference import detect
 from detector.state import checkpoint, optimizer
 from detector.state import train_state as state_lib
 from detector.utils import compile_cache, files
@@ -408,14 +409,14 @@ def _stop_if_requested(
 
 def _weights(
     run: RunContext, state: state_lib.TrainState, step: int | None = None
-) -> eval_lib.Weights:
+) -> detect.Weights:
     """The weights of `state` at `step`, naming its checkpoint where one is
     saved at that step."""
     train = run.config.train
     saved = step is not None and (
         step % train.checkpoint_every == 0 or step == train.num_steps
     )
-    return eval_lib.Weights(
+    return detect.Weights(
         run.eval_graphdef,
         state.params,
         state.rest,

@@ -345,10 +345,6 @@ def _write_result(stem: pathlib.Path, summary: dict, detections: str) -> None:
         files.write_bytes(path, data)
 
 
-# The model evaluated, and what it is (recorded in the result).
-Weights = detect.Weights
-
-
 @dataclasses.dataclass
 class EvalContext:
     """What the evaluations of one run share, made once (`eval_context`):
@@ -369,7 +365,7 @@ class EvalContext:
     # Settings that differ from the run's own (`result_names`): in the name.
     settings: dict = dataclasses.field(default_factory=dict)
 
-    def compiled(self, weights: Weights) -> programs_lib.Programs:
+    def compiled(self, weights: detect.Weights) -> programs_lib.Programs:
         """Predict for `weights`' model, compiled once per context."""
         if self.predict is None:
             self.predict, self.findings = compile_predict(
@@ -412,7 +408,7 @@ def eval_context(
 
 
 def evaluate(
-    context: EvalContext, weights: Weights, *, step_named: bool = False
+    context: EvalContext, weights: detect.Weights, *, step_named: bool = False
 ) -> dict:
     """Evaluates `weights` on the context's split; writes eval_<slug>.json,
     .png and the detections (`detections_path`); `step_named`: the files

@@ -7,8 +7,7 @@ import matplotlib
 import ml_collections
 import numpy as np
 
-from detector.imaging import masks as mask_paste
-from detector.imaging import overlay
+from detector.imaging import detections, overlay
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -60,30 +59,18 @@ def drawn_image(
 ):
     """Row i's detections (`imaging.detections.OUTPUTS`, boxes in pixels of
     an `orig_size` image: None, `image`'s own) of `score_threshold` and up
-    over `image` (u8[h, w, 3]), drawn by `imaging.overlay` (predict.py's
-    rule: labels never cover each other or leave the image); a PIL image.
+    over `image` (u8[h, w, 3]), formatted and drawn as predict.py draws
+    them (`detections.image_results`, `imaging.overlay`); a PIL image.
     `names` maps category ids to names."""
-    count = int(outputs["num_valid"][i])
-    keep = [
-        d for d in range(count) if outputs["scores"][i, d] >= score_threshold
-    ]
     height, width = image.shape[:2]
     factor = np.asarray([width, height] * 2, np.float64) / np.asarray(
         [*(orig_size or (height, width))[::-1]] * 2, np.float64
     )
-    boxes = np.asarray(outputs["boxes"][i, keep], np.float64) * factor
-    masks = mask_paste.paste_masks(
-        outputs["masks"][i, keep], boxes, height, width
-    )
-    detections = [
-        {
-            "bbox": [x1, y1, x2 - x1, y2 - y1],
-            "category_id": int(outputs["category_ids"][i, d]),
-            "score": float(outputs["scores"][i, d]),
-        }
-        for d, (x1, y1, x2, y2) in zip(keep, boxes.tolist(), strict=True)
-    ]
-    return overlay.overlay(image, detections, np.asarray(masks, bool), names)
+    scaled = {**outputs, "boxes": np.asarray(outputs["boxes"]) * factor}
+    found, pasted = detections.image_results(scaled, i, height, width)
+    shown = np.asarray([r["score"] >= score_threshold for r in found], bool)
+    drawn = [r for r, s in zip(found, shown, strict=True) if s]
+    return overlay.overlay(image, drawn, pasted.full(shown), names)
 
 
 def draw_predictions(

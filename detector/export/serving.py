@@ -1,7 +1,6 @@
 """The exported function: the one inference function
-(`detector.inference.detect`) with the weights closed over (`serving_fn`)
-or taken as its first argument (`weighted_fn`; docs/export-and-predict.md).
-"""
+(`detector.inference.detect`) with the weights as its first argument
+(docs/export-and-predict.md)."""
 
 from collections.abc import Callable
 
@@ -10,27 +9,6 @@ import ml_collections
 from flax import nnx
 
 from detector.inference import detect
-
-# (images f32[b, H, W, 3], image_sizes i32[b, 2], orig_sizes i32[b, 2])
-# -> detections.OUTPUTS.
-ServingFn = Callable[[jax.Array, jax.Array, jax.Array], dict[str, jax.Array]]
-
-
-def serving_fn(
-    config: ml_collections.ConfigDict,
-    graphdef: nnx.GraphDef,
-    params: nnx.State,
-    rest: nnx.State,
-    category_ids: list[int],
-) -> ServingFn:
-    """`detect.detect_fn` with `graphdef` (eval mode) and the weights
-    closed over (constants of the program where they are concrete;
-    `weighted_fn` passes them traced)."""
-    fn = detect.detect_fn(config, graphdef, category_ids)
-    return lambda images, image_sizes, orig_sizes: fn(
-        params, rest, images, image_sizes, orig_sizes
-    )
-
 
 # (weights, images, image_sizes, orig_sizes) -> OUTPUTS, weights the flat
 # leaves of (params, rest) in jax.tree order.

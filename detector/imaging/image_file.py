@@ -1,6 +1,6 @@
 """Image files as uint8 RGB pixels, turned by their EXIF orientation; 16-bit
 samples keep their high byte, deeper ones are refused (docs/bad-input.md);
-predict alone bounds the pixels and drafts large JPEGs
+predict alone bounds the pixels, predict and evaluation draft large JPEGs
 (docs/export-and-predict.md)."""
 
 import contextlib
@@ -17,6 +17,9 @@ from detector.imaging import orientation as orientation_lib
 _SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
 # PIL modes of samples wider than 16 bits or floating point.
 _REFUSED_MODES = {"I": "32-bit integer", "F": "32-bit float"}
+# (h, w) of a whole turned image -> the (h, w) it is resized to: a JPEG is
+# decoded at the smallest scale that is at least that (`read_rgb`).
+Needed = Callable[[tuple[int, int]], tuple[int, int]]
 # What PIL raises for a file that is no image it reads.
 _UNREADABLE = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
@@ -82,7 +85,7 @@ def _check_pixels(path: str, image: Image.Image, max_pixels: int | None):
 def _draft(
     image: Image.Image,
     orientation: int,
-    needed: Callable[[tuple[int, int]], tuple[int, int]],
+    needed: Needed,
 ) -> None:
     """Asks a JPEG decoder for the smallest scale still >= `needed`."""
     width, height = image.size
@@ -98,7 +101,7 @@ def read_rgb(
     path: str,
     *,
     max_pixels: int | None = None,
-    needed: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
+    needed: Needed | None = None,
     data: bytes | None = None,
 ) -> DecodedImage:
     """Reads `path` (see the module docstring).

@@ -3,7 +3,7 @@ sizes by detector/imaging/resize.py, pixels by TensorFlow's bilinear kernel, so
 predict's inputs are eval's (tests/detector/imaging/)."""
 
 import pathlib
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -35,31 +35,19 @@ class ImageReadError(ValueError):
     """A file that is not a readable image; the message names it."""
 
 
-def read_image(path: str | pathlib.Path) -> np.ndarray:
-    """Reads a JPEG/PNG (any mode) as u8[h, w, 3], EXIF orientation applied.
-
-    The reading of training and evaluation (`detector.imaging.image_file`):
-    grayscale, palette, CMYK and RGBA files become RGB; 16-bit samples keep
-    their high byte, as TensorFlow's PNG decoder reads them.
-
-    Raises:
-      ImageReadError: the file cannot be opened or decoded (named).
-    """
-    return read_decoded(path).pixels
-
-
 def read_decoded(
     path: str | pathlib.Path,
     *,
     max_pixels: int | None = None,
-    needed: Callable[[tuple[int, int]], tuple[int, int]] | None = None,
+    needed: image_file.Needed | None = None,
     data: bytes | None = None,
 ) -> DecodedImage:
-    """`read_image` with predict's options (`image_file.read_rgb`): refuse
-    images over `max_pixels` (0: no limit) in one line, and decode a JPEG
-    reduced, at least to the (h, w) `needed` returns for its whole turned
-    (h, w); `.size` is the whole image's (h, w). `data`, where given, are
-    the file's bytes already read: those are decoded.
+    """The file `path` as u8[h, w, 3] pixels, EXIF-turned
+    (`image_file.read_rgb`, the reading of training and evaluation):
+    images over `max_pixels` (0: no limit) refused in one line, a JPEG
+    decoded reduced, at least to the (h, w) `needed` returns for its whole
+    turned (h, w); `.size` is the whole image's (h, w). `data`, where
+    given, are the file's bytes already read: those are decoded.
 
     Raises:
       ImageReadError: the file cannot be opened or decoded, or is over
@@ -95,6 +83,15 @@ def fitted_size(
     options = resize.Options(1.0, rule.min_size, rule.max_size)
     _, size = resize.scale_and_size(rule.rule, orig_size, canvas, options)
     return int(size[0]), int(size[1])
+
+
+def fitted_on(
+    orig_size: tuple[int, int], rule: Resize, choices: Sequence[Canvas]
+) -> tuple[int, int]:
+    """(h', w') of a whole h x w image by `rule` on its canvas of `choices`:
+    the size the model reads it at, and at least the size a JPEG is decoded
+    at (`read_decoded`'s `needed`), in predict and evaluation alike."""
+    return fitted_size(orig_size, rule, pick_canvas(choices, *orig_size))
 
 
 def place(

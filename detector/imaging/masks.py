@@ -476,25 +476,6 @@ def torchvision_crops(
     )
 
 
-def _at_image_size(crops: Callable[..., BoxMasks]) -> Callable[..., np.ndarray]:
-    """The pasting rule `crops` returning bool[D, height, width]."""
-
-    def paste(
-        masks: np.ndarray,
-        boxes: np.ndarray,
-        height: int,
-        width: int,
-        threshold: float = 0.5,
-    ) -> np.ndarray:
-        return crops(masks, boxes, height, width, threshold).full()
-
-    return paste
-
-
-paste_masks = _at_image_size(centres_crops)
-paste_masks_torchvision = _at_image_size(torchvision_crops)
-
-
 # eval.mask_paste: how box-relative masks become image masks (BoxMasks).
 MASK_PASTERS = {
     "centres": centres_crops,

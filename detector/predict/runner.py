@@ -59,7 +59,7 @@ class Predictor:
 
     def fitted_size(self, size: tuple[int, int]) -> tuple[int, int]:
         """(h', w') of a whole h x w image, resized on its canvas."""
-        return images.fitted_size(size, self.resize, self.canvas_of(size))
+        return images.fitted_on(size, self.resize, self.canvases)
 
 
 class Interrupted(Exception):

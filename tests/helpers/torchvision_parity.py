@@ -152,9 +152,9 @@ def measure(model, expected) -> dict[str, float]:
                 ).max()
             ),
         )
-        ours_pasted = mask_paste.paste_masks_torchvision(
+        ours_pasted = mask_paste.torchvision_crops(
             found["masks"][b][o_index], ours_boxes[o_index], *size
-        )
+        ).full()
         theirs_pasted = np.unpackbits(
             expected[f"pasted_{b}"], axis=-1, count=size[1]
         ).astype(bool)[t_index]

@@ -146,7 +146,7 @@ def test_the_config_switch_allows_files_outside(folder):
     split = coco_folder.CocoFolder(
         str(folder), "val", 3, allow_outside_images=True
     )
-    assert split.load_image(0)[0].shape[:2] == (48, 60)
+    assert split.load_image(0).pixels.shape[:2] == (48, 60)
 
 
 def test_a_subfolder_inside_the_image_folder_is_fine(folder):

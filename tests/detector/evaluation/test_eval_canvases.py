@@ -12,6 +12,7 @@ pytest.importorskip("tensorflow")
 
 from detector.distributed import sharding  # noqa: E402
 from detector.evaluation import eval_lib  # noqa: E402
+from detector.inference import detect  # noqa: E402
 from detector.state import train_state as state_lib  # noqa: E402
 from tests.helpers import mixed_orientations  # noqa: E402
 
@@ -47,7 +48,7 @@ def _model(config):
 def _evaluate(config, workdir, model):
     """(summary, detections, predict) of `model` evaluated with `config`."""
     context = eval_lib.eval_context(config, sharding.make_mesh(), workdir)
-    summary = eval_lib.evaluate(context, eval_lib.Weights(*model))
+    summary = eval_lib.evaluate(context, detect.Weights(*model))
     predict = context.predict
     stem = eval_lib.result_stem(workdir, "val")
     detections = json.loads(eval_lib.detections_path(stem).read_text())

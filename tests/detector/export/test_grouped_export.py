@@ -38,7 +38,7 @@ def _batches(workdir: pathlib.Path) -> dict[tuple[int, int], list]:
     """canvas -> two images of its orientation (96 x 128 or 128 x 96)."""
     by_canvas = {}
     for path in _val(workdir):
-        pixels = images.read_image(path)
+        pixels = images.read_decoded(path).pixels
         canvas = LANDSCAPE if pixels.shape[0] < pixels.shape[1] else PORTRAIT
         by_canvas.setdefault(canvas, []).append(pixels)
     return {canvas: found[:2] for canvas, found in by_canvas.items()}
@@ -185,6 +185,6 @@ def test_mixed_orientations_are_predicted_in_input_order(
     predictions = json.loads((out / runner.PREDICTIONS_FILE).read_text())
     assert list(predictions) == [str(p) for p in paths]
     for path, results in zip(paths, predictions.values(), strict=True):
-        size = list(images.read_image(path).shape[:2])
+        size = list(images.read_decoded(path).pixels.shape[:2])
         assert len(results) == 20  # untrained, score threshold 0
         assert all(r["segmentation"]["size"] == size for r in results)

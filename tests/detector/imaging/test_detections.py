@@ -15,9 +15,9 @@ from detector.inference import detect
 
 def test_paste_full_mask_fills_exactly_the_box():
     masks = np.ones((1, 28, 28), np.float32)
-    pasted = mask_paste.paste_masks(
+    pasted = mask_paste.centres_crops(
         masks, np.array([[2.0, 3.0, 7.0, 9.0]]), 12, 10
-    )
+    ).full()
     expected = np.zeros((12, 10), bool)
     expected[3:9, 2:7] = True
     np.testing.assert_array_equal(pasted[0], expected)
@@ -27,7 +27,9 @@ def test_paste_keeps_mask_layout_and_clips_to_the_image():
     mask = np.zeros((28, 28), np.float32)
     mask[:, :14] = 1.0  # left half
     boxes = np.array([[0.0, 0.0, 8.0, 4.0], [6.0, 6.0, 14.0, 10.0]])
-    pasted = mask_paste.paste_masks(np.stack([mask, mask]), boxes, 8, 10)
+    pasted = mask_paste.centres_crops(
+        np.stack([mask, mask]), boxes, 8, 10
+    ).full()
     np.testing.assert_array_equal(pasted[0, :4, :4], True)
     np.testing.assert_array_equal(pasted[0, :4, 4:], False)
     np.testing.assert_array_equal(pasted[0, 4:], False)

@@ -68,13 +68,17 @@ def test_reads_every_mode_as_rgb(tmp_path):
     Image.fromarray(wide).save(tmp_path / "wide.png")  # mode I;16
     Image.fromarray(rgb).convert("P").save(tmp_path / "palette.png")
     np.testing.assert_array_equal(
-        images.read_image(tmp_path / "gray.png"), np.stack([gray] * 3, -1)
+        images.read_decoded(tmp_path / "gray.png").pixels,
+        np.stack([gray] * 3, -1),
     )
-    np.testing.assert_array_equal(images.read_image(tmp_path / "rgba.png"), rgb)
     np.testing.assert_array_equal(
-        images.read_image(tmp_path / "wide.png"), np.stack([gray] * 3, -1)
+        images.read_decoded(tmp_path / "rgba.png").pixels, rgb
     )
-    palette = images.read_image(tmp_path / "palette.png")
+    np.testing.assert_array_equal(
+        images.read_decoded(tmp_path / "wide.png").pixels,
+        np.stack([gray] * 3, -1),
+    )
+    palette = images.read_decoded(tmp_path / "palette.png").pixels
     assert palette.shape == (20, 30, 3) and palette.dtype == np.uint8
 
 
@@ -86,7 +90,7 @@ def test_exif_orientation_is_applied(tmp_path):
     exif = Image.Exif()
     exif[0x0112] = 6
     Image.fromarray(picture).save(tmp_path / "rotated.jpg", exif=exif)
-    read = images.read_image(tmp_path / "rotated.jpg")
+    read = images.read_decoded(tmp_path / "rotated.jpg").pixels
     assert read.shape == (30, 20, 3)
     assert read[:5].mean() > 200 and read[10:].mean() < 50
 
@@ -96,7 +100,7 @@ def test_unreadable_file_is_one_line(tmp_path, content):
     path = tmp_path / "broken.png"
     path.write_bytes(content)
     with pytest.raises(images.ImageReadError) as error:
-        images.read_image(path)
+        images.read_decoded(path)
     message = str(error.value)
     assert message.startswith(f"{path}: cannot decode image (")
     assert "\n" not in message
@@ -109,7 +113,7 @@ def test_truncated_jpeg_is_one_line(tmp_path):
     with pytest.raises(
         images.ImageReadError, match="cut.jpg: cannot decode image"
     ):
-        images.read_image(path)
+        images.read_decoded(path)
 
 
 # (h, w) -> torchvision's resized (h', w') at min_size 800, max_size 1333,

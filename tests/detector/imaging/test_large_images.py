@@ -1,5 +1,6 @@
 """predict's reading of large images: the --max_pixels refusal, Pillow's
-guard replaced by it, and JPEGs decoded at reduced size (Image.draft)."""
+guard replaced by it, and JPEGs decoded at reduced size (Image.draft), as
+evaluation decodes them too."""
 
 import warnings
 
@@ -9,8 +10,8 @@ from PIL import Image
 
 from detector.imaging import image_file, images
 
-# The draft decode is JPEG's DCT scaling, not the eval pipeline's bilinear
-# resize of the full decode, so the two cannot agree to the 1e-3 of
+# The draft decode is JPEG's DCT scaling, not a bilinear resize of the
+# full decode, so the two cannot agree to the 1e-3 of
 # test_images.py's resize tests; on a smooth photo-like image they agree
 # to about half a grey level on average and a few levels at most.
 MEAN_TOLERANCE, MAX_TOLERANCE = 1.0, 8.0
@@ -71,7 +72,7 @@ def test_a_large_jpeg_is_decoded_reduced_as_resize_would_see_it(
 ):
     path = tmp_path / "photo.jpg"
     Image.fromarray(_smooth(*hw)).save(path, quality=95)
-    full = images.read_image(path)
+    full = images.read_decoded(path).pixels
     decoded = images.read_decoded(path, needed=lambda size: needed)
     assert decoded.pixels.shape[:2] == drafted
     assert decoded.size == hw
