@@ -154,6 +154,7 @@ def _assert_trained_and_evaluated_alike(
     )
 
 
+@pytest.mark.slow
 @requires.modules(*requires.TRAIN_LOOP)
 def test_two_processes_train_and_evaluate_like_one(tmp_path):
     run, ref, _ = _first_leg_beside_one_process(tmp_path, ref_steps=2)
@@ -195,6 +196,7 @@ def test_two_processes_train_on_two_canvases_like_one(tmp_path):
     _assert_trained_and_evaluated_alike(run, ref, steps=[1, 2])
 
 
+@pytest.mark.slow
 @requires.modules(*requires.TRAIN_LOOP)
 def test_mismatched_configs_fail_on_every_process_before_writing(tmp_path):
     run = tmp_path / "run"

@@ -13,7 +13,9 @@ import pytest
 from tests.helpers import groups, requires
 
 requires.module_or_skip(*requires.TRAIN_LOOP)
-pytestmark = groups.SMOKE_CONSOLE
+# A whole train.py run in a subprocess (its console is the promise): the
+# slow stage.
+pytestmark = [groups.SMOKE_CONSOLE, pytest.mark.slow]
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 # What a default run printed before (orbax internals, clu's writer and work
@@ -108,7 +110,6 @@ def test_the_last_line_names_workdir_ap_and_next_commands(smoke):
     ), last
 
 
-@pytest.mark.slow
 def test_a_second_run_reports_the_workdir_complete(smoke):
     home, _, _ = smoke
     result = _run(
@@ -132,7 +133,6 @@ def test_config_json_holds_data_root_absolute(smoke):
     assert config["data"]["root"] == str(home / "data")
 
 
-@pytest.mark.slow
 def test_eval_from_another_folder_reuses_the_run_config(smoke):
     """`~/w`, the run's config.json with an override: the same data, and no
     second shapes dataset in the folder eval.py runs from."""

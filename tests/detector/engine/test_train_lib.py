@@ -260,6 +260,7 @@ def test_eval_of_checkpoint_audits_both_nms_sites(
         assert rows == written["per_category"][task], task
 
 
+@pytest.mark.slow
 def test_strict_device_refuses_host_nms_before_step_one(
     shapes_config, tmp_path
 ):
@@ -419,7 +420,9 @@ def _nan_loss_at(bad_step):
     "bad_step, saved",
     [
         (3, "checkpoint 2, saved before it, is intact"),  # between two
-        (2, "no checkpoint was saved before it"),  # on a checkpoint step
+        pytest.param(  # on a checkpoint step
+            2, "no checkpoint was saved before it", marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_nan_at_a_chosen_step_is_named_and_never_checkpointed(

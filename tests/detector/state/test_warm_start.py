@@ -25,7 +25,7 @@ from detector.state import warm_start
 from tests.detector.helpers import tiny_config
 from tests.helpers import checkpoint_faults, groups, launch_hooks
 
-pytestmark = groups.TINY_SHAPES_TRAINING
+pytestmark = groups.WARM_START
 
 FROZEN = ("backbone/stem/", "backbone/stages/0/")
 
