@@ -8,6 +8,9 @@ Before JAX starts a backend (this file is imported before any test):
   appended to any XLA_FLAGS: the backend-identity tests compare programs
   bit for bit, which on a GPU holds only with deterministic reductions. No
   effect on CPU.
+- On a CPU-only install, programs compile without LLVM's backend
+  optimisation (tests/helpers/cpu_compiles.py), as the processes the tests
+  start always have.
 
 torch never shares a process with TensorFlow (importing triton there
 crashes): a test marked `imports_torch` (tests/helpers/torch_process.py)
@@ -29,10 +32,11 @@ import json
 import os
 
 from detector.distributed import determinism
-from tests.helpers import quiet_run, requires, torch_process
+from tests.helpers import cpu_compiles, quiet_run, requires, torch_process
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 os.environ["XLA_FLAGS"] = determinism.with_flag(os.environ.get("XLA_FLAGS"))
+os.environ["XLA_FLAGS"] = cpu_compiles.with_flag(os.environ["XLA_FLAGS"])
 
 import pytest
 
