@@ -355,7 +355,11 @@ def _loop(
             if saved:
                 _check_finite(run, guard)  # no NaN reaches a checkpoint
                 run.ckpt.save(step, state_lib.to_tree(state))
-            _stop_if_requested(run, state, step, guard, saved=saved)
+            # Several processes agree where the loop waits for the device
+            # anyway: log and checkpoint steps (one process: every step).
+            _stop_if_requested(
+                run, state, step, guard, saved=saved, agree=logged or saved
+            )
             if (
                 run.evaluation is not None
                 and train.eval_every
@@ -394,10 +398,12 @@ def _stop_if_requested(
     guard: finite_guard.FiniteGuard,
     *,
     saved: bool,
+    agree: bool = True,
 ) -> None:
     """On an agreed stop request: checkpoints `step` (unless `saved`),
-    waits for the save and raises preemption.Preempted."""
-    if run.stop is None or not run.stop.stop_requested():
+    waits for the save and raises preemption.Preempted. `agree`: every
+    process asks at this step (`preemption.Watch.stop_requested`)."""
+    if run.stop is None or not run.stop.stop_requested(agree=agree):
         return
     if not saved:
         _check_finite(run, guard)
