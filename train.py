@@ -134,6 +134,7 @@ def _train(
         hooks=train_lib.LaunchHooks(
             check_resume=config_history.check_resume,
             save_config=config_history.save,
+            check_kept=run_config.check_run_kept,
             complete_key=next_steps.COMPLETE,
         ),
         strict_device=_STRICT.value,

@@ -9,6 +9,7 @@ the checkpoint writes fail.
 import os
 import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -164,6 +165,33 @@ def test_a_second_signal_exits_at_once(tmp_path):
     assert code == 130, output[-3000:]
     assert "SIGINT again: exiting at once, not saving" in output
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
+
+
+@pytest.mark.slow
+def test_a_workdir_deleted_mid_run_ends_it_in_one_line(tmp_path):
+    """Noticed at the next log step (every 3rd), not at the end of the
+    run: it once ended `trained W to step 60`, exit 0, with nothing left."""
+    workdir, logs = tmp_path / "run", tmp_path / "logs"
+    command = _train(tmp_path, workdir, "--config.train.log_every=3")
+    with processes.started([command], logs) as (run,):
+        _wait_for(logs / "0.log", r"step 3/", run)
+        for _ in range(10):  # the run may add a file as it goes
+            shutil.rmtree(workdir, ignore_errors=True)
+            if not workdir.exists():
+                break
+        ((code, output),) = processes.finish([run], logs)
+    assert code == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [x for x in output.splitlines() if x.startswith("error: ")]
+    assert errors == [
+        f"error: --workdir={workdir}: {workdir}/config.json is gone: the "
+        "workdir was deleted, moved or replaced while the run trained, and "
+        "its checkpoints and metrics with it; train again into a workdir "
+        "that stays"
+    ], output[-3000:]
+    last = max(map(int, re.findall(r"step (\d+)/1000", output)))
+    assert last < 100, last  # within a few log steps of the deletion
+    assert not workdir.exists()
 
 
 def _assert_same_losses(workdir, straight, steps) -> None:

@@ -5,7 +5,9 @@ checkpoints and evaluations (docs/training.md, docs/architecture.md).
 import collections
 import contextlib
 import dataclasses
+import functools
 import itertools
+import os
 import pathlib
 import time
 from collections.abc import Callable, Iterator
@@ -72,6 +74,9 @@ class LaunchHooks:
     ]
     # (workdir, config, start step), once the restore and the audits pass.
     save_config: Callable[[pathlib.Path, ml_collections.ConfigDict, int], None]
+    # (workdir, its stat at the start), on log steps and before each save
+    # (process 0): raises where the workdir was deleted, moved or replaced.
+    check_kept: Callable[[pathlib.Path, os.stat_result], None]
     # The result's key, holding the step, for a workdir trained to the end.
     complete_key: str
 
@@ -93,6 +98,8 @@ class RunContext:
     log: train_metrics.MetricsLog | None = None
     evaluation: eval_lib.EvalContext | None = None
     eval_graphdef: nnx.GraphDef | None = None
+    # Raises where the workdir is no longer the run's (LaunchHooks.check_kept).
+    check_kept: Callable[[], None] | None = None
 
 
 def train_and_evaluate(
@@ -136,7 +143,16 @@ def train_and_evaluate(
                 workdir / "checkpoints",
                 max_to_keep=config.train.keep_checkpoints,
             )
-            run = RunContext(config, workdir, mesh, ckpt, stop=stop)
+            run = RunContext(
+                config,
+                workdir,
+                mesh,
+                ckpt,
+                stop=stop,
+                check_kept=functools.partial(
+                    hooks.check_kept, workdir, os.stat(workdir)
+                ),
+            )
             try:
                 return _train(
                     run,
@@ -343,6 +359,8 @@ def _loop(
             metrics.pop(step_lib.STATE_FINITE)
             in_flight.append(metrics["total"])
             profile.after(step, metrics)
+            if logged or saved:  # a stat: the workdir still the run's
+                _check_kept(run)
             if logged:
                 jax.block_until_ready(metrics)
                 run.log.set_step_time(time.perf_counter() - started)
@@ -391,6 +409,14 @@ def _check_finite(run: RunContext, guard: finite_guard.FiniteGuard) -> None:
     run.log.add_device_wait(time.perf_counter() - started)
 
 
+def _check_kept(run: RunContext) -> None:
+    """Raises ValueError where the workdir was deleted, moved or replaced
+    (process 0, which wrote its config.json; peers then stop as for any
+    lost process)."""
+    if run.check_kept is not None and jax.process_index() == 0:
+        run.check_kept()
+
+
 def _stop_if_requested(
     run: RunContext,
     state: state_lib.TrainState,
@@ -407,6 +433,7 @@ def _stop_if_requested(
         return
     if not saved:
         _check_finite(run, guard)
+        _check_kept(run)
         run.ckpt.save(step, state_lib.to_tree(state))
     run.ckpt.wait()
     raise preemption.Preempted(step, run.stop.signum)
