@@ -20,6 +20,7 @@ from clu import periodic_actions
 from flax import nnx
 from jax.sharding import Mesh
 
+import ops
 from detector.data import pipeline
 from detector.distributed import (
     determinism,
@@ -207,7 +208,16 @@ def _train(
         run.evaluation = eval_lib.eval_context(
             config, mesh, workdir, strict=strict
         )
-    logging.info(_compiling_line(evaluate, len(run.canvases), start_step + 1))
+    # Whether a run of this config on this code left its programs in the
+    # compilation cache, said before the compile (then recorded for the next).
+    index = compile_cache.ProgramIndex(
+        multihost.config_hash(config), str(evaluate), _source_digest()
+    )
+    logging.info(
+        _compiling_line(
+            evaluate, len(run.canvases), start_step + 1, cached=index.cached
+        )
+    )
     hits, started = compile_cache.hits(), time.perf_counter()
     if run.evaluation:  # predict first: it compiles faster, so a strict
         run.evaluation.compiled(_weights(run, state))  # run fails sooner
@@ -225,6 +235,7 @@ def _train(
     logging.info(
         "%s", _compiled_line(compile_cache.hits() - hits, started, evaluate)
     )
+    index.record()
     # The restore and the audits passed: config.json, config.<step>.json.
     hooks.save_config(workdir, config, start_step)
     run.log = train_metrics.MetricsLog(
@@ -262,14 +273,32 @@ COMPILE_TIMES = {
 }
 
 
-def _compiling_line(evaluate: bool, num_canvases: int, first_step: int) -> str:
-    """The line logged before the first compile: what, how long, and the
-    step that follows (past a resume's checkpoint)."""
+@functools.cache
+def _source_digest() -> str:
+    """The digest of the code that builds the programs (detector/, ops/)."""
+    return compile_cache.source_digest(
+        pathlib.Path(__file__).resolve().parents[1],
+        pathlib.Path(ops.__file__).resolve().parent,
+    )
+
+
+def _compiling_line(
+    evaluate: bool, num_canvases: int, first_step: int, *, cached: bool
+) -> str:
+    """The line logged before the first compile: what, how long (`cached`:
+    loaded from the compilation cache), and the step that follows (past a
+    resume's checkpoint)."""
     programs = "the train step"
     if num_canvases > 1:
         programs += f" ({num_canvases} programs, one per canvas)"
     if evaluate:
         programs += " and predict"
+    if cached:
+        return (
+            f"Loading {programs} from the compilation cache "
+            f"({compile_cache.folder()}), where a run of this config left "
+            f"them (seconds, not a compile); step {first_step} follows"
+        )
     platform = jax.default_backend()
     took = COMPILE_TIMES.get(platform, f"minutes on {platform}")
     return f"Compiling {programs} ({took}); step {first_step} follows"

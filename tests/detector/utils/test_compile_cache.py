@@ -102,3 +102,28 @@ def test_unusable_entries_are_one_line_for_the_whole_process(monkeypatch):
     show(UserWarning("something else"), UserWarning, "x.py", 1)
     assert len(lines) == 1 and "ZstdError" in lines[0], lines
     assert other == ["something else"]
+
+
+def test_the_index_says_before_a_compile_whether_its_programs_are_kept(
+    tmp_path, jax_cache_config
+):
+    """Only the entries a run of the same key wrote, each of its size,
+    make `cached`; another key, a missing or a cut entry does not."""
+    folder = tmp_path / "cache"
+    compile_cache.enable({compile_cache.ENV: str(folder)})
+    assert compile_cache.kept_note({compile_cache.ENV: str(folder)}) == ""
+    first = compile_cache.ProgramIndex("config a")
+    assert not first.cached
+    (folder / "jit_step-1234-cache").write_bytes(b"program")
+    first.record()
+    again = compile_cache.ProgramIndex("config a")
+    assert again.cached
+    assert not compile_cache.ProgramIndex("config b").cached
+    assert compile_cache.kept_note({compile_cache.ENV: str(folder)}) == (
+        f"; 1 programs compiled before are kept in the compilation cache "
+        f"({folder})"
+    )
+    (folder / "jit_step-1234-cache").write_bytes(b"prog")  # cut short
+    assert not compile_cache.ProgramIndex("config a").cached
+    (folder / "jit_step-1234-cache").unlink()
+    assert not compile_cache.ProgramIndex("config a").cached
