@@ -283,7 +283,11 @@ def _source_digest() -> str:
 
 
 def _compiling_line(
-    evaluate: bool, num_canvases: int, first_step: int, *, cached: bool
+    evaluate: bool,
+    num_canvases: int,
+    first_step: int,
+    *,
+    cached: bool = False,
 ) -> str:
     """The line logged before the first compile: what, how long (`cached`:
     loaded from the compilation cache), and the step that follows (past a
@@ -336,6 +340,17 @@ def _saved_eval(
 RUN_AHEAD = 2
 
 
+@dataclasses.dataclass
+class _LogStep:
+    """A log step dispatched, its metrics line written once the step after
+    it is dispatched (the device never idles for the line)."""
+
+    step: int
+    metrics: dict[str, jax.Array]
+    finite: dict[str, jax.Array]  # the finite guard's record after it
+    started: float  # when the device began it: the step before it done
+
+
 def _loop(
     run: RunContext,
     state: state_lib.TrainState,
@@ -347,9 +362,9 @@ def _loop(
     """Steps start_step + 1 .. num_steps: log, checkpoint, evaluate.
 
     The host runs up to RUN_AHEAD steps ahead of the device: it waits for
-    the device only on log steps (which fetch the metrics and time one
-    step), before checkpoints and evaluations, and for the step RUN_AHEAD
-    back; the finite guard reads its record at those same points.
+    the device for the step RUN_AHEAD back, for a log step's metrics once
+    the step after it is dispatched, and before checkpoints and
+    evaluations; the finite guard reads its record at those same points.
     """
     train = run.config.train
     progress = periodic_actions.ReportProgress(
@@ -365,9 +380,12 @@ def _loop(
         [batch], device_prefetch.ahead(batches, run.mesh, RUN_AHEAD)
     )
     in_flight = collections.deque()  # a value of each step not waited for
+    pending: _LogStep | None = None  # a log step whose line is not written
+    done = 0.0  # when the loop last saw every dispatched step finished
     if run.stop is not None:  # from here on a signal saves a step
         run.stop.begin_steps()
-    _stop_if_requested(run, state, start_step, guard, saved=True)  # step 1
+    if _stop_agreed(run):  # before step 1
+        _save_and_stop(run, state, start_step, guard, saved=True)
     run.log.start_window()
     with host_audit.device_only_transfers(), contextlib.ExitStack() as stack:
         stack.callback(profile.close)
@@ -379,45 +397,69 @@ def _loop(
             waited = time.perf_counter()
             batch = next(inputs)
             run.log.add_data_wait(time.perf_counter() - waited)
-            # A log step is timed alone: the steps before it finish first.
-            _wait(run, in_flight, 0 if logged else RUN_AHEAD - 1)
+            _wait(run, in_flight, RUN_AHEAD - 1)
             profile.before(step)
-            started = time.perf_counter()
+            dispatched = time.perf_counter()
             state, metrics = run.programs(state, batch, key)
             guard.update(metrics, state.step)
             metrics.pop(step_lib.STATE_FINITE)
-            in_flight.append(metrics["total"])
             profile.after(step, metrics)
+            # The log step before, while this one runs.
+            done, pending = _write(run, guard, pending, done), None
+            if logged:  # timed from the end of the steps before it
+                ready = all(x.is_ready() for x in in_flight)
+                _wait(run, in_flight, 0)
+                started = (
+                    max(dispatched, done) if ready else time.perf_counter()
+                )
+                pending = _LogStep(step, metrics, guard.record, started)
+            in_flight.append(metrics["total"])
             if logged or saved:  # a stat: the workdir still the run's
                 _check_kept(run)
-            if logged:
-                jax.block_until_ready(metrics)
-                run.log.set_step_time(time.perf_counter() - started)
-                run.log.add_device_wait(time.perf_counter() - started)
-                in_flight.clear()
-                _check_finite(run, guard)  # before its metrics line
-                run.log.write(step, jax.device_get(metrics))
             run.ckpt.check_saves()  # a failed background save stops here
             progress(step)
-            if saved:
-                _check_finite(run, guard)  # no NaN reaches a checkpoint
-                run.ckpt.save(step, state_lib.to_tree(state))
-            # Several processes agree where the loop waits for the device
-            # anyway: log and checkpoint steps (one process: every step).
-            _stop_if_requested(
-                run, state, step, guard, saved=saved, agree=logged or saved
-            )
-            if (
+            evaluated = (
                 run.evaluation is not None
                 and train.eval_every
                 and step % train.eval_every == 0
                 and step < train.num_steps
-            ):
+            )
+            # Several processes agree on log and checkpoint steps alone (a
+            # collective, which waits for the step); one process: any step.
+            stop = _stop_agreed(run, agree=logged or saved)
+            if saved or stop or evaluated:  # its line before its checkpoint
+                done, pending = _write(run, guard, pending, done), None
+            if saved:
+                _check_finite(run, guard)  # no NaN reaches a checkpoint
+                run.ckpt.save(step, state_lib.to_tree(state))
+            if stop:
+                _save_and_stop(run, state, step, guard, saved=saved)
+            if evaluated:
                 _check_finite(run, guard)
                 with run.log.paused():  # not in the rates and the ETA
                     _evaluate(run, state, step)
-    _check_finite(run, guard)
+    _check_finite(run, guard)  # the last step is saved: no line pending
     return state
+
+
+def _write(
+    run: RunContext,
+    guard: finite_guard.FiniteGuard,
+    logged: _LogStep | None,
+    done: float,
+) -> float:
+    """Waits for a log step, checks the steps up to it finite, and writes
+    its metrics line; returns when it was seen done (`done` for None)."""
+    if logged is None:
+        return done
+    waited = time.perf_counter()
+    jax.block_until_ready(logged.metrics)
+    done = time.perf_counter()
+    run.log.add_device_wait(done - waited)
+    run.log.set_step_time(done - logged.started)
+    _check_finite(run, guard, logged.finite)  # before its metrics line
+    run.log.write(logged.step, jax.device_get(logged.metrics))
+    return done
 
 
 def _wait(run: RunContext, in_flight: collections.deque, keep: int) -> None:
@@ -430,11 +472,16 @@ def _wait(run: RunContext, in_flight: collections.deque, keep: int) -> None:
     run.log.add_device_wait(time.perf_counter() - started)
 
 
-def _check_finite(run: RunContext, guard: finite_guard.FiniteGuard) -> None:
-    """Raises FloatingPointError if a step so far was non-finite, naming
-    it and the newest checkpoint (saved before it)."""
+def _check_finite(
+    run: RunContext,
+    guard: finite_guard.FiniteGuard,
+    record: dict[str, jax.Array] | None = None,
+) -> None:
+    """Raises FloatingPointError if a step so far (up to `record`'s, a
+    `guard.record` taken earlier) was non-finite, naming it and the newest
+    checkpoint (saved before it)."""
     started = time.perf_counter()
-    guard.check(last_checkpoint=run.ckpt.latest_step())
+    guard.check(last_checkpoint=run.ckpt.latest_step(), record=record)
     run.log.add_device_wait(time.perf_counter() - started)
 
 
@@ -446,20 +493,22 @@ def _check_kept(run: RunContext) -> None:
         run.check_kept()
 
 
-def _stop_if_requested(
+def _stop_agreed(run: RunContext, *, agree: bool = True) -> bool:
+    """Whether a stop was requested (`agree`: every process asks at this
+    step, `preemption.Watch.stop_requested`)."""
+    return run.stop is not None and run.stop.stop_requested(agree=agree)
+
+
+def _save_and_stop(
     run: RunContext,
     state: state_lib.TrainState,
     step: int,
     guard: finite_guard.FiniteGuard,
     *,
     saved: bool,
-    agree: bool = True,
 ) -> None:
-    """On an agreed stop request: checkpoints `step` (unless `saved`),
-    waits for the save and raises preemption.Preempted. `agree`: every
-    process asks at this step (`preemption.Watch.stop_requested`)."""
-    if run.stop is None or not run.stop.stop_requested(agree=agree):
-        return
+    """Checkpoints `step` (unless `saved`), waits for the save and raises
+    preemption.Preempted."""
     if not saved:
         _check_finite(run, guard)
         _check_kept(run)
