@@ -219,19 +219,20 @@ def _train(
         )
     )
     hits, started = compile_cache.hits(), time.perf_counter()
-    if run.evaluation:  # predict first: it compiles faster, so a strict
-        run.evaluation.compiled(_weights(run, state))  # run fails sooner
-    key = sharding.replicate(jax.random.key(config.seed), mesh)
-    batch = sharding.put_batch(next(batches), mesh)
-    run.programs, findings = train_programs.compile_per_canvas(
-        step_lib.make_train_step(graphdef, tx, schedule, mesh),
-        state,
-        batch,
-        key,
-        run.canvases,
-        strict=strict,
-        advice=nms_lib.host_advice,
-    )
+    with index.watching():
+        if run.evaluation:  # predict first: it compiles faster, so a strict
+            run.evaluation.compiled(_weights(run, state))  # run fails sooner
+        key = sharding.replicate(jax.random.key(config.seed), mesh)
+        batch = sharding.put_batch(next(batches), mesh)
+        run.programs, findings = train_programs.compile_per_canvas(
+            step_lib.make_train_step(graphdef, tx, schedule, mesh),
+            state,
+            batch,
+            key,
+            run.canvases,
+            strict=strict,
+            advice=nms_lib.host_advice,
+        )
     logging.info(
         "%s", _compiled_line(compile_cache.hits() - hits, started, evaluate)
     )

@@ -27,12 +27,13 @@ import contextlib
 import hashlib
 import importlib.metadata
 import json
+import logging as std_logging
 import os
 import pathlib
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import jax
 from absl import logging
@@ -48,6 +49,13 @@ _HIT_EVENT = "/jax/compilation_cache/cache_hits"
 # cache folder (ProgramIndex).
 _ENTRY_SUFFIX = "-cache"
 _INDEX_FOLDER = "flax-maskrcnn-programs"
+# JAX's logger of each persistent-cache hit and miss (the entry's key), at
+# DEBUG level: read inside `ProgramIndex.watching`, never shown.
+_COMPILER_LOGGER = "jax._src.compiler"
+_KEY_LINES = (
+    "Persistent compilation cache hit for ",
+    "PERSISTENT COMPILATION CACHE MISS for ",
+)
 # The start of JAX's warnings about an entry it could not read or write.
 _ENTRY_WARNINGS = (
     "Error reading persistent compilation cache entry",
@@ -159,14 +167,36 @@ def source_digest(*packages: pathlib.Path) -> str:
     return digest.hexdigest()
 
 
+class _KeysSeen(std_logging.Filter):
+    """Notes the cache key of each hit and miss JAX logs; passes on only
+    the records its logger showed before (`shown_from` and up)."""
+
+    def __init__(self, shown_from: int):
+        super().__init__()
+        self.shown_from = shown_from
+        self.keys: set[str] = set()
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        args = record.args
+        if (
+            isinstance(record.msg, str)
+            and record.msg.startswith(_KEY_LINES)
+            and isinstance(args, tuple)
+            and len(args) == 2
+        ):
+            self.keys.add(str(args[1]))
+        return record.levelno >= self.shown_from
+
+
 class ProgramIndex:
     """Which cache entries a run's programs are, by a key of what makes
     them; `cached` says before the compile whether they are all there.
 
-    Made before the compile (`before` lists the entries then); `record`,
-    after it, keeps under the key the entries written since plus those
-    recorded before that remain. Only process 0 records: JAX writes
-    entries from process 0 alone.
+    Made before the compile (`before` lists the entries then); the compile
+    runs inside `watching`, which notes the entries JAX loads or writes;
+    `record`, after it, keeps those under the key (and any written since
+    `before`). Only process 0 records: JAX writes entries from process 0
+    alone.
     """
 
     def __init__(self, *parts: str):
@@ -187,6 +217,22 @@ class ProgramIndex:
         self.key = hashlib.sha256(text.encode()).hexdigest()[:32]
         self.before = entries(self.cache)
         self.recorded = self._read()
+        self._used: set[str] = set()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Notes the entries the compiles inside the block load or write."""
+        logger = std_logging.getLogger(_COMPILER_LOGGER)
+        seen = _KeysSeen(logger.getEffectiveLevel())
+        level = logger.level
+        logger.setLevel(std_logging.DEBUG)
+        logger.addFilter(seen)
+        try:
+            yield
+        finally:
+            logger.removeFilter(seen)
+            logger.setLevel(level)
+            self._used |= {key + _ENTRY_SUFFIX for key in seen.keys}
 
     def _path(self) -> pathlib.Path:
         return self.cache / _INDEX_FOLDER / f"{self.key}.json"
@@ -214,11 +260,8 @@ class ProgramIndex:
         if self.cache is None or jax.process_index() != 0:
             return
         now = entries(self.cache)
-        kept = {
-            name: size
-            for name, size in now.items()
-            if name not in self.before or name in self.recorded
-        }
+        names = self._used or now.keys() - self.before.keys()
+        kept = {name: now[name] for name in names if name in now}
         if not kept or kept == self.recorded:
             return
         with contextlib.suppress(OSError):
