@@ -17,10 +17,11 @@ cannot read (cut short by a concurrent write, damaged, from another
 build) is compiled again instead: said once, in one log line.
 
 A run can say before it compiles whether its programs are there
-(`ProgramIndex`): the entries a run's programs wrote are recorded in the
-folder under a key of what makes those programs (the run's config, the
-source that builds them, JAX, the devices); a later run of the same key
-finds them, each of its recorded size, before its first compile.
+(`ProgramIndex`): the entries a run's programs loaded or wrote are
+recorded in the folder under a key of what makes those programs (the
+run's config, the source that builds them, JAX, the devices); a later run
+of the same key finds them, each of its recorded size, before its first
+compile.
 """
 
 import contextlib
