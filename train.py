@@ -79,7 +79,8 @@ def main(argv: list[str]) -> None:
         data_check.check(config)  # before JAX starts: a missing dataset
     logging.info(  # else the console is silent through these seconds
         "Starting JAX and importing TensorFlow and the model (about 15 s "
-        "on a 2-core CPU)"
+        "on a 2-core CPU)%s",
+        compile_cache.kept_note(),
     )
     cli.start_jax(config, _MULTIHOST)
     compile_cache.enable()  # a rerun loads its programs from disk
@@ -138,6 +139,7 @@ def _train(
         hooks=train_lib.LaunchHooks(
             check_resume=config_history.check_resume,
             save_config=config_history.save,
+            check_kept=run_config.check_run_kept,
             complete_key=next_steps.COMPLETE,
         ),
         strict_device=_STRICT.value,

@@ -14,6 +14,8 @@ from tests.helpers import processes, requires
 requires.module_or_skip(*requires.TRAIN_LOOP)
 
 LOADED = "loaded from the compilation cache"
+COMPILING = "Compiling the train step and predict"
+LOADING = "Loading the train step and predict from the compilation cache"
 KEPT = "kept in the compilation cache"
 UNUSABLE = "Compilation cache: an entry could not be used"
 
@@ -42,6 +44,12 @@ def _train(tmp_path: pathlib.Path, cache: pathlib.Path, name: str) -> str:
     return console
 
 
+def _first_line(console: str) -> str:
+    """train.py's first log line (the console is its stdout, then its
+    stderr)."""
+    return next(x for x in console.splitlines() if "Starting JAX" in x)
+
+
 @pytest.mark.slow  # three smoke runs of train.py
 def test_a_rerun_loads_its_programs_and_a_damaged_entry_is_one_line(
     tmp_path,
@@ -49,12 +57,22 @@ def test_a_rerun_loads_its_programs_and_a_damaged_entry_is_one_line(
     cache = tmp_path / "cache"
     first = _train(tmp_path, cache, "first")
     assert KEPT in first and LOADED not in first, first[-3000:]
+    assert COMPILING in first and LOADING not in first
+    assert "compilation cache" not in _first_line(first)  # empty
     entries = [p for p in cache.iterdir() if p.is_file()]
     assert entries
     second = _train(tmp_path, cache, "second")
     assert LOADED in second, second[-3000:]
+    # Said before the compile, from the run's first line on.
+    assert (
+        f"programs compiled before are kept in the compilation cache "
+        f"({cache})" in _first_line(second)
+    ), second[-3000:]
+    assert COMPILING not in second
+    assert second.index(LOADING) < second.index(LOADED)
     for entry in entries:  # cut short, as by a concurrent writer or a crash
         entry.write_bytes(entry.read_bytes()[: entry.stat().st_size // 2])
     third = _train(tmp_path, cache, "third")
     assert third.count(UNUSABLE) == 1, third[-3000:]
+    assert COMPILING in third and LOADING not in third  # cut: not promised
     assert "Traceback" not in third and LOADED not in third

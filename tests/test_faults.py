@@ -167,6 +167,33 @@ def test_a_second_signal_exits_at_once(tmp_path):
     assert "Traceback" not in output and "KeyboardInterrupt" not in output
 
 
+@pytest.mark.slow
+def test_a_workdir_deleted_mid_run_ends_it_in_one_line(tmp_path):
+    """Noticed at the next log step (every 3rd), not at the end of the
+    run: it once ended `trained W to step 60`, exit 0, with nothing left."""
+    workdir, logs = tmp_path / "run", tmp_path / "logs"
+    command = _train(tmp_path, workdir, "--config.train.log_every=3")
+    with processes.started([command], logs) as (run,):
+        _wait_for(logs / "0.log", r"step 3/", run)
+        for _ in range(10):  # the run may add a file as it goes
+            shutil.rmtree(workdir, ignore_errors=True)
+            if not workdir.exists():
+                break
+        ((code, output),) = processes.finish([run], logs)
+    assert code == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    errors = [x for x in output.splitlines() if x.startswith("error: ")]
+    assert errors == [
+        f"error: --workdir={workdir}: {workdir}/config.json is gone: the "
+        "workdir was deleted, moved or replaced while the run trained, and "
+        "its checkpoints and metrics with it; train again into a workdir "
+        "that stays"
+    ], output[-3000:]
+    last = max(map(int, re.findall(r"step (\d+)/1000", output)))
+    assert last < 100, last  # within a few log steps of the deletion
+    assert not workdir.exists()
+
+
 def _assert_same_losses(workdir, straight, steps) -> None:
     """The losses of every training line of `workdir` and `straight`,
     bit-identical on CPU, at `steps`."""
@@ -244,22 +271,25 @@ def test_resume_after_sigkill_on_two_canvases_equals_an_uninterrupted_run(
 
 @pytest.mark.slow
 def test_two_processes_stop_at_the_same_step_when_one_is_signalled(tmp_path):
+    """They agree on log steps only (every 3rd): no collective between."""
     workdir, logs = tmp_path / "run", tmp_path / "logs"
     commands = processes.two_processes(
         "train.py",
         [
             *LONG,
+            "--config.train.log_every=3",
             f"--workdir={workdir}",
             f"--config.data.root={tmp_path}/shapes",
         ],
     )
     with processes.started(commands, logs) as (zero, one):
-        _wait_for(logs / "0.log", r"step 2/", zero)
+        _wait_for(logs / "0.log", r"step 3/", zero)
         os.kill(one.pid, signal.SIGTERM)  # process 1 only
         results = processes.finish([zero, one], logs)
     steps = {_preempted_step(c, o, signal.SIGTERM) for c, o in results}
     assert len(steps) == 1, results
     (step,) = steps
+    assert step % 3 == 0, step  # an agreed (log) step
     assert sorted(p.name for p in (workdir / "checkpoints").iterdir()) == [
         str(step)
     ]

@@ -126,12 +126,17 @@ class Watch:
             f"step and stops (send {name} again to exit at once)"
         )
 
-    def stop_requested(self) -> bool:
-        """Whether any process has received a signal (a collective: every
-        process calls it at the same point of every step)."""
+    def stop_requested(self, *, agree: bool = True) -> bool:
+        """Whether a stop was requested: this process's signal, with one
+        process; with several, any process's, agreed by a collective at the
+        `agree` points alone (every process passes the same `agree` at the
+        same steps; between them the answer is False, no collective and no
+        wait for the device)."""
         local = self.signum is not None
         if jax.process_count() == 1:
             return local
+        if not agree:
+            return False
         with jax.transfer_guard("allow"):
             flags = multihost_utils.process_allgather(
                 np.asarray(self.signum if local else 0, dtype=np.int32)

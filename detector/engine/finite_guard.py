@@ -63,12 +63,22 @@ class FiniteGuard:
         (the new state's step), without waiting for them."""
         self._record = _updated(self._record, metrics, step)
 
-    def check(self, last_checkpoint: int | None) -> None:
-        """Waits for the steps dispatched so far; raises FloatingPointError
-        naming the first non-finite one and `last_checkpoint` (the newest
-        saved step; None: none yet), as `MetricsLog.check_finite` words it.
+    @property
+    def record(self) -> dict[str, jax.Array]:
+        """The record as of the steps dispatched so far (for `check`)."""
+        return self._record
+
+    def check(
+        self,
+        last_checkpoint: int | None,
+        record: dict[str, jax.Array] | None = None,
+    ) -> None:
+        """Waits for the steps dispatched so far (those up to an earlier
+        `record`); raises FloatingPointError naming the first non-finite one
+        and `last_checkpoint` (the newest saved step; None: none yet), as
+        `MetricsLog.check_finite` words it.
         """
-        record = jax.device_get(self._record)
+        record = jax.device_get(self._record if record is None else record)
         step = int(record["step"])
         if step == NONE_YET:
             return

@@ -5,7 +5,9 @@ checkpoints and evaluations (docs/training.md, docs/architecture.md).
 import collections
 import contextlib
 import dataclasses
+import functools
 import itertools
+import os
 import pathlib
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +20,7 @@ from clu import periodic_actions
 from flax import nnx
 from jax.sharding import Mesh
 
+import ops
 from detector.data import pipeline
 from detector.distributed import (
     determinism,
@@ -73,6 +76,9 @@ class LaunchHooks:
     ]
     # (workdir, config, start step), once the restore and the audits pass.
     save_config: Callable[[pathlib.Path, ml_collections.ConfigDict, int], None]
+    # (workdir, its stat at the start), on log steps and before each save
+    # (process 0): raises where the workdir was deleted, moved or replaced.
+    check_kept: Callable[[pathlib.Path, os.stat_result], None]
     # The result's key, holding the step, for a workdir trained to the end.
     complete_key: str
 
@@ -94,6 +100,8 @@ class RunContext:
     log: train_metrics.MetricsLog | None = None
     evaluation: eval_lib.EvalContext | None = None
     eval_graphdef: nnx.GraphDef | None = None
+    # Raises where the workdir is no longer the run's (LaunchHooks.check_kept).
+    check_kept: Callable[[], None] | None = None
 
 
 def train_and_evaluate(
@@ -137,7 +145,16 @@ def train_and_evaluate(
                 workdir / "checkpoints",
                 max_to_keep=config.train.keep_checkpoints,
             )
-            run = RunContext(config, workdir, mesh, ckpt, stop=stop)
+            run = RunContext(
+                config,
+                workdir,
+                mesh,
+                ckpt,
+                stop=stop,
+                check_kept=functools.partial(
+                    hooks.check_kept, workdir, os.stat(workdir)
+                ),
+            )
             try:
                 return _train(
                     run,
@@ -192,24 +209,35 @@ def _train(
         run.evaluation = eval_lib.eval_context(
             config, mesh, workdir, strict=strict
         )
-    logging.info(_compiling_line(evaluate, len(run.canvases), start_step + 1))
-    hits, started = compile_cache.hits(), time.perf_counter()
-    if run.evaluation:  # predict first: it compiles faster, so a strict
-        run.evaluation.compiled(_weights(run, state))  # run fails sooner
-    key = sharding.replicate(jax.random.key(config.seed), mesh)
-    batch = sharding.put_batch(next(batches), mesh)
-    run.programs, findings = train_programs.compile_per_canvas(
-        step_lib.make_train_step(graphdef, tx, schedule, mesh),
-        state,
-        batch,
-        key,
-        run.canvases,
-        strict=strict,
-        advice=nms_lib.host_advice,
+    # Whether a run of this config on this code left its programs in the
+    # compilation cache, said before the compile (then recorded for the next).
+    index = compile_cache.ProgramIndex(
+        multihost.config_hash(config), str(evaluate), _source_digest()
     )
+    logging.info(
+        _compiling_line(
+            evaluate, len(run.canvases), start_step + 1, cached=index.cached
+        )
+    )
+    hits, started = compile_cache.hits(), time.perf_counter()
+    with index.watching():
+        if run.evaluation:  # predict first: it compiles faster, so a strict
+            run.evaluation.compiled(_weights(run, state))  # run fails sooner
+        key = sharding.replicate(jax.random.key(config.seed), mesh)
+        batch = sharding.put_batch(next(batches), mesh)
+        run.programs, findings = train_programs.compile_per_canvas(
+            step_lib.make_train_step(graphdef, tx, schedule, mesh),
+            state,
+            batch,
+            key,
+            run.canvases,
+            strict=strict,
+            advice=nms_lib.host_advice,
+        )
     logging.info(
         "%s", _compiled_line(compile_cache.hits() - hits, started, evaluate)
     )
+    index.record()
     # The restore and the audits passed: config.json, config.<step>.json.
     hooks.save_config(workdir, config, start_step)
     run.log = train_metrics.MetricsLog(
@@ -247,14 +275,36 @@ COMPILE_TIMES = {
 }
 
 
-def _compiling_line(evaluate: bool, num_canvases: int, first_step: int) -> str:
-    """The line logged before the first compile: what, how long, and the
-    step that follows (past a resume's checkpoint)."""
+@functools.cache
+def _source_digest() -> str:
+    """The digest of the code that builds the programs (detector/, ops/)."""
+    return compile_cache.source_digest(
+        pathlib.Path(__file__).resolve().parents[1],
+        pathlib.Path(ops.__file__).resolve().parent,
+    )
+
+
+def _compiling_line(
+    evaluate: bool,
+    num_canvases: int,
+    first_step: int,
+    *,
+    cached: bool = False,
+) -> str:
+    """The line logged before the first compile: what, how long (`cached`:
+    loaded from the compilation cache), and the step that follows (past a
+    resume's checkpoint)."""
     programs = "the train step"
     if num_canvases > 1:
         programs += f" ({num_canvases} programs, one per canvas)"
     if evaluate:
         programs += " and predict"
+    if cached:
+        return (
+            f"Loading {programs} from the compilation cache "
+            f"({compile_cache.folder()}), where a run of this config left "
+            f"them (seconds, not a compile); step {first_step} follows"
+        )
     platform = jax.default_backend()
     took = COMPILE_TIMES.get(platform, f"minutes on {platform}")
     return f"Compiling {programs} ({took}); step {first_step} follows"
@@ -292,6 +342,17 @@ def _saved_eval(
 RUN_AHEAD = 2
 
 
+@dataclasses.dataclass
+class _LogStep:
+    """A log step dispatched, its metrics line written once the step after
+    it is dispatched (the device never idles for the line)."""
+
+    step: int
+    metrics: dict[str, jax.Array]
+    finite: dict[str, jax.Array]  # the finite guard's record after it
+    started: float  # when the device began it: the step before it done
+
+
 def _loop(
     run: RunContext,
     state: state_lib.TrainState,
@@ -303,9 +364,9 @@ def _loop(
     """Steps start_step + 1 .. num_steps: log, checkpoint, evaluate.
 
     The host runs up to RUN_AHEAD steps ahead of the device: it waits for
-    the device only on log steps (which fetch the metrics and time one
-    step), before checkpoints and evaluations, and for the step RUN_AHEAD
-    back; the finite guard reads its record at those same points.
+    the device for the step RUN_AHEAD back, for a log step's metrics once
+    the step after it is dispatched, and before checkpoints and
+    evaluations; the finite guard reads its record at those same points.
     """
     train = run.config.train
     progress = periodic_actions.ReportProgress(
@@ -321,9 +382,12 @@ def _loop(
         [batch], device_prefetch.ahead(batches, run.mesh, RUN_AHEAD)
     )
     in_flight = collections.deque()  # a value of each step not waited for
+    pending: _LogStep | None = None  # a log step whose line is not written
+    done = 0.0  # when the loop last saw every dispatched step finished
     if run.stop is not None:  # from here on a signal saves a step
         run.stop.begin_steps()
-    _stop_if_requested(run, state, start_step, guard, saved=True)  # step 1
+    if _stop_agreed(run):  # before step 1
+        _save_and_stop(run, state, start_step, guard, saved=True)
     run.log.start_window()
     with host_audit.device_only_transfers(), contextlib.ExitStack() as stack:
         stack.callback(profile.close)
@@ -335,39 +399,69 @@ def _loop(
             waited = time.perf_counter()
             batch = next(inputs)
             run.log.add_data_wait(time.perf_counter() - waited)
-            # A log step is timed alone: the steps before it finish first.
-            _wait(run, in_flight, 0 if logged else RUN_AHEAD - 1)
+            _wait(run, in_flight, RUN_AHEAD - 1)
             profile.before(step)
-            started = time.perf_counter()
+            dispatched = time.perf_counter()
             state, metrics = run.programs(state, batch, key)
             guard.update(metrics, state.step)
             metrics.pop(step_lib.STATE_FINITE)
-            in_flight.append(metrics["total"])
             profile.after(step, metrics)
-            if logged:
-                jax.block_until_ready(metrics)
-                run.log.set_step_time(time.perf_counter() - started)
-                run.log.add_device_wait(time.perf_counter() - started)
-                in_flight.clear()
-                _check_finite(run, guard)  # before its metrics line
-                run.log.write(step, jax.device_get(metrics))
+            # The log step before, while this one runs.
+            done, pending = _write(run, guard, pending, done), None
+            if logged:  # timed from the end of the steps before it
+                ready = all(x.is_ready() for x in in_flight)
+                _wait(run, in_flight, 0)
+                started = (
+                    max(dispatched, done) if ready else time.perf_counter()
+                )
+                pending = _LogStep(step, metrics, guard.record, started)
+            in_flight.append(metrics["total"])
+            if logged or saved:  # a stat: the workdir still the run's
+                _check_kept(run)
             run.ckpt.check_saves()  # a failed background save stops here
             progress(step)
-            if saved:
-                _check_finite(run, guard)  # no NaN reaches a checkpoint
-                run.ckpt.save(step, state_lib.to_tree(state))
-            _stop_if_requested(run, state, step, guard, saved=saved)
-            if (
+            evaluated = (
                 run.evaluation is not None
                 and train.eval_every
                 and step % train.eval_every == 0
                 and step < train.num_steps
-            ):
+            )
+            # Several processes agree on log and checkpoint steps alone (a
+            # collective, which waits for the step); one process: any step.
+            stop = _stop_agreed(run, agree=logged or saved)
+            if saved or stop or evaluated:  # its line before its checkpoint
+                done, pending = _write(run, guard, pending, done), None
+            if saved:
+                _check_finite(run, guard)  # no NaN reaches a checkpoint
+                run.ckpt.save(step, state_lib.to_tree(state))
+            if stop:
+                _save_and_stop(run, state, step, guard, saved=saved)
+            if evaluated:
                 _check_finite(run, guard)
                 with run.log.paused():  # not in the rates and the ETA
                     _evaluate(run, state, step)
-    _check_finite(run, guard)
+    _check_finite(run, guard)  # the last step is saved: no line pending
     return state
+
+
+def _write(
+    run: RunContext,
+    guard: finite_guard.FiniteGuard,
+    logged: _LogStep | None,
+    done: float,
+) -> float:
+    """Waits for a log step, checks the steps up to it finite, and writes
+    its metrics line; returns when it was seen done (`done` for None)."""
+    if logged is None:
+        return done
+    waited = time.perf_counter()
+    jax.block_until_ready(logged.metrics)
+    done = time.perf_counter()
+    run.log.add_device_wait(done - waited)
+    run.log.set_step_time(done - logged.started)
+    _check_finite(run, guard, logged.finite)  # before its metrics line
+    run.log.write(logged.step, jax.device_get(logged.metrics))
+    return done
 
 
 def _wait(run: RunContext, in_flight: collections.deque, keep: int) -> None:
@@ -380,15 +474,34 @@ def _wait(run: RunContext, in_flight: collections.deque, keep: int) -> None:
     run.log.add_device_wait(time.perf_counter() - started)
 
 
-def _check_finite(run: RunContext, guard: finite_guard.FiniteGuard) -> None:
-    """Raises FloatingPointError if a step so far was non-finite, naming
-    it and the newest checkpoint (saved before it)."""
+def _check_finite(
+    run: RunContext,
+    guard: finite_guard.FiniteGuard,
+    record: dict[str, jax.Array] | None = None,
+) -> None:
+    """Raises FloatingPointError if a step so far (up to `record`'s, a
+    `guard.record` taken earlier) was non-finite, naming it and the newest
+    checkpoint (saved before it)."""
     started = time.perf_counter()
-    guard.check(last_checkpoint=run.ckpt.latest_step())
+    guard.check(last_checkpoint=run.ckpt.latest_step(), record=record)
     run.log.add_device_wait(time.perf_counter() - started)
 
 
-def _stop_if_requested(
+def _check_kept(run: RunContext) -> None:
+    """Raises ValueError where the workdir was deleted, moved or replaced
+    (process 0, which wrote its config.json; peers then stop as for any
+    lost process)."""
+    if run.check_kept is not None and jax.process_index() == 0:
+        run.check_kept()
+
+
+def _stop_agreed(run: RunContext, *, agree: bool = True) -> bool:
+    """Whether a stop was requested (`agree`: every process asks at this
+    step, `preemption.Watch.stop_requested`)."""
+    return run.stop is not None and run.stop.stop_requested(agree=agree)
+
+
+def _save_and_stop(
     run: RunContext,
     state: state_lib.TrainState,
     step: int,
@@ -396,12 +509,11 @@ def _stop_if_requested(
     *,
     saved: bool,
 ) -> None:
-    """On an agreed stop request: checkpoints `step` (unless `saved`),
-    waits for the save and raises preemption.Preempted."""
-    if run.stop is None or not run.stop.stop_requested():
-        return
+    """Checkpoints `step` (unless `saved`), waits for the save and raises
+    preemption.Preempted."""
     if not saved:
         _check_finite(run, guard)
+        _check_kept(run)
         run.ckpt.save(step, state_lib.to_tree(state))
     run.ckpt.wait()
     raise preemption.Preempted(step, run.stop.signum)

@@ -58,7 +58,8 @@ class MetricsLog:
     clock: `images_per_sec` is the window's images over its wall time and
     `step_wall_ms` its wall time per step (what the ETA uses); beside them
     `step_time_ms` is the device time of one step (the log step, timed
-    from dispatch to its result after the steps before it finished),
+    from the end of the steps before it, or its dispatch where they had
+    ended, to its result),
     `data_wait_ms` the mean time a step waited for its batch and `host_ms`
     the mean time per step the loop spent neither waiting for a batch nor
     for the device. Time inside `paused()` (an evaluation) is in none of

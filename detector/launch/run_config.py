@@ -55,17 +55,35 @@ def check_run_folders(workdir: str | pathlib.Path) -> None:
             )
 
 
-def check_run_kept(workdir: str | pathlib.Path) -> None:
-    """Raises ValueError when the config.json a run wrote into `workdir`
-    at its start is gone: the workdir was deleted or moved while it
-    trained, and what it wrote there with it."""
+def check_run_kept(
+    workdir: str | pathlib.Path, started: os.stat_result | None = None
+) -> None:
+    """Raises ValueError when the workdir a run trains into is no longer
+    the run's: the config.json it wrote at its start is gone, or (given
+    `started`, the workdir's stat when the run began) another folder now
+    stands at its path; it was deleted, moved or replaced while the run
+    trained, and what the run wrote there with it."""
     path = pathlib.Path(workdir) / config_history.LATEST
     if not path.is_file():
-        raise ValueError(
-            f"--workdir={workdir}: {path} is gone: the workdir was deleted "
-            "or moved while the run trained, and its checkpoints and "
-            "metrics with it; train again into a workdir that stays"
-        )
+        what = f"{path} is gone"
+    elif started is not None and not _same_folder(workdir, started):
+        what = f"{workdir} is another folder than the one the run began in"
+    else:
+        return
+    raise ValueError(
+        f"--workdir={workdir}: {what}: the workdir was deleted, moved or "
+        "replaced while the run trained, and its checkpoints and metrics "
+        "with it; train again into a workdir that stays"
+    )
+
+
+def _same_folder(folder: str | pathlib.Path, started: os.stat_result) -> bool:
+    """Whether `folder` is still the folder whose stat was `started`."""
+    try:
+        now = os.stat(folder)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (started.st_dev, started.st_ino)
 
 
 def load_workdir(

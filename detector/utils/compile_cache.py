@@ -15,22 +15,48 @@ processes may share the folder: JAX writes an entry only from
 process 0 of a multi-host job and never overwrites one, and an entry it
 cannot read (cut short by a concurrent write, damaged, from another
 build) is compiled again instead: said once, in one log line.
+
+A run can say before it compiles whether its programs are there
+(`ProgramIndex`): the entries a run's programs loaded or wrote are
+recorded in the folder under a key of what makes those programs (the
+run's config, the source that builds them, JAX, the devices); a later run
+of the same key finds them, each of its recorded size, before its first
+compile.
 """
 
+import contextlib
+import hashlib
+import importlib.metadata
+import json
+import logging as std_logging
 import os
 import pathlib
+import sys
 import threading
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 import jax
 from absl import logging
+
+from detector.utils import files
 
 ENV = "FLAX_MASKRCNN_COMPILE_CACHE"
 # JAX's variable for the shortest compile it keeps; unset: every program.
 MIN_COMPILE_ENV = "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"
 OFF_VALUES = ("off", "0", "false", "no", "none")
 _HIT_EVENT = "/jax/compilation_cache/cache_hits"
+# How JAX's entry files end, and the folder of recorded programs in the
+# cache folder (ProgramIndex).
+_ENTRY_SUFFIX = "-cache"
+_INDEX_FOLDER = "flax-maskrcnn-programs"
+# JAX's logger of each persistent-cache hit and miss (the entry's key), at
+# DEBUG level: read inside `ProgramIndex.watching`, never shown.
+_COMPILER_LOGGER = "jax._src.compiler"
+_KEY_LINES = (
+    "Persistent compilation cache hit for ",
+    "PERSISTENT COMPILATION CACHE MISS for ",
+)
 # The start of JAX's warnings about an entry it could not read or write.
 _ENTRY_WARNINGS = (
     "Error reading persistent compilation cache entry",
@@ -99,6 +125,163 @@ def enable(env: Mapping[str, str] | None = None) -> pathlib.Path | None:
     if MIN_COMPILE_ENV not in (os.environ if env is None else env):
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     return folder
+
+
+def folder() -> pathlib.Path | None:
+    """The folder JAX's persistent cache uses now; None where it is off."""
+    configured = jax.config.jax_compilation_cache_dir
+    if not (configured and jax.config.jax_enable_compilation_cache):
+        return None
+    return pathlib.Path(configured)
+
+
+def entries(cache: pathlib.Path | None) -> dict[str, int]:
+    """JAX's entries in `cache` (None: the cache is off): name -> bytes."""
+    if cache is None:
+        return {}
+    try:
+        scanned = list(os.scandir(cache))
+    except OSError:
+        return {}
+    found = {}
+    for entry in scanned:
+        if entry.name.endswith(_ENTRY_SUFFIX):
+            with contextlib.suppress(OSError):
+                found[entry.name] = entry.stat().st_size
+    return found
+
+
+def _version(package: str) -> str:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+def source_digest(*packages: pathlib.Path) -> str:
+    """sha256 over the .py files under `packages` (path and bytes)."""
+    digest = hashlib.sha256()
+    for package in packages:
+        for path in sorted(package.rglob("*.py")):
+            digest.update(str(path.relative_to(package.parent)).encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+class _KeysSeen(std_logging.Filter):
+    """Notes the cache key of each hit and miss JAX logs; passes on only
+    the records its logger showed before (`shown_from` and up)."""
+
+    def __init__(self, shown_from: int):
+        super().__init__()
+        self.shown_from = shown_from
+        self.keys: set[str] = set()
+
+    def filter(self, record: std_logging.LogRecord) -> bool:
+        args = record.args
+        if (
+            isinstance(record.msg, str)
+            and record.msg.startswith(_KEY_LINES)
+            and isinstance(args, tuple)
+            and len(args) == 2
+        ):
+            self.keys.add(str(args[1]))
+        return record.levelno >= self.shown_from
+
+
+class ProgramIndex:
+    """Which cache entries a run's programs are, by a key of what makes
+    them; `cached` says before the compile whether they are all there.
+
+    Made before the compile (`before` lists the entries then); the compile
+    runs inside `watching`, which notes the entries JAX loads or writes;
+    `record`, after it, keeps those under the key (and any written since
+    `before`). Only process 0 records: JAX writes entries from process 0
+    alone.
+    """
+
+    def __init__(self, *parts: str):
+        self.cache = folder()
+        devices = jax.devices()
+        text = json.dumps(
+            [
+                *parts,
+                jax.__version__,
+                _version("jaxlib"),
+                sys.version,
+                jax.default_backend(),
+                [d.device_kind for d in devices],
+                jax.process_count(),
+                os.environ.get("XLA_FLAGS", ""),
+            ]
+        )
+        self.key = hashlib.sha256(text.encode()).hexdigest()[:32]
+        self.before = entries(self.cache)
+        self.recorded = self._read()
+        self._used: set[str] = set()
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        """Notes the entries the compiles inside the block load or write."""
+        logger = std_logging.getLogger(_COMPILER_LOGGER)
+        seen = _KeysSeen(logger.getEffectiveLevel())
+        level = logger.level
+        logger.setLevel(std_logging.DEBUG)
+        logger.addFilter(seen)
+        try:
+            yield
+        finally:
+            logger.removeFilter(seen)
+            logger.setLevel(level)
+            self._used |= {key + _ENTRY_SUFFIX for key in seen.keys}
+
+    def _path(self) -> pathlib.Path:
+        return self.cache / _INDEX_FOLDER / f"{self.key}.json"
+
+    def _read(self) -> dict[str, int]:
+        if self.cache is None:
+            return {}
+        try:
+            recorded = json.loads(self._path().read_text())
+        except (OSError, ValueError):
+            return {}
+        return recorded if isinstance(recorded, dict) else {}
+
+    @property
+    def cached(self) -> bool:
+        """Every recorded entry is in the folder at its recorded size."""
+        return bool(self.recorded) and all(
+            self.before.get(name) == size
+            for name, size in self.recorded.items()
+        )
+
+    def record(self) -> None:
+        """Records the key's entries (process 0; a failure is ignored: the
+        next run only predicts less)."""
+        if self.cache is None or jax.process_index() != 0:
+            return
+        now = entries(self.cache)
+        names = self._used or now.keys() - self.before.keys()
+        kept = {name: now[name] for name in names if name in now}
+        if not kept or kept == self.recorded:
+            return
+        with contextlib.suppress(OSError):
+            self._path().parent.mkdir(exist_ok=True)
+            files.write_text(self._path(), json.dumps(kept, sort_keys=True))
+
+
+def kept_note(env: Mapping[str, str] | None = None) -> str:
+    """What the cache `enable` will use holds, for a start's first line:
+    `; N programs compiled before are kept in the compilation cache (DIR)`,
+    or "" where it is off or empty (before JAX starts: a listing)."""
+    cache = chosen_folder(env)
+    count = len(entries(cache))
+    if not count:
+        return ""
+    return (
+        f"; {count} programs compiled before are kept in the compilation "
+        f"cache ({cache})"
+    )
 
 
 def hits() -> int:

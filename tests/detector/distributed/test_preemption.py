@@ -4,6 +4,8 @@ import signal
 import subprocess
 import sys
 
+import numpy as np
+
 from detector.distributed import preemption
 from tests.helpers import processes
 
@@ -79,3 +81,38 @@ def test_a_closed_terminal_saves_like_sigterm():
     ]
     assert "SIGHUP received: the run saves a checkpoint" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_one_process_stops_at_any_step_without_a_collective(monkeypatch):
+    def no_collective(value):
+        raise AssertionError("one process needs no collective")
+
+    monkeypatch.setattr(
+        preemption.multihost_utils, "process_allgather", no_collective
+    )
+    watch = preemption.Watch()
+    assert not watch.stop_requested(agree=False)
+    watch.signum = signal.SIGTERM
+    assert watch.stop_requested(agree=False)
+    assert watch.stop_requested()
+
+
+def test_several_processes_agree_only_at_the_agreed_steps(monkeypatch):
+    """Between agreement points no collective runs (and no host sync):
+    a signalled process stops at the next point, with its peers."""
+    gathered = []
+
+    def allgather(value):
+        gathered.append(int(value))
+        return np.asarray([0, int(signal.SIGTERM)], dtype=np.int32)
+
+    monkeypatch.setattr(preemption.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(
+        preemption.multihost_utils, "process_allgather", allgather
+    )
+    watch = preemption.Watch()  # process 0: not signalled itself
+    assert not watch.stop_requested(agree=False)
+    assert gathered == []
+    assert watch.stop_requested(agree=True)  # process 1 was signalled
+    assert gathered == [0]
+    assert watch.signum == signal.SIGTERM

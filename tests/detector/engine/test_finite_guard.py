@@ -51,3 +51,16 @@ def test_a_finite_loss_with_a_bad_gradient_or_weights_stops_too(bad, words):
     _step(mesh, guard, 5, **bad)
     with pytest.raises(FloatingPointError, match=words + r".*no checkpoint"):
         guard.check(last_checkpoint=None)
+
+
+def test_a_record_taken_earlier_checks_the_steps_up_to_it_only():
+    """A log step's line is written once the step after it is dispatched:
+    its check reads the record as of the log step."""
+    mesh = sharding.make_mesh()
+    guard = finite_guard.FiniteGuard(mesh)
+    _step(mesh, guard, 1)
+    logged = guard.record
+    _step(mesh, guard, 2, total=np.nan)
+    guard.check(last_checkpoint=None, record=logged)  # step 1: finite
+    with pytest.raises(FloatingPointError, match=r"nan at step 2"):
+        guard.check(last_checkpoint=None)

@@ -981,6 +981,10 @@ def test_the_compiling_line_counts_the_programs():
     assert train_lib._compiling_line(True, 1, 848).endswith(
         "; step 848 follows"
     )
+    # Programs a run of this config left in the compilation cache.
+    assert train_lib._compiling_line(True, 1, 1, cached=True).startswith(
+        "Loading the train step and predict from the compilation cache ("
+    )
 
 
 def test_eval_step_evaluates_that_checkpoints_weights(

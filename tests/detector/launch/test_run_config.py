@@ -1,6 +1,7 @@
 """detector/launch/run_config.py: config.json as eval.py's config file, and
 absolute paths in the config train.py stores."""
 
+import os
 import pathlib
 import sys
 
@@ -159,8 +160,27 @@ def test_a_workdir_deleted_while_it_trained_is_noticed(tmp_path):
         run_config.check_run_kept(workdir)
     assert str(info.value) == (
         f"--workdir={workdir}: {workdir}/config.json is gone: the workdir "
-        "was deleted or moved while the run trained, and its checkpoints "
-        "and metrics with it; train again into a workdir that stays"
+        "was deleted, moved or replaced while the run trained, and its "
+        "checkpoints and metrics with it; train again into a workdir that "
+        "stays"
+    )
+
+
+def test_a_workdir_replaced_while_it_trained_is_noticed(tmp_path):
+    """Another folder at the path, config.json and all (another run's)."""
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    (workdir / "config.json").write_text("{}")
+    started = os.stat(workdir)
+    run_config.check_run_kept(workdir, started)
+    workdir.rename(tmp_path / "old")
+    workdir.mkdir()
+    (workdir / "config.json").write_text("{}")
+    with pytest.raises(ValueError) as info:
+        run_config.check_run_kept(workdir, started)
+    assert str(info.value).startswith(
+        f"--workdir={workdir}: {workdir} is another folder than the one the "
+        "run began in: the workdir was deleted, moved or replaced while"
     )
 
 

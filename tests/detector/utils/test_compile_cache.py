@@ -1,6 +1,7 @@
 """compile_cache: where JAX's persistent compilation cache lives, how it is
 moved or turned off, and one line for an entry it cannot use."""
 
+import logging as std_logging
 import pathlib
 
 import jax
@@ -102,3 +103,42 @@ def test_unusable_entries_are_one_line_for_the_whole_process(monkeypatch):
     show(UserWarning("something else"), UserWarning, "x.py", 1)
     assert len(lines) == 1 and "ZstdError" in lines[0], lines
     assert other == ["something else"]
+
+
+def test_the_index_says_before_a_compile_whether_its_programs_are_kept(
+    tmp_path, jax_cache_config
+):
+    """Only the entries a run of the same key loaded or wrote, each of its
+    size, make `cached`; another key, a missing or a cut entry does not."""
+    folder = tmp_path / "cache"
+    compile_cache.enable({compile_cache.ENV: str(folder)})
+    assert compile_cache.kept_note({compile_cache.ENV: str(folder)}) == ""
+    (folder / "jit_old-99-cache").write_bytes(b"another run's")
+    first = compile_cache.ProgramIndex("config a")
+    assert not first.cached
+    jax_log = std_logging.getLogger("jax._src.compiler")
+    with first.watching():  # as JAX logs a hit and a miss it then writes
+        jax_log.debug(
+            "Persistent compilation cache hit for '%s' with key %r",
+            "jit_old",
+            "jit_old-99",
+        )
+        jax_log.debug(
+            "PERSISTENT COMPILATION CACHE MISS for '%s' with key %r",
+            "jit_step",
+            "jit_step-1234",
+        )
+        (folder / "jit_step-1234-cache").write_bytes(b"program")
+    assert jax_log.level == std_logging.NOTSET  # as it was
+    first.record()
+    again = compile_cache.ProgramIndex("config a")
+    assert again.cached
+    assert not compile_cache.ProgramIndex("config b").cached
+    assert compile_cache.kept_note({compile_cache.ENV: str(folder)}) == (
+        f"; 2 programs compiled before are kept in the compilation cache "
+        f"({folder})"
+    )
+    (folder / "jit_old-99-cache").write_bytes(b"cut")  # cut short
+    assert not compile_cache.ProgramIndex("config a").cached
+    (folder / "jit_old-99-cache").unlink()
+    assert not compile_cache.ProgramIndex("config a").cached
