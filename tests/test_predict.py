@@ -21,6 +21,8 @@ from tests.helpers import commands, groups
 pytestmark = groups.EXPORTED
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Copies of one photo that keep the Ctrl-C test's run busy past its signal.
+EXTRA = 40
 # What `predict.py --exported` must run without.
 BLOCKED = (
     "detector.modeling",
@@ -223,6 +225,13 @@ def test_ctrl_c_keeps_what_finished_and_a_rerun_continues(
 ):
     """SIGINT once a batch is on disk: one line, exit 130; the same command
     predicts only the rest."""
+    # The photos and EXTRA copies of one: a batch of one image takes a
+    # fraction of a second, and the signal must come while work is left.
+    folder = tmp_path / "photos"
+    shutil.copytree(photos, folder)
+    for i in range(EXTRA):
+        shutil.copy(photos / "a_rgb.png", folder / f"f_{i:02d}.png")
+    total, readable = 5 + EXTRA, 4 + EXTRA
     out = tmp_path / "out"
     command = [
         sys.executable,
@@ -230,7 +239,7 @@ def test_ctrl_c_keeps_what_finished_and_a_rerun_continues(
         f"--exported={exported_dir}",
         f"--out={out}",
         "--batch_size=1",
-        str(photos),
+        str(folder),
     ]
     process = subprocess.Popen(
         command,
@@ -249,23 +258,28 @@ def test_ctrl_c_keeps_what_finished_and_a_rerun_continues(
     assert process.returncode == 130, stderr[-3000:]
     last = stderr.strip().splitlines()[-1]
     assert re.fullmatch(
-        r"interrupted: [1-3] of 5 images predicted, kept in "
+        rf"interrupted: \d+ of {total} images predicted, kept in "
         + re.escape(str(jsonl))
         + "; rerun the same command to continue",
         last,
     ), stderr[-3000:]
     assert "Traceback" not in stderr
     kept = int(last.split()[1])
+    assert 1 <= kept < readable, last
     result = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    new = f"{4 - kept} image{'' if 4 - kept == 1 else 's'}"
+    new = f"{readable - kept} image{'' if readable - kept == 1 else 's'}"
     assert (
         f"{new} predicted, {kept} kept from an earlier run, 1 skipped"
         in result.stdout
     )
-    _check_outputs(out, photos)
+    predictions = json.loads((out / "predictions.json").read_text())
+    assert sorted(predictions) == sorted(
+        str(p) for p in folder.iterdir() if p.name != "e_broken.jpg"
+    )
+    assert all(len(results) == 20 for results in predictions.values())
 
 
 def test_blocker_blocks():
