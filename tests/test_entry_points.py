@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from tests.helpers import checkpoint_faults, commands, requires
+from tests.helpers import checkpoint_faults, commands, cpu_compiles, requires
 
 # train.py and eval.py read data with tf.data, evaluate with pycocotools and
 # log with clu: skipped where they are not installed.
@@ -243,8 +243,7 @@ def test_eval_without_checkpoint_or_config(tmp_path):
 _TWO_DEVICES = {
     **os.environ,
     "XLA_FLAGS": (
-        "--xla_force_host_platform_device_count=2 "
-        "--xla_backend_optimization_level=0"
+        f"--xla_force_host_platform_device_count=2 {cpu_compiles.FLAG}"
     ),
 }
 

@@ -5,7 +5,7 @@ The suite's programs are tiny and run a few steps, so on a CPU most of
 their cost is the compile, about a third of which is LLVM's optimisation
 (the tiny train step: 29 -> 20 s of CPU time). Every program of a session
 compiles alike, so programs the tests compare bit for bit stay comparable;
-the processes the tests start compile the same way
+the processes the tests start compile with FLAG on any install
 (tests/helpers/processes.py). Where JAX can see an accelerator (a CUDA
 plugin or libtpu is installed) the flags are left alone: the kernels that
 run there are what the tests check.

@@ -17,6 +17,8 @@ from collections.abc import Iterator, Sequence
 
 import pytest
 
+from tests.helpers import cpu_compiles
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # The smoke config with the fastest-compiling NMS and a schedule that does
 # not depend on num_steps, so a resumed leg reuses the compiled programs.
@@ -80,7 +82,7 @@ def env(*, devices: int = 1) -> dict[str, str]:
         "JAX_PLATFORMS": "cpu",
         "XLA_FLAGS": (
             f"--xla_force_host_platform_device_count={devices} "
-            "--xla_backend_optimization_level=0"
+            f"{cpu_compiles.FLAG}"
         ),
     }
 
