@@ -11,17 +11,13 @@ from detector.inference import programs as programs_lib
 from ops import host_audit
 
 
-class TrainPrograms:
+class TrainPrograms(programs_lib.Programs):
     """(state, batch, key) -> (state, metrics) by the program of the
     batch's canvas."""
 
-    def __init__(self, programs: programs_lib.Programs):
-        self.programs = programs.programs
-        self._programs = programs
-
     def __call__(self, state: Any, batch: dict[str, jax.Array], key: jax.Array):
         canvas = programs_lib.canvas_of(batch["image"])
-        return self._programs.run(canvas, state, batch, key)
+        return self.run(canvas, state, batch, key)
 
 
 def _on_canvas(batch: dict[str, jax.Array], canvas: Canvas) -> dict[str, Any]:
@@ -65,4 +61,4 @@ def compile_per_canvas(
         strict=strict,
         advice=advice,
     )
-    return TrainPrograms(programs), findings
+    return TrainPrograms(programs.programs, programs.name), findings

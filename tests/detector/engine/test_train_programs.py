@@ -8,7 +8,6 @@ import pytest
 
 from detector.distributed import sharding
 from detector.engine import train_programs
-from detector.inference import programs as programs_lib
 
 
 def _sharded_batch(canvas):
@@ -57,9 +56,7 @@ def test_each_canvas_gets_a_program_of_its_own_shape():
 
 
 def test_a_batch_on_no_compiled_canvas_is_one_clear_error():
-    programs = train_programs.TrainPrograms(
-        programs_lib.Programs({(64, 128): None}, "train_step")
-    )
+    programs = train_programs.TrainPrograms({(64, 128): None}, "train_step")
     batch = {"image": np.zeros((2, 96, 96, 3), np.float32)}
     with pytest.raises(
         ValueError,
