@@ -200,10 +200,15 @@ def _damage_reason(error: BaseException) -> str:
 
 def _save_reason(error: BaseException) -> str:
     """The OS error of a failed write ('No space left on device'), else the
-    first line of the error."""
-    found = re.search(r"([^:\n]+) \[os_error_code='?\d+'?\]", str(error))
+    first line of the error.
+
+    tensorstore's errors end in `[os_error_code=N]`; the text before it is
+    not always the OS message (it may quote what was being written), so the
+    message is the one the OS gives for N.
+    """
+    found = re.search(r"\[os_error_code='?(\d+)'?\]", str(error))
     if found:
-        return found.group(1).strip()
+        return os.strerror(int(found.group(1)))
     if isinstance(error, OSError) and error.strerror:
         return error.strerror
     return _damage_reason(error)

@@ -105,3 +105,16 @@ def test_a_save_into_a_file_is_one_save_error(tmp_path):
         f"{tmp_path}/checkpoints: Not a directory; "
     )
     assert str(info.value).endswith(" free there; no earlier checkpoint")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Error writing local file: File too large [os_error_code=27]",
+        # The text before the code may quote what was written.
+        "Error writing \"{'committed': true}'] [os_error_code=27] "
+        "[source locations='tensorstore/kvstore/file/file_key_value_store.cc']",
+    ],
+)
+def test_a_failed_write_is_named_by_its_os_error_code(text):
+    assert checkpoint._save_reason(ValueError(text)) == "File too large"
