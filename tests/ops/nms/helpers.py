@@ -40,14 +40,19 @@ def skip_reason(backend: str) -> str | None:
     return None
 
 
-def backend_params(backends=ALL_BACKENDS) -> list:
-    """`backends` as pytest params, each skipped with its skip_reason."""
+def backend_params(backends=ALL_BACKENDS, slow=()) -> list:
+    """`backends` as pytest params, each skipped with its skip_reason; those
+    in `slow` are also marked slow."""
     return [
         pytest.param(
             name,
-            marks=pytest.mark.skipif(
-                skip_reason(name) is not None, reason=str(skip_reason(name))
-            ),
+            marks=[
+                pytest.mark.skipif(
+                    skip_reason(name) is not None,
+                    reason=str(skip_reason(name)),
+                ),
+                *([pytest.mark.slow] if name in slow else []),
+            ],
         )
         for name in backends
     ]
