@@ -13,6 +13,7 @@ statement counts, function-level ones included.
 """
 
 import ast
+import functools
 import pathlib
 import subprocess
 import sys
@@ -46,13 +47,21 @@ def _imports(path: pathlib.Path, modules: set[str]) -> set[str]:
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """module -> the first-party modules it imports."""
+@functools.cache
+def _parsed_graph() -> tuple[tuple[str, frozenset[str]], ...]:
+    """The graph, parsed once per session (every source file's AST)."""
     paths = [p for package in PACKAGES for p in (ROOT / package).rglob("*.py")]
     modules = {_module_name(p) for p in paths}
-    return {
-        _module_name(p): _imports(p, modules) - {_module_name(p)} for p in paths
-    }
+    return tuple(
+        (_module_name(p), frozenset(_imports(p, modules) - {_module_name(p)}))
+        for p in paths
+    )
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the first-party modules it imports (a fresh copy, which a
+    test may change)."""
+    return {module: set(targets) for module, targets in _parsed_graph()}
 
 
 def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
