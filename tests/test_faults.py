@@ -123,7 +123,13 @@ def test_sigterm_saves_the_step_and_a_second_run_is_refused(tmp_path):
     assert not (workdir / ".train.lock").exists()  # released at exit
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+# SIGINT (Ctrl-C, Python's KeyboardInterrupt) by default; SIGTERM, the
+# same handler, behind -m slow, and by default in a child process of its
+# own (tests/detector/distributed/test_preemption.py).
+@pytest.mark.parametrize(
+    "signum",
+    [pytest.param(signal.SIGTERM, marks=pytest.mark.slow), signal.SIGINT],
+)
 def test_a_signal_while_it_compiles_exits_at_once_saving_nothing(
     tmp_path, signum
 ):
