@@ -1,5 +1,6 @@
 """Command-line plumbing: one-line errors and the multi-host decision."""
 
+import functools
 import pathlib
 import socket
 import subprocess
@@ -269,16 +270,22 @@ ENTRY_POINT_FLAGS = {
 HELPFULL_ONLY = {"train.py": "--multihost", "eval.py": "--multihost"}
 
 
-@pytest.mark.parametrize("script", sorted(ENTRY_POINT_FLAGS))
-@pytest.mark.parametrize("flag", ["--help", "--helpfull"])
-def test_help_lists_the_programs_own_flags_and_exits_0(script, flag):
-    done = subprocess.run(
+@functools.cache
+def _help(script: str, flag: str) -> subprocess.CompletedProcess:
+    """`python SCRIPT FLAG`, run once per module for the tests below."""
+    return subprocess.run(
         [sys.executable, str(ROOT / script), flag],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
     )
+
+
+@pytest.mark.parametrize("script", sorted(ENTRY_POINT_FLAGS))
+@pytest.mark.parametrize("flag", ["--help", "--helpfull"])
+def test_help_lists_the_programs_own_flags_and_exits_0(script, flag):
+    done = _help(script, flag)
     assert done.returncode == 0, done.stderr[-2000:]
     for listed in ENTRY_POINT_FLAGS[script]:
         assert f"  {listed}" in done.stdout, (listed, done.stdout)
@@ -290,13 +297,7 @@ def test_help_lists_the_programs_own_flags_and_exits_0(script, flag):
 
 @pytest.mark.parametrize("script", ["eval.py", "export.py"])
 def test_help_examples_keep_their_lines(script):
-    done = subprocess.run(
-        [sys.executable, str(ROOT / script), "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = _help(script, "--help")
     continued = [
         line for line in done.stdout.splitlines() if line.endswith("\\")
     ]
