@@ -58,15 +58,24 @@ def create_model(
 
     The initialisers run as one jitted program compiled without backend
     optimisation: building the model eagerly compiles one small program per
-    parameter shape, which takes several times longer on CPU.
+    parameter shape, which takes several times longer on CPU. The model is
+    built once, in that program's trace, which also gives the graphdef.
     """
-    graphdef = abstract_model(config, seed)[0]
-    init = jax.jit(
-        lambda: nnx.split(build_model(config, seed), nnx.Param, ...)[1:]
+    graphdefs = []
+
+    def init():
+        graphdef, params, rest = nnx.split(
+            build_model(config, seed), nnx.Param, ...
+        )
+        graphdefs.append(graphdef)  # static: no tracer leaves the trace
+        return params, rest
+
+    params, rest = (
+        jax.jit(init)
+        .lower()
+        .compile(compiler_options={"xla_backend_optimization_level": 0})()
     )
-    params, rest = init.lower().compile(
-        compiler_options={"xla_backend_optimization_level": 0}
-    )()
+    (graphdef,) = graphdefs
     return graphdef, params, rest
 
 
