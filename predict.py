@@ -179,7 +179,7 @@ def main(argv: list[str]) -> None:
 
     try:
         # The lock before loading: a second run fails fast.
-        with stopping.sigterm_raises(), output_files.locked(out):
+        with stopping.signals_raise(), output_files.locked(out):
             _predict(argv[1:], out)
     except output_files.OutFolderError as e:
         _fail(str(e))

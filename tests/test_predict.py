@@ -220,10 +220,6 @@ def test_help_lists_the_flags_of_predict_py():
         assert re.search(rf"^  --(\[no\])?{flag}:", text, re.M), flag
 
 
-# In the full suite under -n 2 the signal has twice come after the run
-# ended (exit 0, every photo predicted); alone it holds: .ci/run runs it
-# in a stage of its own, in one process.
-@pytest.mark.alone
 def test_ctrl_c_keeps_what_finished_and_a_rerun_continues(
     exported_dir, photos, tmp_path
 ):

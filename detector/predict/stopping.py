@@ -26,11 +26,30 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated
 
 
+# Each stopping signal and its handler: the exception it raises in the main
+# thread.
+_HANDLERS = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: _raise_terminated,
+}
+
+
 @contextlib.contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """SIGTERM raises `Terminated` in the main thread for the block."""
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+def signals_raise() -> Iterator[None]:
+    """For the block, SIGINT raises KeyboardInterrupt and SIGTERM raises
+    `Terminated` in the main thread.
+
+    SIGINT's handler is set too, not left to Python: a process started
+    with SIGINT ignored (a background job of a script, `cmd &`) has no
+    KeyboardInterrupt handler of Python's, and would run on through a
+    Ctrl-C that train.py, which sets its own, stops at.
+    """
+    previous = {
+        signum: signal.signal(signum, handler)
+        for signum, handler in _HANDLERS.items()
+    }
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

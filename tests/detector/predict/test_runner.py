@@ -262,13 +262,30 @@ def test_ctrl_c_keeps_the_finished_images_and_a_rerun_continues(
 
 def test_sigterm_stops_with_exit_code_143_keeping_the_finished(three, tmp_path):
     predictor, _ = _stopping(3, lambda: os.kill(os.getpid(), signal.SIGTERM))
-    with stopping.sigterm_raises(), pytest.raises(runner.Interrupted) as e:
+    with stopping.signals_raise(), pytest.raises(runner.Interrupted) as e:
         runner.predict_files(
             predictor, [str(three)], tmp_path / "o", batch_size=1
         )
     assert e.value.code == 143
     assert str(e.value).startswith("interrupted: 2 of 3 images predicted")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_sigint_stops_even_where_it_was_started_ignored(three, tmp_path):
+    """A background job of a script starts with SIGINT ignored, and Python
+    then installs no KeyboardInterrupt handler: predict.py sets its own."""
+    predictor, _ = _stopping(2, lambda: os.kill(os.getpid(), signal.SIGINT))
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with stopping.signals_raise(), pytest.raises(runner.Interrupted) as e:
+            runner.predict_files(
+                predictor, [str(three)], tmp_path / "o", batch_size=1
+            )
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert e.value.code == 130
+    assert str(e.value).startswith("interrupted: 1 of 3 images predicted")
 
 
 def test_a_rerun_redoes_only_changed_files_other_models_and_overwrite(
