@@ -26,5 +26,8 @@ TINY_SHAPES_TRAINING = pytest.mark.xdist_group("tiny_shapes_training")
 WARM_START = pytest.mark.xdist_group("warm_start")
 # tests/detector/modeling/test_model.py's compiled steps and predictors.
 MODEL = pytest.mark.xdist_group("model")
+# tests/detector/evaluation/test_eval_canvases.py's two evaluations (its
+# module fixture): split across the workers, both built them.
+EVAL_CANVASES = pytest.mark.xdist_group("eval_canvases")
 # tests/test_smoke_console.py's smoke run of train.py.
 SMOKE_CONSOLE = pytest.mark.xdist_group("smoke_console")

@@ -14,7 +14,9 @@ from detector.distributed import sharding  # noqa: E402
 from detector.evaluation import eval_lib  # noqa: E402
 from detector.inference import detect  # noqa: E402
 from detector.state import train_state as state_lib  # noqa: E402
-from tests.helpers import mixed_orientations  # noqa: E402
+from tests.helpers import groups, mixed_orientations  # noqa: E402
+
+pytestmark = groups.EVAL_CANVASES
 
 COUNT = 7  # images 2 and 5 are portrait
 # float32 error between canvases on CPU: input pixels and box coordinates.
