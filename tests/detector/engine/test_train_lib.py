@@ -1,5 +1,6 @@
 """The training loop end to end on a tiny shapes set: logs, resume, audit."""
 
+import functools
 import json
 import re
 import shutil
@@ -398,20 +399,22 @@ def test_nan_loss_stops_the_run_with_its_step(shapes_config, tmp_path):
             assert bool(train_step.all_finite(params))
 
 
+@functools.partial(jax.jit, static_argnums=2)
+def _nan_at(total: jax.Array, step: jax.Array, bad_step: int) -> jax.Array:
+    return jnp.where(step == bad_step, jnp.nan, total)
+
+
 def _nan_loss_at(bad_step):
-    """make_train_step whose step `bad_step` reports a NaN total loss (its
-    weights stay finite): the guard must stop the run on it."""
-    make = train_step.make_train_step
+    """TrainPrograms.__call__ whose step `bad_step` reports a NaN total loss
+    (its weights stay finite): the guard must stop the run on it. The train
+    step itself is the module's other runs' program (a cache hit); a small
+    program of its own sets the NaN, on the device."""
+    call = train_programs.TrainPrograms.__call__
 
-    def poisoned(graphdef, tx, schedule, mesh):
-        step = make(graphdef, tx, schedule, mesh)
-
-        def run(state, batch, key):
-            state, metrics = step(state, batch, key)
-            total = jnp.where(state.step == bad_step, jnp.nan, metrics["total"])
-            return state, {**metrics, "total": total}
-
-        return jax.jit(run, donate_argnums=0)
+    def poisoned(self, state, batch, key):
+        state, metrics = call(self, state, batch, key)
+        total = _nan_at(metrics["total"], state.step, bad_step)
+        return state, {**metrics, "total": total}
 
     return poisoned
 
@@ -428,7 +431,9 @@ def _nan_loss_at(bad_step):
 def test_a_nan_at_a_chosen_step_is_named_and_never_checkpointed(
     shapes_config, tmp_path, monkeypatch, bad_step, saved
 ):
-    monkeypatch.setattr(train_step, "make_train_step", _nan_loss_at(bad_step))
+    monkeypatch.setattr(
+        train_programs.TrainPrograms, "__call__", _nan_loss_at(bad_step)
+    )
     # No log step before the end: the checkpoint saves alone must check.
     config = _with(shapes_config, **{"train.log_every": 4})
     with pytest.raises(
