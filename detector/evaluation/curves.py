@@ -5,15 +5,13 @@ import io
 import json
 import pathlib
 import shlex
-
-import matplotlib
-from matplotlib import ticker
+from typing import TYPE_CHECKING
 
 from detector.modeling import losses
-from detector.utils import files
+from detector.utils import files, pyplot
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 FILE_NAME = "curves.png"
 # Panel -> the series it draws, each a metrics.jsonl key (AP: eval lines'
@@ -86,9 +84,12 @@ def series(workdir: str | pathlib.Path, result_stem: str) -> Series:
     }
 
 
-def figure(curves: Series) -> matplotlib.figure.Figure:
+def figure(curves: Series) -> "Figure":
     """One panel per PANELS entry with data, each series a line against
     step (the losses on a log scale)."""
+    from matplotlib import ticker
+
+    plt = pyplot.pyplot()
     panels = [
         (title, [n for n in names if n in curves])
         for title, names in PANELS.items()
@@ -130,7 +131,7 @@ def draw(workdir: str | pathlib.Path, result_stem: str) -> pathlib.Path | None:
     try:
         fig.savefig(buffer, format="png", dpi=100)
     finally:
-        plt.close(fig)
+        pyplot.pyplot().close(fig)
     path = pathlib.Path(workdir) / FILE_NAME
     files.write_bytes(path, buffer.getvalue())
     return path

@@ -3,14 +3,11 @@ eval), by predict.py's drawing rule (`imaging.overlay`)."""
 
 import pathlib
 
-import matplotlib
 import ml_collections
 import numpy as np
 
 from detector.imaging import detections, overlay
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
+from detector.utils import pyplot
 
 
 class LowestIds:
@@ -92,6 +89,7 @@ def draw_predictions(
     items = items[: config.eval.num_visualized]
     if not items:
         return
+    plt = pyplot.pyplot()
     fig, axes = plt.subplots(
         1, len(items), figsize=(4 * len(items), 4), squeeze=False
     )
